@@ -91,3 +91,8 @@ USAGE_JOINT_RAND_PART: Final = 7
 XOF_SEED_SIZE: Final = 16
 VERIFY_KEY_SIZE: Final = 16
 NONCE_SIZE: Final = 16
+
+# --- DAP-09, added later ----------------------------------------------------------------------
+
+#: Size of the report-ID checksum in AggregateShareReq: XOR of SHA-256(report_id) (DAP-09 §4.6.2).
+REPORT_ID_CHECKSUM_SIZE: Final = 32

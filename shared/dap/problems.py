@@ -1,0 +1,56 @@
+"""DAP-09 problem types (DAP-09 §3.2, digest §2).
+
+Errors are RFC 9457 problem documents whose `type` is ``urn:ietf:params:ppm:dap:error:`` plus
+one of the tokens below (exact casing, e.g. `missingTaskID`). "Abort with X" means HTTP 400;
+like Janus 0.7, sagg answers `unauthorizedRequest` with 403 instead.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from shared.constants import PROBLEM_URN_PREFIX
+
+__all__ = ["ProblemType"]
+
+_HTTP_BAD_REQUEST = 400
+_HTTP_FORBIDDEN = 403
+
+
+class ProblemType(Enum):
+    """Every problem type token DAP-09 defines; the value is the token."""
+
+    INVALID_MESSAGE = "invalidMessage"
+    UNRECOGNIZED_TASK = "unrecognizedTask"
+    UNRECOGNIZED_AGGREGATION_JOB = "unrecognizedAggregationJob"
+    OUTDATED_CONFIG = "outdatedConfig"
+    REPORT_REJECTED = "reportRejected"
+    REPORT_TOO_EARLY = "reportTooEarly"
+    BATCH_INVALID = "batchInvalid"
+    INVALID_BATCH_SIZE = "invalidBatchSize"
+    BATCH_QUERIED_TOO_MANY_TIMES = "batchQueriedTooManyTimes"
+    BATCH_MISMATCH = "batchMismatch"
+    UNAUTHORIZED_REQUEST = "unauthorizedRequest"
+    MISSING_TASK_ID = "missingTaskID"
+    STEP_MISMATCH = "stepMismatch"
+    BATCH_OVERLAP = "batchOverlap"
+
+    @property
+    def urn(self) -> str:
+        """The problem document's `type` member."""
+        return PROBLEM_URN_PREFIX + self.value
+
+    @property
+    def http_status(self) -> int:
+        """The status Janus 0.7 sends with this problem."""
+        return _HTTP_FORBIDDEN if self is ProblemType.UNAUTHORIZED_REQUEST else _HTTP_BAD_REQUEST
+
+    @classmethod
+    def from_urn(cls, urn: str) -> ProblemType | None:
+        """The problem type a peer's `type` member names, or None if it is not a DAP-09 one."""
+        if not urn.startswith(PROBLEM_URN_PREFIX):
+            return None
+        try:
+            return cls(urn[len(PROBLEM_URN_PREFIX) :])
+        except ValueError:
+            return None
