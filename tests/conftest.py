@@ -16,13 +16,13 @@ def shared_data_dir() -> Path:
     return Path(override) if override else REPO_ROOT.parent / "shared"
 
 
-def test_vectors_dir() -> Path:
+def vectors_path() -> Path:
     return shared_data_dir() / "test-vectors"
 
 
 @pytest.fixture(scope="session")
 def vectors_dir() -> Path:
-    path = test_vectors_dir()
+    path = vectors_path()
     if not path.is_dir():
         pytest.fail(f"test vectors not found at {path}; set SAGG_SHARED_DIR")
     return path

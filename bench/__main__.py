@@ -1,0 +1,17 @@
+"""`make bench`: run every benchmark of the project and end with one summary table."""
+
+from __future__ import annotations
+
+from bench import hpke, vdaf
+from bench.common import Result, print_table
+
+
+def main() -> None:
+    results: list[Result] = []
+    for module in (hpke, vdaf):
+        results += module.run()
+    print_table(results, "Summary of all benchmarks")
+
+
+if __name__ == "__main__":
+    main()

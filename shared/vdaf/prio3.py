@@ -1,0 +1,474 @@
+"""Prio3 (VDAF-08 §7) with XofTurboShake128, computed a batch of reports at a time.
+
+Sharding and preparation take lists of reports of one task and run the FLP over all of them in
+array operations; the per-report work left in Python is the XOF calls that derive each report's
+seeds and randomness (one bulk read each) and the byte slicing of its shares. A batch of one is
+the report-by-report path: it runs the same code.
+
+Preparation never raises for a bad report. Each report gets a status instead: `DECODE_ERROR` when
+its shares are malformed (DAP: invalid_message), `PREP_ERROR` when its proof cannot be checked or
+fails (DAP: vdaf_prep_error).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.constants import (
+    ALGO_PRIO3_COUNT,
+    ALGO_PRIO3_HISTOGRAM,
+    ALGO_PRIO3_PRIVATE,
+    ALGO_PRIO3_SUM,
+    ALGO_PRIO3_SUM_VEC,
+    NONCE_SIZE,
+    USAGE_JOINT_RAND_PART,
+    USAGE_JOINT_RAND_SEED,
+    USAGE_JOINT_RANDOMNESS,
+    USAGE_MEAS_SHARE,
+    USAGE_PROOF_SHARE,
+    USAGE_PROVE_RANDOMNESS,
+    USAGE_QUERY_RANDOMNESS,
+    VERIFY_KEY_SIZE,
+)
+from shared.vdaf.circuits import Count, Histogram, MultiHotHistogram, Sum, SumVec, Valid
+from shared.vdaf.field import Field, Field64, FieldArray
+from shared.vdaf.flp import FlpGeneric
+from shared.vdaf.xof import XofTurboShake128, domain_separation_tag
+
+SEED_SIZE = XofTurboShake128.SEED_SIZE
+
+
+class PrepStatus(enum.IntEnum):
+    """Outcome of preparing one report."""
+
+    OK = 0
+    DECODE_ERROR = 1
+    PREP_ERROR = 2
+
+
+@dataclass(slots=True)
+class PrepBatch:
+    """One aggregator's preparation state for a batch of reports after `prep_init`.
+
+    `out_shares` rows and `prep_shares` entries of reports whose status is not OK are meaningless
+    (zeros and empty bytes).
+    """
+
+    status: npt.NDArray[np.int8]
+    out_shares: FieldArray
+    corrected_seeds: list[bytes | None]
+    prep_shares: list[bytes]
+
+    @property
+    def ok(self) -> npt.NDArray[np.bool_]:
+        return self.status == PrepStatus.OK
+
+
+class Prio3:
+    """A Prio3 instance: a validity circuit, a share count and a proof count (VDAF-08 §7.2)."""
+
+    VERIFY_KEY_SIZE = VERIFY_KEY_SIZE
+    NONCE_SIZE = NONCE_SIZE
+    ROUNDS = 1
+
+    def __init__(self, algo_id: int, valid: Valid, shares: int = 2, proofs: int = 1) -> None:
+        if not 2 <= shares < 256:
+            raise ValueError("Prio3 needs between 2 and 255 shares")
+        if not 1 <= proofs < 256:
+            raise ValueError("Prio3 needs between 1 and 255 proofs")
+        self.ID = algo_id
+        self.SHARES = shares
+        self.PROOFS = proofs
+        self.flp = FlpGeneric(valid)
+        self.field: type[Field] = valid.field
+        self.valid = valid
+        self.uses_joint_rand = self.flp.JOINT_RAND_LEN > 0
+        seeds = 1 + 2 * (shares - 1) + (shares if self.uses_joint_rand else 0)
+        self.RAND_SIZE = SEED_SIZE * seeds
+        self._dst = {
+            usage: domain_separation_tag(algo_id, usage)
+            for usage in (
+                USAGE_MEAS_SHARE,
+                USAGE_PROOF_SHARE,
+                USAGE_JOINT_RANDOMNESS,
+                USAGE_PROVE_RANDOMNESS,
+                USAGE_QUERY_RANDOMNESS,
+                USAGE_JOINT_RAND_SEED,
+                USAGE_JOINT_RAND_PART,
+            )
+        }
+        self._proofs_len = self.flp.PROOF_LEN * proofs
+        self._verifiers_len = self.flp.VERIFIER_LEN * proofs
+
+    # --- sizes of the encoded messages (VDAF-08 §7.2.7) ---------------------------------------
+
+    def public_share_len(self) -> int:
+        return SEED_SIZE * self.SHARES if self.uses_joint_rand else 0
+
+    def input_share_len(self, agg_id: int) -> int:
+        blind = SEED_SIZE if self.uses_joint_rand else 0
+        if agg_id == 0:
+            return (self.flp.MEAS_LEN + self._proofs_len) * self.field.ENCODED_SIZE + blind
+        return 2 * SEED_SIZE + blind
+
+    def prep_share_len(self) -> int:
+        blind = SEED_SIZE if self.uses_joint_rand else 0
+        return self._verifiers_len * self.field.ENCODED_SIZE + blind
+
+    def prep_msg_len(self) -> int:
+        return SEED_SIZE if self.uses_joint_rand else 0
+
+    def agg_share_len(self) -> int:
+        return self.flp.OUTPUT_LEN * self.field.ENCODED_SIZE
+
+    def params(self) -> dict[str, int]:
+        return self.valid.params()
+
+    # --- client ------------------------------------------------------------------------------
+
+    def shard(self, measurement: Any, nonce: bytes, rand: bytes) -> tuple[bytes, list[bytes]]:
+        """(public_share, input_shares) for one measurement (VDAF-08 §7.2.1)."""
+        return self.shard_batch([measurement], [nonce], [rand])[0]
+
+    def shard_batch(
+        self, measurements: Sequence[Any], nonces: Sequence[bytes], rands: Sequence[bytes]
+    ) -> list[tuple[bytes, list[bytes]]]:
+        """Shard many measurements at once; ValueError if any is out of range."""
+        F, S = self.field, self.SHARES
+        n = len(measurements)
+        if not n == len(nonces) == len(rands):
+            raise ValueError("measurements, nonces and rands must have the same length")
+        for nonce, rand in zip(nonces, rands, strict=True):
+            self._check_nonce(nonce)
+            if len(rand) != self.RAND_SIZE:
+                raise ValueError(f"Prio3 shard needs {self.RAND_SIZE} random bytes")
+        meas = F.from_ints(
+            [x for m in measurements for x in self.valid.encode(m)]
+        ).reshape(n, self.flp.MEAS_LEN, F.LIMBS)
+
+        per_helper = 3 if self.uses_joint_rand else 2
+        seeds = [
+            [rand[i : i + SEED_SIZE] for i in range(0, self.RAND_SIZE, SEED_SIZE)]
+            for rand in rands
+        ]
+        leader_meas = meas.copy()
+        helper_meas: list[list[FieldArray]] = []
+        for r in range(n):
+            shares_r = []
+            for j in range(1, S):
+                share = self._helper_meas_share(j, seeds[r][(j - 1) * per_helper])
+                leader_meas[r] = F.sub(leader_meas[r], share)
+                shares_r.append(share)
+            helper_meas.append(shares_r)
+
+        k_prove = [s[-1] for s in seeds]
+        public_shares: list[bytes] = [b""] * n
+        joint_rands = F.zeros((n, self.flp.JOINT_RAND_LEN * self.PROOFS))
+        if self.uses_joint_rand:
+            for r in range(n):
+                parts = [self._joint_rand_part(0, seeds[r][-2], leader_meas[r], nonces[r])]
+                for j in range(1, S):
+                    blind = seeds[r][(j - 1) * per_helper + 2]
+                    parts.append(self._joint_rand_part(j, blind, helper_meas[r][j - 1], nonces[r]))
+                public_shares[r] = b"".join(parts)
+                joint_rands[r] = self._joint_rands(self._joint_rand_seed(parts))
+
+        prove_rands = F.zeros((n, self.flp.PROVE_RAND_LEN * self.PROOFS))
+        for r in range(n):
+            prove_rands[r] = self._xof_vec(
+                k_prove[r],
+                USAGE_PROVE_RANDOMNESS,
+                bytes((self.PROOFS,)),
+                self.flp.PROVE_RAND_LEN * self.PROOFS,
+            )
+        proofs = F.zeros((n, self._proofs_len))
+        for p in range(self.PROOFS):
+            proofs[:, p * self.flp.PROOF_LEN : (p + 1) * self.flp.PROOF_LEN] = self.flp.prove(
+                meas,
+                self._slice(prove_rands, p, self.flp.PROVE_RAND_LEN),
+                self._slice(joint_rands, p, self.flp.JOINT_RAND_LEN),
+            )
+
+        results = []
+        for r in range(n):
+            leader_proofs = proofs[r]
+            helper_shares = []
+            for j in range(1, S):
+                k_meas = seeds[r][(j - 1) * per_helper]
+                k_proofs = seeds[r][(j - 1) * per_helper + 1]
+                leader_proofs = F.sub(leader_proofs, self._helper_proofs_share(j, k_proofs))
+                blind = seeds[r][(j - 1) * per_helper + 2] if self.uses_joint_rand else b""
+                helper_shares.append(k_meas + k_proofs + blind)
+            leader_blind = seeds[r][-2] if self.uses_joint_rand else b""
+            leader_share = F.encode(leader_meas[r]) + F.encode(leader_proofs) + leader_blind
+            results.append((public_shares[r], [leader_share, *helper_shares]))
+        return results
+
+    # --- aggregators -------------------------------------------------------------------------
+
+    def prep_init_batch(
+        self,
+        verify_key: bytes,
+        agg_id: int,
+        nonces: Sequence[bytes],
+        public_shares: Sequence[bytes],
+        input_shares: Sequence[bytes],
+    ) -> PrepBatch:
+        """Each report's prep share and state for aggregator `agg_id` (VDAF-08 §7.2.2)."""
+        F, flp = self.field, self.flp
+        if len(verify_key) != self.VERIFY_KEY_SIZE:
+            raise ValueError(f"Prio3 verify key must be {self.VERIFY_KEY_SIZE} bytes")
+        if not 0 <= agg_id < self.SHARES:
+            raise ValueError("aggregator id out of range")
+        n = len(nonces)
+        if not n == len(public_shares) == len(input_shares):
+            raise ValueError("nonces, public shares and input shares must have the same length")
+
+        status = np.full(n, PrepStatus.OK, dtype=np.int8)
+        meas = F.zeros((n, flp.MEAS_LEN))
+        proofs = F.zeros((n, self._proofs_len))
+        blinds: list[bytes] = [b""] * n
+        parts: list[list[bytes]] = [[] for _ in range(n)]
+        for r in range(n):
+            decoded = self._decode_shares(agg_id, nonces[r], public_shares[r], input_shares[r])
+            if decoded is None:
+                status[r] = PrepStatus.DECODE_ERROR
+                continue
+            meas[r], proofs[r], blinds[r], parts[r] = decoded
+
+        joint_rands = F.zeros((n, flp.JOINT_RAND_LEN * self.PROOFS))
+        query_rands = F.zeros((n, flp.QUERY_RAND_LEN * self.PROOFS))
+        corrected: list[bytes | None] = [None] * n
+        own_parts: list[bytes] = [b""] * n
+        for r in np.flatnonzero(status == PrepStatus.OK):
+            if self.uses_joint_rand:
+                own_parts[r] = self._joint_rand_part(agg_id, blinds[r], meas[r], nonces[r])
+                parts[r][agg_id] = own_parts[r]
+                corrected[r] = self._joint_rand_seed(parts[r])
+                joint_rands[r] = self._joint_rands(corrected[r])
+            query_rands[r] = self._xof_vec(
+                verify_key,
+                USAGE_QUERY_RANDOMNESS,
+                bytes((self.PROOFS,)) + nonces[r],
+                flp.QUERY_RAND_LEN * self.PROOFS,
+            )
+
+        verifiers = F.zeros((n, self._verifiers_len))
+        for p in range(self.PROOFS):
+            verifier, usable = flp.query(
+                meas,
+                self._slice(proofs, p, flp.PROOF_LEN),
+                self._slice(query_rands, p, flp.QUERY_RAND_LEN),
+                self._slice(joint_rands, p, flp.JOINT_RAND_LEN),
+                self.SHARES,
+            )
+            verifiers[:, p * flp.VERIFIER_LEN : (p + 1) * flp.VERIFIER_LEN] = verifier
+            status[(status == PrepStatus.OK) & ~usable] = PrepStatus.PREP_ERROR
+
+        ok = status == PrepStatus.OK
+        out_shares = flp.valid.truncate(meas)
+        out_shares[~ok] = 0
+        prep_shares = [
+            F.encode(verifiers[r]) + own_parts[r] if ok[r] else b"" for r in range(n)
+        ]
+        return PrepBatch(status, out_shares, corrected, prep_shares)
+
+    def prep_shares_to_prep_batch(
+        self, prep_shares: Sequence[Sequence[bytes]]
+    ) -> list[bytes | None]:
+        """Combine every aggregator's prep share of each report into its prep message.
+
+        `prep_shares[r]` holds report r's shares in aggregator order. The result is the prep
+        message (the joint randomness seed, or b"") of each valid report, None for a report whose
+        shares are malformed or whose proof is rejected (VDAF-08 §7.2.2 prep_shares_to_prep).
+        """
+        F, flp = self.field, self.flp
+        n = len(prep_shares)
+        verifiers = F.zeros((n, self._verifiers_len))
+        decodable = np.ones(n, dtype=np.bool_)
+        parts: list[list[bytes]] = [[] for _ in range(n)]
+        verifiers_bytes = self._verifiers_len * F.ENCODED_SIZE
+        for r, shares in enumerate(prep_shares):
+            if len(shares) != self.SHARES or any(
+                len(share) != self.prep_share_len() for share in shares
+            ):
+                decodable[r] = False
+                continue
+            values, in_range = F.candidates(b"".join(s[:verifiers_bytes] for s in shares))
+            if not bool(in_range.all()):
+                decodable[r] = False
+                continue
+            verifiers[r] = F.sum(
+                values.reshape(self.SHARES, self._verifiers_len, F.LIMBS), axis=-2
+            )
+            parts[r] = [s[verifiers_bytes:] for s in shares]
+
+        accept = decodable.copy()
+        for p in range(self.PROOFS):
+            accept &= flp.decide(self._slice(verifiers, p, flp.VERIFIER_LEN))
+        return [
+            (self._joint_rand_seed(parts[r]) if self.uses_joint_rand else b"")
+            if accept[r]
+            else None
+            for r in range(n)
+        ]
+
+    def prep_next_batch(
+        self, batch: PrepBatch, prep_msgs: Sequence[bytes | None]
+    ) -> npt.NDArray[np.bool_]:
+        """Finish preparation: which reports' output shares in `batch` are now valid.
+
+        A report is finished when its prep message exists and equals the joint randomness seed
+        this aggregator computed with its own part substituted (VDAF-08 §7.2.2 prep_next).
+        Rejected reports are also marked PREP_ERROR in `batch.status` and their output shares zeroed.
+        """
+        finished = batch.ok.copy()
+        for r, msg in enumerate(prep_msgs):
+            if not finished[r]:
+                continue
+            expected = batch.corrected_seeds[r] if self.uses_joint_rand else b""
+            if msg is None or msg != expected:
+                finished[r] = False
+                batch.status[r] = PrepStatus.PREP_ERROR
+        batch.out_shares[~finished] = 0
+        return finished
+
+    def aggregate(self, out_shares: FieldArray) -> FieldArray:
+        """The aggregate share: the sum of a batch of output shares (N, OUTPUT_LEN)."""
+        if out_shares.shape[0] == 0:
+            return self.field.zeros(self.flp.OUTPUT_LEN)
+        return self.field.sum(out_shares, axis=-2)
+
+    def merge(self, agg_shares: Sequence[FieldArray]) -> FieldArray:
+        """Add aggregate shares of disjoint sets of reports."""
+        total = self.field.zeros(self.flp.OUTPUT_LEN)
+        for share in agg_shares:
+            total = self.field.add(total, share)
+        return total
+
+    def encode_agg_share(self, agg_share: FieldArray) -> bytes:
+        return self.field.encode(agg_share)
+
+    def decode_agg_share(self, data: bytes) -> FieldArray:
+        """Strict: DecodeError on a wrong length or a value >= p."""
+        return self.field.decode(data, self.flp.OUTPUT_LEN)
+
+    def unshard(self, agg_shares: Sequence[bytes], num_measurements: int) -> Any:
+        """The aggregate result from every aggregator's encoded aggregate share (VDAF-08 §7.2.5)."""
+        if len(agg_shares) != self.SHARES:
+            raise ValueError(f"Prio3 unshard needs {self.SHARES} aggregate shares")
+        total = self.merge([self.decode_agg_share(share) for share in agg_shares])
+        return self.valid.decode(self.field.to_ints(total), num_measurements)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _check_nonce(self, nonce: bytes) -> None:
+        if len(nonce) != self.NONCE_SIZE:
+            raise ValueError(f"Prio3 nonce must be {self.NONCE_SIZE} bytes")
+
+    def _slice(self, values: FieldArray, index: int, width: int) -> FieldArray:
+        return values[:, index * width : (index + 1) * width]
+
+    def _xof_vec(self, seed: bytes, usage: int, binder: bytes, length: int) -> FieldArray:
+        return XofTurboShake128.expand_into_vec(
+            self.field, seed, self._dst[usage], binder, length
+        )
+
+    def _helper_meas_share(self, agg_id: int, k_share: bytes) -> FieldArray:
+        return self._xof_vec(k_share, USAGE_MEAS_SHARE, bytes((agg_id,)), self.flp.MEAS_LEN)
+
+    def _helper_proofs_share(self, agg_id: int, k_share: bytes) -> FieldArray:
+        return self._xof_vec(
+            k_share, USAGE_PROOF_SHARE, bytes((self.PROOFS, agg_id)), self._proofs_len
+        )
+
+    def _joint_rand_part(
+        self, agg_id: int, k_blind: bytes, meas_share: FieldArray, nonce: bytes
+    ) -> bytes:
+        binder = bytes((agg_id,)) + nonce + self.field.encode(meas_share)
+        return XofTurboShake128.derive_seed(
+            k_blind, self._dst[USAGE_JOINT_RAND_PART], binder
+        )
+
+    def _joint_rand_seed(self, parts: Sequence[bytes]) -> bytes:
+        return XofTurboShake128.derive_seed(
+            bytes(SEED_SIZE), self._dst[USAGE_JOINT_RAND_SEED], b"".join(parts)
+        )
+
+    def _joint_rands(self, seed: bytes) -> FieldArray:
+        return self._xof_vec(
+            seed,
+            USAGE_JOINT_RANDOMNESS,
+            bytes((self.PROOFS,)),
+            self.flp.JOINT_RAND_LEN * self.PROOFS,
+        )
+
+    def _decode_shares(
+        self, agg_id: int, nonce: bytes, public_share: bytes, input_share: bytes
+    ) -> tuple[FieldArray, FieldArray, bytes, list[bytes]] | None:
+        """(meas share, proofs share, blind, joint rand parts), or None if anything is malformed."""
+        F, flp = self.field, self.flp
+        if len(nonce) != self.NONCE_SIZE:
+            return None
+        if len(public_share) != self.public_share_len():
+            return None
+        if len(input_share) != self.input_share_len(agg_id):
+            return None
+        parts = [
+            public_share[i : i + SEED_SIZE] for i in range(0, len(public_share), SEED_SIZE)
+        ]
+        if agg_id == 0:
+            field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
+            values, in_range = F.candidates(input_share[:field_bytes])
+            if not bool(in_range.all()):
+                return None
+            meas, proofs = values[: flp.MEAS_LEN], values[flp.MEAS_LEN :]
+            blind = input_share[field_bytes:]
+        else:
+            meas = self._helper_meas_share(agg_id, input_share[:SEED_SIZE])
+            proofs = self._helper_proofs_share(agg_id, input_share[SEED_SIZE : 2 * SEED_SIZE])
+            blind = input_share[2 * SEED_SIZE :]
+        return meas, proofs, blind, parts
+
+
+# --- the instances DAP uses -----------------------------------------------------------------
+
+
+def prio3_count(shares: int = 2) -> Prio3:
+    return Prio3(ALGO_PRIO3_COUNT, Count(), shares)
+
+
+def prio3_sum(bits: int, shares: int = 2) -> Prio3:
+    return Prio3(ALGO_PRIO3_SUM, Sum(bits), shares)
+
+
+def prio3_sum_vec(length: int, bits: int, chunk_length: int, shares: int = 2) -> Prio3:
+    return Prio3(ALGO_PRIO3_SUM_VEC, SumVec(length, bits, chunk_length), shares)
+
+
+def prio3_histogram(length: int, chunk_length: int, shares: int = 2) -> Prio3:
+    return Prio3(ALGO_PRIO3_HISTOGRAM, Histogram(length, chunk_length), shares)
+
+
+def prio3_multihot_histogram(
+    length: int, max_count: int, chunk_length: int, shares: int = 2
+) -> Prio3:
+    """The multi-hot count vector with a bound on its weight (private codepoint)."""
+    return Prio3(ALGO_PRIO3_PRIVATE, MultiHotHistogram(length, max_count, chunk_length), shares)
+
+
+def prio3_sum_vec_multiproof(
+    length: int, bits: int, chunk_length: int, proofs: int, shares: int = 2
+) -> Prio3:
+    """SumVec over Field64 with several proofs for soundness (private codepoint)."""
+    if not 2 <= proofs < 256:
+        raise ValueError("the Field64 multiproof variant needs between 2 and 255 proofs")
+    return Prio3(
+        ALGO_PRIO3_PRIVATE, SumVec(length, bits, chunk_length, field=Field64), shares, proofs
+    )
