@@ -14,8 +14,8 @@ from typing import Any
 
 from bench.common import Result, best_of, print_table
 from shared import hpke
-from shared.constants import ROLE_HELPER, ROLE_LEADER
-from shared.dap.messages import input_share_info
+from shared.dap.hpke_context import input_share_info
+from shared.dap.messages import Role
 from shared.vdaf.prio3 import (
     Prio3,
     prio3_count,
@@ -62,7 +62,7 @@ def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[R
     shares = [[s[agg] for _, s in sharded] for agg in range(2)]
     keys = [hpke.generate_keypair(1), hpke.generate_keypair(2)]
     aad = b"\x00" * 56
-    infos = [input_share_info(ROLE_LEADER), input_share_info(ROLE_HELPER)]
+    infos = [input_share_info(Role.LEADER), input_share_info(Role.HELPER)]
     sealed = [
         [hpke.seal(keys[agg].public_key, infos[agg], aad, share) for share in shares[agg]]
         for agg in range(2)

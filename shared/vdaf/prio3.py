@@ -43,6 +43,9 @@ from shared.vdaf.xof import XofTurboShake128, domain_separation_tag
 
 SEED_SIZE = XofTurboShake128.SEED_SIZE
 
+#: Reports sharded together by `Prio3.shard_batch`.
+SHARD_CHUNK = 32
+
 
 class PrepStatus(enum.IntEnum):
     """Outcome of preparing one report."""
@@ -140,10 +143,21 @@ class Prio3:
         self, measurements: Sequence[Any], nonces: Sequence[bytes], rands: Sequence[bytes]
     ) -> list[tuple[bytes, list[bytes]]]:
         """Shard many measurements at once; ValueError if any is out of range."""
+        if not len(measurements) == len(nonces) == len(rands):
+            raise ValueError("measurements, nonces and rands must have the same length")
+        # The prover's NTT buffers grow with batch x proof size; past a few dozen reports they
+        # fall out of cache and batching stops paying, so large batches go in chunks.
+        results: list[tuple[bytes, list[bytes]]] = []
+        for start in range(0, len(measurements), SHARD_CHUNK):
+            end = start + SHARD_CHUNK
+            results += self._shard_chunk(measurements[start:end], nonces[start:end], rands[start:end])
+        return results
+
+    def _shard_chunk(
+        self, measurements: Sequence[Any], nonces: Sequence[bytes], rands: Sequence[bytes]
+    ) -> list[tuple[bytes, list[bytes]]]:
         F, S = self.field, self.SHARES
         n = len(measurements)
-        if not n == len(nonces) == len(rands):
-            raise ValueError("measurements, nonces and rands must have the same length")
         for nonce, rand in zip(nonces, rands, strict=True):
             self._check_nonce(nonce)
             if len(rand) != self.RAND_SIZE:
