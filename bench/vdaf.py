@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.common import Result, best_of, print_table
@@ -48,12 +49,15 @@ def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[R
     nonces = [secrets.token_bytes(16) for _ in range(BATCH)]
     rands = [secrets.token_bytes(vdaf.RAND_SIZE) for _ in range(BATCH)]
 
-    shard_one = best_of(
-        lambda: [
-            vdaf.shard(measurements[i], nonces[i], rands[i]) for i in range(SHARD_REPORTS)
-        ],
-        repeat=3,
-    ) / SHARD_REPORTS
+    shard_one = (
+        best_of(
+            lambda: [
+                vdaf.shard(measurements[i], nonces[i], rands[i]) for i in range(SHARD_REPORTS)
+            ],
+            repeat=3,
+        )
+        / SHARD_REPORTS
+    )
     start = time.perf_counter()
     sharded = vdaf.shard_batch(measurements, nonces, rands)
     shard_batched = (time.perf_counter() - start) / BATCH
@@ -91,7 +95,7 @@ def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[R
 
     leader_s = best_of(leader_prep, repeat=3) / BATCH
     helper_s = best_of(helper_prep, repeat=3) / BATCH
-    open_s = [best_of(lambda a=agg: open_all(a), repeat=2) / BATCH for agg in range(2)]
+    open_s = [best_of(partial(open_all, agg), repeat=2) / BATCH for agg in range(2)]
 
     return [
         Result("vdaf", name, "client shard, one report", shard_one * 1e3, "ms/report"),

@@ -366,4 +366,3 @@ def _combine_checks(
 ) -> FieldArray:
     """r * range_check + r^2 * second_check: one random linear combination of both checks."""
     return field.add(field.mul(r, range_check), field.mul(field.mul(r, r), second_check))
-

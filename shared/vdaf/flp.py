@@ -73,9 +73,7 @@ class FlpGeneric:
         self.PROOF_LEN = proof_offset
         self.VERIFIER_LEN = verifier_offset
 
-    def prove(
-        self, meas: FieldArray, prove_rand: FieldArray, joint_rand: FieldArray
-    ) -> FieldArray:
+    def prove(self, meas: FieldArray, prove_rand: FieldArray, joint_rand: FieldArray) -> FieldArray:
         """Proofs (N, PROOF_LEN) that each measurement of the batch is valid."""
         F = self.field
         wires: list[FieldArray] = []

@@ -63,7 +63,7 @@ class Range2(PolyEval):
 
 
 class ParallelSum(Gadget):
-    """The sum of `count` copies of a subcircuit on consecutive slices of the input (BBCGGI19 §4.4)."""
+    """Sum of `count` copies of a subcircuit on consecutive input slices (BBCGGI19 §4.4)."""
 
     def __init__(self, subcircuit: Gadget, count: int) -> None:
         if count <= 0:

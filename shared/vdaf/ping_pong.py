@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from shared.codec import DecodeError
 from shared.dap.messages import MessageType, PingPongMessage
-from shared.vdaf.prio3 import PrepBatch, Prio3, PrepStatus
+from shared.vdaf.prio3 import PrepBatch, PrepStatus, Prio3
 
 
 def leader_init(
@@ -60,9 +60,7 @@ def helper_init(
             _reject(batch, r, PrepStatus.PREP_ERROR)
         leader_shares.append(message.prep_share if message is not None else None)
 
-    combinable = [
-        r for r in range(len(inbound)) if batch.ok[r] and leader_shares[r] is not None
-    ]
+    combinable = [r for r in range(len(inbound)) if batch.ok[r] and leader_shares[r] is not None]
     combined = vdaf.prep_shares_to_prep_batch(
         [[leader_shares[r] or b"", batch.prep_shares[r]] for r in combinable]
     )

@@ -70,7 +70,8 @@ class PrepBatch:
 
     @property
     def ok(self) -> npt.NDArray[np.bool_]:
-        return self.status == PrepStatus.OK
+        ok: npt.NDArray[np.bool_] = self.status == PrepStatus.OK
+        return ok
 
 
 class Prio3:
@@ -150,7 +151,9 @@ class Prio3:
         results: list[tuple[bytes, list[bytes]]] = []
         for start in range(0, len(measurements), SHARD_CHUNK):
             end = start + SHARD_CHUNK
-            results += self._shard_chunk(measurements[start:end], nonces[start:end], rands[start:end])
+            results += self._shard_chunk(
+                measurements[start:end], nonces[start:end], rands[start:end]
+            )
         return results
 
     def _shard_chunk(
@@ -162,14 +165,13 @@ class Prio3:
             self._check_nonce(nonce)
             if len(rand) != self.RAND_SIZE:
                 raise ValueError(f"Prio3 shard needs {self.RAND_SIZE} random bytes")
-        meas = F.from_ints(
-            [x for m in measurements for x in self.valid.encode(m)]
-        ).reshape(n, self.flp.MEAS_LEN, F.LIMBS)
+        meas = F.from_ints([x for m in measurements for x in self.valid.encode(m)]).reshape(
+            n, self.flp.MEAS_LEN, F.LIMBS
+        )
 
         per_helper = 3 if self.uses_joint_rand else 2
         seeds = [
-            [rand[i : i + SEED_SIZE] for i in range(0, self.RAND_SIZE, SEED_SIZE)]
-            for rand in rands
+            [rand[i : i + SEED_SIZE] for i in range(0, self.RAND_SIZE, SEED_SIZE)] for rand in rands
         ]
         leader_meas = meas.copy()
         helper_meas: list[list[FieldArray]] = []
@@ -260,12 +262,13 @@ class Prio3:
         query_rands = F.zeros((n, flp.QUERY_RAND_LEN * self.PROOFS))
         corrected: list[bytes | None] = [None] * n
         own_parts: list[bytes] = [b""] * n
-        for r in np.flatnonzero(status == PrepStatus.OK):
+        for r in map(int, np.flatnonzero(status == PrepStatus.OK)):
             if self.uses_joint_rand:
                 own_parts[r] = self._joint_rand_part(agg_id, blinds[r], meas[r], nonces[r])
                 parts[r][agg_id] = own_parts[r]
-                corrected[r] = self._joint_rand_seed(parts[r])
-                joint_rands[r] = self._joint_rands(corrected[r])
+                seed = self._joint_rand_seed(parts[r])
+                corrected[r] = seed
+                joint_rands[r] = self._joint_rands(seed)
             query_rands[r] = self._xof_vec(
                 verify_key,
                 USAGE_QUERY_RANDOMNESS,
@@ -288,9 +291,7 @@ class Prio3:
         ok = status == PrepStatus.OK
         out_shares = flp.valid.truncate(meas)
         out_shares[~ok] = 0
-        prep_shares = [
-            F.encode(verifiers[r]) + own_parts[r] if ok[r] else b"" for r in range(n)
-        ]
+        prep_shares = [F.encode(verifiers[r]) + own_parts[r] if ok[r] else b"" for r in range(n)]
         return PrepBatch(status, out_shares, corrected, prep_shares)
 
     def prep_shares_to_prep_batch(
@@ -318,9 +319,7 @@ class Prio3:
             if not bool(in_range.all()):
                 decodable[r] = False
                 continue
-            verifiers[r] = F.sum(
-                values.reshape(self.SHARES, self._verifiers_len, F.LIMBS), axis=-2
-            )
+            verifiers[r] = F.sum(values.reshape(self.SHARES, self._verifiers_len, F.LIMBS), axis=-2)
             parts[r] = [s[verifiers_bytes:] for s in shares]
 
         accept = decodable.copy()
@@ -340,7 +339,7 @@ class Prio3:
 
         A report is finished when its prep message exists and equals the joint randomness seed
         this aggregator computed with its own part substituted (VDAF-08 §7.2.2 prep_next).
-        Rejected reports are also marked PREP_ERROR in `batch.status` and their output shares zeroed.
+        Rejected reports are also marked PREP_ERROR in `batch.status`, their output shares zeroed.
         """
         finished = batch.ok.copy()
         for r, msg in enumerate(prep_msgs):
@@ -390,9 +389,7 @@ class Prio3:
         return values[:, index * width : (index + 1) * width]
 
     def _xof_vec(self, seed: bytes, usage: int, binder: bytes, length: int) -> FieldArray:
-        return XofTurboShake128.expand_into_vec(
-            self.field, seed, self._dst[usage], binder, length
-        )
+        return XofTurboShake128.expand_into_vec(self.field, seed, self._dst[usage], binder, length)
 
     def _helper_meas_share(self, agg_id: int, k_share: bytes) -> FieldArray:
         return self._xof_vec(k_share, USAGE_MEAS_SHARE, bytes((agg_id,)), self.flp.MEAS_LEN)
@@ -406,9 +403,7 @@ class Prio3:
         self, agg_id: int, k_blind: bytes, meas_share: FieldArray, nonce: bytes
     ) -> bytes:
         binder = bytes((agg_id,)) + nonce + self.field.encode(meas_share)
-        return XofTurboShake128.derive_seed(
-            k_blind, self._dst[USAGE_JOINT_RAND_PART], binder
-        )
+        return XofTurboShake128.derive_seed(k_blind, self._dst[USAGE_JOINT_RAND_PART], binder)
 
     def _joint_rand_seed(self, parts: Sequence[bytes]) -> bytes:
         return XofTurboShake128.derive_seed(
@@ -434,9 +429,7 @@ class Prio3:
             return None
         if len(input_share) != self.input_share_len(agg_id):
             return None
-        parts = [
-            public_share[i : i + SEED_SIZE] for i in range(0, len(public_share), SEED_SIZE)
-        ]
+        parts = [public_share[i : i + SEED_SIZE] for i in range(0, len(public_share), SEED_SIZE)]
         if agg_id == 0:
             field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
             values, in_range = F.candidates(input_share[:field_bytes])

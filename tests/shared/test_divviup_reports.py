@@ -71,8 +71,18 @@ def test_divviup_report_decrypts_and_verifies(case: dict[str, Any]) -> None:
 
     payloads = []
     for role, server_role, ciphertext, expected_hex in (
-        ("leader", Role.LEADER, report.leader_encrypted_input_share, case["leader_input_share_hex"]),
-        ("helper", Role.HELPER, report.helper_encrypted_input_share, case["helper_input_share_hex"]),
+        (
+            "leader",
+            Role.LEADER,
+            report.leader_encrypted_input_share,
+            case["leader_input_share_hex"],
+        ),
+        (
+            "helper",
+            Role.HELPER,
+            report.helper_encrypted_input_share,
+            case["helper_input_share_hex"],
+        ),
     ):
         keypair = _keypair(role)
         assert ciphertext.config_id == keypair.config_id

@@ -30,7 +30,12 @@ def _prep_inputs(name: str) -> tuple[bytes, list[bytes], list[bytes], list[list[
     [
         # Payloads of the DAP-09 digest §6.3, built from the VDAF-08 vectors.
         ("Prio3Count_0", prio3_count(), "0000000020f6340e60", "0200000000"),
-        ("Prio3Sum_0", prio3_sum(8), "00000000405e6f3152", "0200000010aac7d7306c0cdbbd7e23ef394322d54a"),
+        (
+            "Prio3Sum_0",
+            prio3_sum(8),
+            "00000000405e6f3152",
+            "0200000010aac7d7306c0cdbbd7e23ef394322d54a",
+        ),
     ],
 )
 def test_one_round_trip_payloads(

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from shared.codec import DecodeError
 from shared.vdaf.prio3 import (
-    Prio3,
     PrepStatus,
+    Prio3,
     prio3_count,
     prio3_histogram,
     prio3_multihot_histogram,
@@ -52,7 +52,13 @@ def _valid_report(name: str) -> tuple[bytes, bytes, list[bytes]]:
 
 
 def _mutations(data: bytes) -> list[bytes]:
-    return [b"", data[:-1], data[: len(data) // 2], data + b"\x00", secrets.token_bytes(len(data) + 3)]
+    return [
+        b"",
+        data[:-1],
+        data[: len(data) // 2],
+        data + b"\x00",
+        secrets.token_bytes(len(data) + 3),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(INSTANCES))
@@ -125,9 +131,9 @@ def test_malformed_prep_shares_reject_the_report(name: str) -> None:
         [leader_share, helper_share + b"\x00"],
         [too_big, helper_share],
     ]
-    assert vdaf.prep_shares_to_prep_batch(cases + [[leader_share, helper_share]])[:-1] == [
-        None
-    ] * len(cases)
+    combined = vdaf.prep_shares_to_prep_batch([*cases, [leader_share, helper_share]])
+    assert combined[:-1] == [None] * len(cases)
+    assert combined[-1] is not None
     assert vdaf.prep_shares_to_prep_batch([[leader_share, helper_share]])[0] is not None
 
 
@@ -137,7 +143,11 @@ def test_aggregate_share_decoding_is_strict(name: str) -> None:
     good = vdaf.encode_agg_share(vdaf.field.zeros(vdaf.flp.OUTPUT_LEN))
     assert vdaf.decode_agg_share(good).shape[0] == vdaf.flp.OUTPUT_LEN
     size = vdaf.field.ENCODED_SIZE
-    for bad in (good[:-1], good + b"\x00", vdaf.field.MODULUS.to_bytes(size, "little") + good[size:]):
+    for bad in (
+        good[:-1],
+        good + b"\x00",
+        vdaf.field.MODULUS.to_bytes(size, "little") + good[size:],
+    ):
         with pytest.raises(DecodeError):
             vdaf.decode_agg_share(bad)
     with pytest.raises(ValueError, match="aggregate shares"):
@@ -158,7 +168,9 @@ def test_aggregate_share_decoding_is_strict(name: str) -> None:
         ("multiproof", [1, 1, 1, 8]),
     ],
 )
-def test_out_of_range_measurements_are_refused_by_the_client(name: str, measurement: object) -> None:
+def test_out_of_range_measurements_are_refused_by_the_client(
+    name: str, measurement: object
+) -> None:
     vdaf = INSTANCES[name]
     with pytest.raises(ValueError):
         vdaf.shard(measurement, bytes(16), bytes(vdaf.RAND_SIZE))
