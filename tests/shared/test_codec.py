@@ -288,8 +288,11 @@ def test_vector_length_past_the_buffer() -> None:
 
 
 def test_zero_width_items_are_rejected() -> None:
+    calls: list[int] = []
+
     def nothing(dec: Decoder) -> None:
-        return None
+        calls.append(dec.offset)
+        assert len(calls) == 1, "the decoder kept looping on a zero-width item"
 
     with pytest.raises(DecodeError, match="consumed no bytes"):
         Decoder(bytes.fromhex("0001 00")).vector16(nothing, "V")
