@@ -667,6 +667,10 @@ class _NttTables:
 
 _M64 = 2**64 - 1
 
+#: poly_mul switches to NTT when la * lb exceeds this times N * log2(2N), N the padded size
+#: (measured crossover: 4-5 for both fields, batched or not).
+_NTT_FACTOR = 5
+
 
 def _exp_bits(e: int) -> npt.NDArray[np.uint8]:
     """Exponent bits, most significant first."""
@@ -688,13 +692,29 @@ def _group_strides(
     """
     strides = []
     for lo, hi in itertools.pairwise(bounds):
-        if shape[lo:hi] == full[lo:hi]:
+        part = shape[lo:hi]
+        if part == full[lo:hi]:
             strides.append(math.prod(shape[hi:]))
-        elif all(d == 1 for d in shape[lo:hi]):
+        elif part.count(1) == hi - lo:
             strides.append(0)
         else:
             return None
     return tuple(strides)
+
+
+def _broadcast(s: tuple[int, ...], t: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast shape of two shapes (np.broadcast_shapes costs microseconds)."""
+    if s == t:
+        return s
+    ndim = max(len(s), len(t))
+    out = [1] * ndim
+    for shape in (s, t):
+        for i, d in enumerate(shape, ndim - len(shape)):
+            if d != 1:
+                if out[i] not in (1, d):
+                    raise ValueError(f"shapes {s} and {t} do not broadcast")
+                out[i] = d
+    return tuple(out)
 
 
 def _padded(a: FieldArray, ndim: int) -> tuple[int, ...]:
@@ -838,8 +858,9 @@ class Field:
 
     @staticmethod
     def _flat(a: FieldArray) -> FieldArray:
-        """A C-contiguous writable 1-D view (or copy): each kernel then compiles only once."""
-        if a.flags.c_contiguous and a.flags.writeable:
+        """A C-contiguous, aligned, writable 1-D view (or copy): numba compiles a kernel once per
+        distinct array type, and those flags are part of the type."""
+        if a.flags.c_contiguous and a.flags.aligned and a.flags.writeable:
             return a.reshape(-1)
         return np.array(a, np.uint64, order="C").reshape(-1)
 
@@ -858,22 +879,30 @@ class Field:
     @classmethod
     def _elementwise(cls, op: int, a: FieldArray, b: FieldArray) -> FieldArray:
         a, b = cls._check(a), cls._check(b)
-        full = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+        # Fast paths (per-call overhead matters for small arrays): equal shapes, or one operand
+        # a single element.
+        if a.shape == b.shape or a.ndim == 1 or b.ndim == 1:
+            out = np.empty(a.shape if a.ndim >= b.ndim else b.shape, np.uint64)
+            n = out.size // cls.LIMBS
+            geom = (1, n, 0, int(a.shape == out.shape), 0, int(b.shape == out.shape))
+            cls._K.ew(op, cls._flat(a), cls._flat(b), out.reshape(-1), geom)
+            return out
+        full = _broadcast(a.shape[:-1], b.shape[:-1])
         pa, pb = _padded(a, len(full)), _padded(b, len(full))
         # Look for a split of the axes into (rows, cols) that addresses both operands without
         # copying, e.g. rows of a matrix against one vector; else copy the broadcast (split 0).
-        split = 0
-        for k in range(len(full) + 1):
-            bounds = (0, k, len(full))
-            if None not in (_group_strides(pa, full, bounds), _group_strides(pb, full, bounds)):
-                split = k
+        for split in range(1, len(full)):
+            bounds = (0, split, len(full))
+            sa, sb = _group_strides(pa, full, bounds), _group_strides(pb, full, bounds)
+            if sa is not None and sb is not None:
+                fa, fb = cls._flat(a), cls._flat(b)
                 break
-        bounds = (0, split, len(full))
-        fa, (ars, acs) = cls._operand(a, full, bounds)
-        fb, (brs, bcs) = cls._operand(b, full, bounds)
+        else:
+            split, bounds = 0, (0, 0, len(full))
+            (fa, sa), (fb, sb) = cls._operand(a, full, bounds), cls._operand(b, full, bounds)
         out = np.empty((*full, cls.LIMBS), np.uint64)
         rows, cols = math.prod(full[:split]), math.prod(full[split:])
-        cls._K.ew(op, fa, fb, out.reshape(-1), (rows, cols, ars, acs, brs, bcs))
+        cls._K.ew(op, fa, fb, out.reshape(-1), (rows, cols, *sa, *sb))
         return out
 
     # --- arithmetic ---
@@ -943,7 +972,7 @@ class Field:
     def inner(cls, a: FieldArray, b: FieldArray) -> FieldArray:
         """Sum over the last element axis of a * b, reduced once per result."""
         a, b = cls._vectors(a, "inner"), cls._vectors(b, "inner")
-        full = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+        full = _broadcast(a.shape[:-1], b.shape[:-1])
         lead, n = full[:-1], full[-1]
         # A length-1 vector broadcast along the summed axis is rare: copy it out.
         if a.shape[-2] != n:
@@ -968,7 +997,7 @@ class Field:
     @classmethod
     def powers(cls, x: FieldArray, n: int) -> FieldArray:
         """x^0 .. x^(n-1) along a new last element axis."""
-        x = cls._check(x)
+        x, n = cls._check(x), operator.index(n)
         if n < 0:
             raise ValueError(f"powers: negative count {n}")
         out = np.empty((*x.shape[:-1], n, cls.LIMBS), np.uint64)
@@ -981,7 +1010,7 @@ class Field:
     def poly_eval(cls, coeffs: FieldArray, x: FieldArray) -> FieldArray:
         """Evaluate the polynomials at x (Horner), broadcasting coeffs' leading axes with x."""
         c, x = cls._vectors(coeffs, "poly_eval"), cls._check(x)
-        lead = np.broadcast_shapes(c.shape[:-2], x.shape[:-1])
+        lead = _broadcast(c.shape[:-2], x.shape[:-1])
         fc, crs = cls._vector_operand(c, lead)
         fx, (xrs,) = cls._operand(x, lead, (0, len(lead)))
         out = np.empty((*lead, cls.LIMBS), np.uint64)
@@ -995,7 +1024,7 @@ class Field:
         la, lb = a.shape[-2], b.shape[-2]
         if la == 0 or lb == 0:
             raise ValueError("poly_mul: empty polynomial")
-        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        lead = _broadcast(a.shape[:-2], b.shape[:-2])
         length = la + lb - 1
         size = 1 << (length - 1).bit_length()
         if la * lb > _NTT_FACTOR * size * size.bit_length() and size <= cls.GEN_ORDER:
@@ -1060,10 +1089,6 @@ class Field:
     def intt(cls, a: FieldArray) -> FieldArray:
         """The exact inverse of `ntt`, 1/n factor included."""
         return cls._transform(a, inverse=True)
-
-
-#: poly_mul switches to NTT when la * lb exceeds this times N * log2(2N) (N the padded size).
-_NTT_FACTOR = 4
 
 
 def _setup(cls: type[Field], kernels: _Kernels) -> None:

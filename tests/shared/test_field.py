@@ -26,6 +26,11 @@ def edges(F: type[Field]) -> list[int]:
     p = F.MODULUS
     vals = {0, 1, 2, 3, p - 1, p - 2, p - 3, (p - 1) // 2, (p + 1) // 2, 2**32 - 1, 2**32}
     vals |= {2**32 + 1, 2**63, 2**64 - 2**32, p - 2**32, p - 2**32 - 1}
+    # (u*2^k - 1)(u*2^k + 1) = u^2*2^(2k) - 1: products whose low words are all ones, so that
+    # adding anything carries through every word.
+    half = 32 * F.LIMBS
+    for u in (1, 2 ** (half // 2 - 1), 2 ** (half // 2) - 2):
+        vals |= {(u << half) - 1, (u << half) + 1}
     if F.LIMBS == 2:
         top = p >> 64
         vals |= {2**64 - 1, 2**64, 2**64 + 1, 2**127, 2**127 - 1, p - 2**64, p - 2**64 - 1}
@@ -328,6 +333,17 @@ def test_pow(F: type[Field], data: st.DataObject) -> None:
 
 
 @fields
+def test_pow_multiples_of_group_order(F: type[Field]) -> None:
+    """Exponents reduced modulo p - 1 must keep 0^e = 0 for e > 0."""
+    p = F.MODULUS
+    a = F.from_ints([0, 1, 2, p - 1])
+    for e in (p - 1, 2 * (p - 1), 5 * (p - 1), 2**300 * (p - 1)):
+        same(F, F.pow(a, e), [0, 1, 1, 1])
+    same(F, F.pow(a, 0), [1, 1, 1, 1])
+    same(F, F.pow(a, 2 * (p - 1) + 3), [0, 1, 8, p - 1])
+
+
+@fields
 @SETTINGS
 @given(data=st.data())
 def test_inv(F: type[Field], data: st.DataObject) -> None:
@@ -469,6 +485,19 @@ def test_poly_eval(F: type[Field], data: st.DataObject) -> None:
     # One polynomial at many points, and many polynomials at one point.
     same(F, F.poly_eval(c[0], F.from_ints(xs)), [ref_eval(polys[0], x, p) for x in xs])
     same(F, F.poly_eval(c, F.from_int(xs[0])), [ref_eval(cs, xs[0], p) for cs in polys])
+
+
+@fields
+def test_poly_eval_edge_pairs(F: type[Field]) -> None:
+    """c0 + c1 * x for every pair of edge values (c1, x) and a few c0."""
+    p = F.MODULUS
+    e = np.array(edges(F), dtype=object)
+    for c0 in (1, p - 1, 2**64 - 1 if F is Field128 else 2**32):
+        coeffs = F.zeros((len(e), 2))
+        coeffs[:, 0] = F.from_int(c0)
+        coeffs[:, 1] = arr(F, e)
+        got = F.poly_eval(coeffs[:, None], arr(F, e)[None, :])
+        same(F, got, (c0 + e[:, None] * e[None, :]) % p)
 
 
 @fields
