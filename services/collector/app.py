@@ -1,0 +1,268 @@
+"""The collector service: FastAPI routes over the store and the collection poller.
+
+API (all but /healthz require ``Authorization: Bearer <admin token>``):
+- ``PUT /internal/tasks/{task_id}``: provision a `CollectorTask` (DAP-09 §4.2). The collector
+  generates its HPKE key pair for the task and answers ``{"collector_hpke_config": b64url}``:
+  201 when created, 200 when the identical task exists, 409 when a different one does.
+- ``POST /collections``: ``{"task_id", "query"}`` -> 201 ``{"collection_job_id"}``; the poller
+  runs the DAP-09 §4.6.1 exchange with the leader in the background.
+- ``GET /collections/{id}``: the job's state and, once complete, the unsharded aggregate.
+- ``GET /healthz``: 200 ``{"status": "ok"}`` when the store answers.
+Errors are RFC 9457 problem documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from services.collector.clock import Clock, SystemClock, millis
+from services.collector.collect import (
+    CollectionError,
+    CollectQuery,
+    check_query,
+    parse_query,
+    query_json,
+)
+from services.collector.poller import CollectionPoller, PollerConfig
+from services.collector.settings import CollectorSettings
+from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
+from shared import hpke
+from shared.codec import DecodeError
+from shared.constants import DAP_AUTH_HEADER, MEDIA_PROBLEM
+from shared.dap.ids import CollectionJobId, TaskId
+from shared.dap.messages import HpkeConfig
+from shared.dap.task import CollectorTask, b64url_encode
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+#: The collector's HPKE config id. One key pair per task, so a constant id is unambiguous.
+_CONFIG_ID = 1
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, title: str, detail: str | None = None) -> None:
+        super().__init__(title)
+        self.status = status
+        self.title = title
+        self.detail = detail
+
+
+def _problem(status: int, title: str, detail: str | None = None) -> Response:
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    return JSONResponse(body, status_code=status, media_type=MEDIA_PROBLEM)
+
+
+def _validation_detail(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+class _CollectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    query: dict[str, Any]
+
+
+def job_view(job: JobRow, task: CollectorTask | None) -> dict[str, Any]:
+    """The public JSON of a collection job."""
+    view: dict[str, Any] = {
+        "collection_job_id": job.job_id,
+        "task_id": job.task_id,
+        "state": job.state.public,
+        "query": json.loads(job.query),
+    }
+    if task is not None:
+        view["vdaf"] = task.vdaf.model_dump(exclude_none=True)
+    if job.error is not None:
+        view["error"] = job.error
+    if job.report_count is not None:
+        view["report_count"] = job.report_count
+    if job.interval_start is not None and job.interval_duration is not None:
+        view["interval"] = {"start": job.interval_start, "duration": job.interval_duration}
+    if job.batch_id is not None:
+        view["batch_id"] = job.batch_id
+    if job.result is not None:
+        view["result"] = json.loads(job.result)
+    return view
+
+
+def create_app(
+    settings: CollectorSettings,
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    run_poller: bool = True,
+) -> FastAPI:
+    """Build the app. `transport` (an httpx transport) and `clock` exist for tests."""
+    clock = clock or SystemClock()
+    admin_token = settings.admin_token.get_secret_value().encode()
+    poller_config = PollerConfig(
+        poll_interval=settings.poll_interval,
+        max_backoff=settings.max_backoff,
+        lease_seconds=settings.lease_seconds,
+        max_transient_failures=settings.max_transient_failures,
+        batch_size=settings.batch_size,
+    )
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = store
+        if db is None:
+            db = await asyncio.to_thread(open_store, settings.database_url, millis(clock))
+        http = httpx.AsyncClient(
+            transport=transport, timeout=settings.request_timeout, follow_redirects=False
+        )
+        poller = CollectionPoller(db, http, clock, poller_config)
+        state.update(store=db, poller=poller)
+        stop = asyncio.Event()
+        task = asyncio.create_task(poller.run(stop)) if run_poller else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                await task
+            await http.aclose()
+
+    app = FastAPI(title="sagg collector", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def db() -> Store:
+        value = state.get("store")
+        if value is None:  # routes only run inside the lifespan
+            raise ApiError(503, "Service Unavailable", "store not open")
+        assert isinstance(value, Store)
+        return value
+
+    def authorize(request: Request) -> None:
+        presented = request.headers.get(DAP_AUTH_HEADER)
+        auth = request.headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer ":
+            presented = auth[7:].strip()
+        if not presented:
+            raise ApiError(401, "Unauthorized", "missing bearer token")
+        if not hmac.compare_digest(presented.encode(), admin_token):
+            raise ApiError(403, "Forbidden", "invalid bearer token")
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except ValueError:
+            raise ApiError(400, "Bad Request", "body is not JSON") from None
+
+    @app.exception_handler(ApiError)
+    async def _on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return _problem(exc.status, exc.title, exc.detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return _problem(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(StoreError)
+    async def _on_store_error(request: Request, exc: Exception) -> Response:
+        log.error("store error on %s %s: %s", request.method, request.url.path, exc)
+        return _problem(503, "Service Unavailable", "the collector's database is unavailable")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        await asyncio.to_thread(db().ping)
+        return {"status": "ok"}
+
+    @app.put("/internal/tasks/{task_id}")
+    async def put_task(task_id: str, request: Request) -> Response:
+        authorize(request)
+        try:
+            TaskId.from_b64url(task_id)
+        except DecodeError as exc:
+            raise ApiError(400, "Bad Request", str(exc)) from None
+        try:
+            task = CollectorTask.model_validate(await json_body(request))
+        except ValidationError as exc:
+            raise ApiError(400, "Bad Request", _validation_detail(exc)) from None
+        if task.task_id != task_id:
+            raise ApiError(400, "Bad Request", "task_id in the body differs from the URL")
+
+        keypair = hpke.generate_keypair(_CONFIG_ID)
+        config = HpkeConfig(
+            keypair.config_id,
+            keypair.kem_id,
+            keypair.kdf_id,
+            keypair.aead_id,
+            keypair.public_key,
+        )
+        outcome, stored = await asyncio.to_thread(
+            db().put_task,
+            task_id,
+            task.model_dump_json(),
+            b64url_encode(config.encode()),
+            b64url_encode(keypair.private_key_bytes()),
+            millis(clock),
+            lambda existing: CollectorTask.model_validate_json(existing) == task,
+        )
+        if outcome is PutTaskOutcome.CONFLICT:
+            raise ApiError(409, "Conflict", "a different task with this id exists")
+        if outcome is PutTaskOutcome.CREATED:
+            log.info("task %s provisioned (%s)", task_id, task.vdaf.describe())
+        return JSONResponse(
+            {"collector_hpke_config": stored.hpke_config},
+            status_code=201 if outcome is PutTaskOutcome.CREATED else 200,
+        )
+
+    @app.post("/collections")
+    async def create_collection(request: Request) -> Response:
+        authorize(request)
+        try:
+            body = _CollectRequest.model_validate(await json_body(request))
+            query: CollectQuery = parse_query(body.query)
+        except ValidationError as exc:
+            raise ApiError(400, "Bad Request", _validation_detail(exc)) from None
+        stored = await asyncio.to_thread(db().load_task, body.task_id)
+        if stored is None:
+            raise ApiError(404, "Not Found", f"unknown task {body.task_id}")
+        task = CollectorTask.model_validate_json(stored.definition)
+        try:
+            check_query(task, query)
+        except CollectionError as exc:
+            raise ApiError(400, "Bad Request", str(exc)) from None
+        job_id = CollectionJobId.random().to_b64url()
+        await asyncio.to_thread(
+            db().create_job, job_id, body.task_id, query_json(query), millis(clock)
+        )
+        log.info("collection job %s created for task %s", job_id, body.task_id)
+        poller = state["poller"]
+        assert isinstance(poller, CollectionPoller)
+        poller.wake()
+        return JSONResponse({"collection_job_id": job_id}, status_code=201)
+
+    @app.get("/collections/{job_id}")
+    async def get_collection(job_id: str, request: Request) -> Response:
+        authorize(request)
+        job = await asyncio.to_thread(db().get_job, job_id)
+        if job is None:
+            raise ApiError(404, "Not Found", f"unknown collection job {job_id}")
+        stored = await asyncio.to_thread(db().load_task, job.task_id)
+        task = None if stored is None else CollectorTask.model_validate_json(stored.definition)
+        return JSONResponse(job_view(job, task))
+
+    return app

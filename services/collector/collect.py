@@ -1,0 +1,201 @@
+"""The collector's protocol logic, free of HTTP and storage (DAP-09 §4.6).
+
+- `CollectQuery`: the collector API's JSON query, checked against the task and turned into a
+  DAP `CollectionReq` (DAP-09 §4.6.1).
+- `decrypt_collection`: open both encrypted aggregate shares of a `Collection` (DAP-09 §4.6.4)
+  and unshard them (DAP-09 §4.6.3, VDAF-08 §7.2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from shared import hpke
+from shared.codec import DecodeError
+from shared.dap.hpke_context import aggregate_share_aad, aggregate_share_info
+from shared.dap.ids import BatchId, TaskId
+from shared.dap.messages import (
+    BatchSelector,
+    Collection,
+    CollectionReq,
+    FixedSizeQuery,
+    HpkeCiphertext,
+    Interval,
+    Query,
+    QueryType,
+    Role,
+)
+from shared.dap.task import CollectorTask
+from shared.vdaf.prio3 import Prio3
+
+__all__ = [
+    "CollectQuery",
+    "CollectionError",
+    "CollectionResult",
+    "CurrentBatchQuery",
+    "FixedSizeBatchQuery",
+    "TimeIntervalQuery",
+    "collection_request",
+    "decrypt_collection",
+    "parse_query",
+]
+
+#: Prio3 has a single, empty aggregation parameter (VDAF-08 §7; digest §7.1).
+PRIO3_AGG_PARAM = b""
+
+
+class CollectionError(Exception):
+    """A collection cannot be completed; the message is safe to show to the user."""
+
+
+class _QueryBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimeIntervalQuery(_QueryBase):
+    """A time_interval batch: [start, start + duration), both multiples of time_precision."""
+
+    type: Literal["time_interval"]
+    start: int = Field(ge=0, lt=2**64)
+    duration: int = Field(ge=1, lt=2**64)
+
+
+class FixedSizeBatchQuery(_QueryBase):
+    """A fixed_size batch named by the batch id a previous collection returned."""
+
+    type: Literal["fixed_size"]
+    batch_id: str
+
+    @field_validator("batch_id")
+    @classmethod
+    def _batch_id_is_valid(cls, value: str) -> str:
+        try:
+            BatchId.from_b64url(value)
+        except DecodeError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+
+class CurrentBatchQuery(_QueryBase):
+    """A fixed_size batch the leader picks: one not yet tied to a collection (DAP-09 §4.1)."""
+
+    type: Literal["current_batch"]
+
+
+CollectQuery = Annotated[
+    TimeIntervalQuery | FixedSizeBatchQuery | CurrentBatchQuery, Field(discriminator="type")
+]
+_QUERY_ADAPTER: TypeAdapter[CollectQuery] = TypeAdapter(CollectQuery)
+
+
+def parse_query(data: Any) -> CollectQuery:
+    """Validate a query from JSON-like data (pydantic ValidationError otherwise)."""
+    if isinstance(data, str | bytes):
+        return _QUERY_ADAPTER.validate_json(data)
+    return _QUERY_ADAPTER.validate_python(data)
+
+
+def query_json(query: CollectQuery) -> str:
+    return query.model_dump_json()
+
+
+def check_query(task: CollectorTask, query: CollectQuery) -> None:
+    """Reject queries the leader would refuse anyway, with a clearer message (DAP-09 §4.6.5)."""
+    if isinstance(query, TimeIntervalQuery):
+        if task.query_type != QueryType.TIME_INTERVAL:
+            raise CollectionError("this task uses fixed_size batches: query by batch id")
+        precision = task.time_precision
+        if query.start % precision or query.duration % precision:
+            raise CollectionError(
+                f"interval start and duration must be multiples of the task's "
+                f"time_precision ({precision} s)"
+            )
+        if query.start + query.duration >= 2**64:
+            raise CollectionError("interval end is beyond the uint64 time range")
+    elif task.query_type != QueryType.FIXED_SIZE:
+        raise CollectionError("this task uses time_interval batches: query by interval")
+
+
+def dap_query(query: CollectQuery) -> Query:
+    """The DAP `Query` for an API query (DAP-09 §4.1)."""
+    if isinstance(query, TimeIntervalQuery):
+        return Query.time_interval(Interval(query.start, query.duration))
+    if isinstance(query, FixedSizeBatchQuery):
+        return Query.fixed_size(FixedSizeQuery.by_batch_id(BatchId.from_b64url(query.batch_id)))
+    return Query.fixed_size(FixedSizeQuery.current_batch())
+
+
+def collection_request(query: CollectQuery) -> CollectionReq:
+    """The body of the collection-job PUT (DAP-09 §4.6.1)."""
+    return CollectionReq(dap_query(query), PRIO3_AGG_PARAM)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionResult:
+    """A decrypted, unsharded collection."""
+
+    report_count: int
+    interval: Interval
+    batch_id: BatchId | None
+    aggregate: int | list[int]
+
+
+def _open_share(
+    keypair: hpke.HpkeKeyPair, role: Role, ciphertext: HpkeCiphertext, aad: bytes
+) -> bytes:
+    name = "leader" if role == Role.LEADER else "helper"
+    if ciphertext.config_id != keypair.config_id:
+        raise CollectionError(
+            f"{name} aggregate share is sealed to HPKE config {ciphertext.config_id}, "
+            f"not this task's config {keypair.config_id}"
+        )
+    try:
+        return hpke.open(
+            keypair, ciphertext.enc, aggregate_share_info(role), aad, ciphertext.payload
+        )
+    except hpke.HpkeError:
+        raise CollectionError(f"{name} aggregate share does not decrypt") from None
+
+
+def decrypt_collection(
+    task_id: TaskId,
+    vdaf: Prio3,
+    keypair: hpke.HpkeKeyPair,
+    query: Query,
+    collection: Collection,
+) -> CollectionResult:
+    """Open and unshard a `Collection` answering `query` (DAP-09 §4.6.3-§4.6.4).
+
+    The AAD's batch selector is the *queried* interval for time_interval, and the batch id the
+    leader put in the Collection for fixed_size (digest §7.3); a leader answering another
+    batch than the one asked for therefore fails decryption rather than being believed.
+    """
+    selector_type = collection.part_batch_selector.query_type
+    if selector_type != query.query_type:
+        raise CollectionError(
+            f"leader answered a {selector_type.name.lower()} collection to a "
+            f"{query.query_type.name.lower()} query"
+        )
+    batch_id = collection.part_batch_selector.batch_id
+    if query.query_type == QueryType.TIME_INTERVAL:
+        assert query.batch_interval is not None
+        selector = BatchSelector.time_interval(query.batch_interval)
+    else:
+        assert batch_id is not None and query.fixed_size_query is not None
+        wanted = query.fixed_size_query.batch_id
+        if wanted is not None and wanted != batch_id:
+            raise CollectionError("leader answered for a different batch id than the one queried")
+        selector = BatchSelector.fixed_size(batch_id)
+
+    aad = aggregate_share_aad(task_id, PRIO3_AGG_PARAM, selector)
+    leader = _open_share(keypair, Role.LEADER, collection.leader_encrypted_agg_share, aad)
+    helper = _open_share(keypair, Role.HELPER, collection.helper_encrypted_agg_share, aad)
+    try:
+        aggregate = vdaf.unshard([leader, helper], collection.report_count)
+    except (DecodeError, ValueError) as exc:
+        raise CollectionError(f"aggregate shares do not decode for this VDAF: {exc}") from None
+    aggregate = [int(x) for x in aggregate] if isinstance(aggregate, list) else int(aggregate)
+    return CollectionResult(collection.report_count, collection.interval, batch_id, aggregate)

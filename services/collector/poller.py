@@ -1,0 +1,248 @@
+"""The background driver of collection jobs (DAP-09 §4.6.1, collector side).
+
+Each pass leases due jobs from the store, advances each by one step and writes the outcome back
+while releasing the lease:
+
+- `new`: PUT the CollectionReq to the leader; on 201 the job moves to `polling` and is polled
+  at once (the leader may already have the result).
+- `polling`: POST to the job; 202 reschedules (Retry-After if the leader sent one, exponential
+  backoff otherwise); 200 decodes the `Collection`, decrypts both aggregate shares, unshards
+  them (DAP-09 §4.6.3-§4.6.4) and stores the result; 204 and 4xx problems fail the job.
+- Network errors, 5xx and 429 are retried with backoff and fail the job only after
+  `max_transient_failures` in a row.
+
+All state lives in the store, so a restarted collector resumes every unfinished job, and the
+lease keeps two collector processes on one database from polling the same job concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from dataclasses import dataclass, replace
+
+import httpx
+
+from services.collector.clock import Clock, millis
+from services.collector.collect import (
+    CollectionError,
+    collection_request,
+    dap_query,
+    decrypt_collection,
+    parse_query,
+)
+from services.collector.leader import (
+    Gone,
+    LeaderClient,
+    Outcome,
+    Pending,
+    Permanent,
+    Ready,
+    Started,
+    Transient,
+)
+from services.collector.store import JobRow, JobState, JobUpdate, Store, StoredTask
+from shared import hpke
+from shared.codec import DecodeError
+from shared.dap.ids import CollectionJobId
+from shared.dap.messages import Collection, HpkeConfig
+from shared.dap.task import CollectorTask, b64url_decode
+
+__all__ = ["CollectionPoller", "PollerConfig", "task_keypair"]
+
+log = logging.getLogger(__name__)
+
+#: Upper bound on a Retry-After we obey, so a bogus header cannot park a job for days.
+_MAX_RETRY_AFTER = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class PollerConfig:
+    poll_interval: float = 1.0
+    max_backoff: float = 30.0
+    lease_seconds: float = 60.0
+    max_transient_failures: int = 30
+    batch_size: int = 16
+
+
+def task_keypair(stored: StoredTask) -> hpke.HpkeKeyPair:
+    """The collector's HPKE key pair of a stored task."""
+    config = HpkeConfig.decode(b64url_decode(stored.hpke_config, "hpke_config"))
+    secret = b64url_decode(stored.hpke_private_key, "hpke_private_key")
+    return hpke.from_private_bytes(
+        config.id, secret, kem_id=config.kem_id, kdf_id=config.kdf_id, aead_id=config.aead_id
+    )
+
+
+class CollectionPoller:
+    """Drives collection jobs; `run_once` is one pass, `run` loops until stopped."""
+
+    def __init__(
+        self,
+        store: Store,
+        http: httpx.AsyncClient,
+        clock: Clock,
+        config: PollerConfig | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self._store = store
+        self._http = http
+        self._clock = clock
+        self._config = config or PollerConfig()
+        # A per-process lease owner name: unique, and meaningless to anyone reading the DB.
+        self.owner = owner or f"collector-{secrets.token_hex(8)}"
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Ask the loop to look for work now (a job was just created)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        idle = min(self._config.poll_interval, 1.0) / 2
+        while not stop.is_set():
+            try:
+                stepped = await self.run_once()
+            except Exception:
+                # A store outage must not kill the loop; leases expire and work resumes.
+                log.exception("collection poller pass failed")
+                stepped = 0
+            if stepped:
+                continue
+            self._wake.clear()
+            waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait(waiters, timeout=idle, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def run_once(self) -> int:
+        """Lease the due jobs and advance each by one step; returns how many were leased."""
+        cfg = self._config
+        jobs = await asyncio.to_thread(
+            self._store.acquire_jobs,
+            self.owner,
+            millis(self._clock),
+            int(cfg.lease_seconds * 1000),
+            cfg.batch_size,
+        )
+        for job in jobs:
+            try:
+                update = await self._step(job)
+            except Exception as exc:
+                log.exception("collection job %s: unexpected error", job.job_id)
+                update = self._transient(job, f"internal error: {type(exc).__name__}", None)
+            released = await asyncio.to_thread(
+                self._store.release_job, job.job_id, self.owner, update, millis(self._clock)
+            )
+            if not released:
+                log.warning("collection job %s: lease lost; result discarded", job.job_id)
+            elif update.state != job.state:
+                log.info(
+                    "collection job %s: %s -> %s%s",
+                    job.job_id,
+                    job.state.value,
+                    update.state.value,
+                    f" ({update.error})" if update.error else "",
+                )
+        return len(jobs)
+
+    async def _step(self, job: JobRow) -> JobUpdate:
+        stored = await asyncio.to_thread(self._store.load_task, job.task_id)
+        if stored is None:  # impossible with the foreign key; fail loudly rather than spin
+            return self._failed(job, "task no longer exists")
+        task = CollectorTask.model_validate_json(stored.definition)
+        query = parse_query(job.query)
+        job_id = CollectionJobId.from_b64url(job.job_id)
+        leader = LeaderClient(self._http, task.leader_endpoint, task.collector_auth_token)
+
+        if job.state == JobState.NEW:
+            outcome: Outcome = await leader.start(task.id, job_id, collection_request(query))
+            if not isinstance(outcome, Started):
+                return self._settle(job, outcome, stored, task)
+            log.info("collection job %s: created at the leader", job.job_id)
+            job = _with_state(job, JobState.POLLING)
+        outcome = await leader.poll(task.id, job_id)
+        return self._settle(job, outcome, stored, task)
+
+    def _settle(
+        self, job: JobRow, outcome: Outcome, stored: StoredTask, task: CollectorTask
+    ) -> JobUpdate:
+        if isinstance(outcome, Pending):
+            return JobUpdate(
+                state=job.state,
+                attempts=job.attempts + 1,
+                failures=0,
+                next_attempt_ms=self._due(job.attempts, outcome.retry_after),
+            )
+        if isinstance(outcome, Ready):
+            return self._complete(job, outcome.body, stored, task)
+        if isinstance(outcome, Gone):
+            return self._failed(job, "the leader deleted this collection job's results")
+        if isinstance(outcome, Permanent):
+            return self._failed(job, outcome.reason)
+        if isinstance(outcome, Transient):
+            return self._transient(job, outcome.reason, outcome.retry_after)
+        raise AssertionError(f"unexpected outcome {outcome!r}")  # Started is handled above
+
+    def _complete(
+        self, job: JobRow, body: bytes, stored: StoredTask, task: CollectorTask
+    ) -> JobUpdate:
+        query = parse_query(job.query)
+        try:
+            collection = Collection.decode(body)
+            result = decrypt_collection(
+                task.id, task.vdaf.instance(), task_keypair(stored), dap_query(query), collection
+            )
+        except DecodeError as exc:
+            return self._failed(job, f"leader sent an undecodable Collection: {exc}")
+        except CollectionError as exc:
+            return self._failed(job, str(exc))
+        return JobUpdate(
+            state=JobState.COMPLETE,
+            attempts=job.attempts + 1,
+            failures=0,
+            next_attempt_ms=millis(self._clock),
+            report_count=result.report_count,
+            interval_start=result.interval.start,
+            interval_duration=result.interval.duration,
+            batch_id=None if result.batch_id is None else result.batch_id.to_b64url(),
+            result=json.dumps(result.aggregate),
+        )
+
+    def _failed(self, job: JobRow, reason: str) -> JobUpdate:
+        return JobUpdate(
+            state=JobState.FAILED,
+            attempts=job.attempts,
+            failures=job.failures,
+            next_attempt_ms=millis(self._clock),
+            error=reason,
+        )
+
+    def _transient(self, job: JobRow, reason: str, retry_after: float | None) -> JobUpdate:
+        failures = job.failures + 1
+        if failures >= self._config.max_transient_failures:
+            return self._failed(job, f"gave up after {failures} failed attempts: {reason}")
+        log.warning("collection job %s: will retry: %s", job.job_id, reason)
+        return JobUpdate(
+            state=job.state,
+            attempts=job.attempts,
+            failures=failures,
+            next_attempt_ms=self._due(failures - 1, retry_after),
+            error=None,
+        )
+
+    def _due(self, exponent: int, retry_after: float | None) -> int:
+        """When to try again: Retry-After when given, else exponential backoff."""
+        cfg = self._config
+        if retry_after is not None:
+            delay = min(max(retry_after, 0.0), _MAX_RETRY_AFTER)
+        else:
+            delay = min(cfg.poll_interval * 2 ** min(exponent, 30), cfg.max_backoff)
+        return millis(self._clock) + int(delay * 1000)
+
+
+def _with_state(job: JobRow, state: JobState) -> JobRow:
+    return replace(job, state=state, attempts=0, failures=0)

@@ -1,0 +1,35 @@
+"""Collector configuration from `SAGG_COLLECTOR_*` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["CollectorSettings"]
+
+
+class CollectorSettings(BaseSettings):
+    """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
+    show up in a repr or a log line."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGG_COLLECTOR_", extra="ignore")
+
+    database_url: str = "sqlite:///.data/collector.sqlite3"
+    #: Bearer token of the collector's own API (tasks, collections).
+    admin_token: SecretStr = Field(min_length=16)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8083, ge=0, le=65535)
+    log_level: str = "info"
+
+    #: Backoff between polls of a pending collection job, when the leader sends no
+    #: Retry-After: `poll_interval * 2**n`, capped at `max_backoff` (seconds).
+    poll_interval: float = Field(default=1.0, gt=0)
+    max_backoff: float = Field(default=30.0, gt=0)
+    #: How long one collector process owns a job before another may take it over.
+    lease_seconds: float = Field(default=60.0, gt=0)
+    #: Per-request timeout towards the leader; kept below the lease.
+    request_timeout: float = Field(default=20.0, gt=0)
+    #: Consecutive network/5xx failures after which a job is marked failed.
+    max_transient_failures: int = Field(default=30, ge=1)
+    #: Jobs leased per poller pass.
+    batch_size: int = Field(default=16, ge=1)

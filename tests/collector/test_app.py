@@ -1,0 +1,164 @@
+"""The collector's HTTP API end to end against a fake leader (poller running in the app)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from services.collector.app import create_app
+from services.collector.settings import CollectorSettings
+from shared.dap.messages import HpkeConfig
+from shared.dap.problems import ProblemType
+from shared.dap.task import b64url_decode
+from tests.collector.fakes import FakeLeader
+from tests.collector.helpers import AUTH, make_task
+
+ADMIN = "admin-token-0123456789abcdef"
+HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+
+
+class Api:
+    def __init__(self, client: TestClient, leader: FakeLeader) -> None:
+        self.client = client
+        self.leader = leader
+
+    def wait(self, job_id: str, timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body: dict[str, Any] = self.client.get(f"/collections/{job_id}", headers=HEADERS).json()
+            if body["state"] != "pending":
+                return body
+            time.sleep(0.02)
+        raise AssertionError("collection job still pending")
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    task = make_task()
+    leader = FakeLeader(task.id, task.vdaf.instance(), AUTH, [0, 1, 1, 3, 3, 3])
+    settings = CollectorSettings(
+        database_url=f"sqlite:///{tmp_path / 'c.sqlite3'}",
+        admin_token=ADMIN,  # type: ignore[arg-type]
+        poll_interval=0.01,
+        max_backoff=0.05,
+    )
+    app = create_app(settings, transport=httpx.MockTransport(leader))
+    with TestClient(app) as client:
+        yield Api(client, leader)
+
+
+def _put_task(api: Api, task: Any, headers: dict[str, str] = HEADERS) -> httpx.Response:
+    response: httpx.Response = api.client.put(
+        f"/internal/tasks/{task.task_id}", content=task.model_dump_json(), headers=headers
+    )
+    return response
+
+
+def test_healthz_needs_no_token(api: Api) -> None:
+    response = api.client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+def test_task_provisioning_is_idempotent_and_returns_the_hpke_config(api: Api) -> None:
+    task = make_task()
+    task = task.model_copy(update={"task_id": api.leader.task_id.to_b64url()})
+    first = _put_task(api, task)
+    assert first.status_code == 201
+    config = HpkeConfig.decode(b64url_decode(first.json()["collector_hpke_config"], "config"))
+    assert (config.kem_id, config.kdf_id, config.aead_id) == (0x20, 1, 1)
+    again = _put_task(api, task)
+    assert (again.status_code, again.json()) == (200, first.json())
+    other = task.model_copy(update={"time_precision": 60})
+    conflict = _put_task(api, other)
+    assert conflict.status_code == 409
+    assert conflict.headers["content-type"] == "application/problem+json"
+
+
+def test_auth_and_bad_input(api: Api) -> None:
+    task = make_task()
+    assert _put_task(api, task, headers={}).status_code == 401
+    assert _put_task(api, task, headers={"Authorization": "Bearer wrong-token"}).status_code == 403
+    bad = api.client.put(f"/internal/tasks/{task.task_id}", content=b"{", headers=HEADERS)
+    assert bad.status_code == 400 and "JSON" in bad.json()["detail"]
+    mismatch = api.client.put(
+        f"/internal/tasks/{make_task().task_id}", content=task.model_dump_json(), headers=HEADERS
+    )
+    assert mismatch.status_code == 400
+    invalid = api.client.put(
+        f"/internal/tasks/{task.task_id}",
+        json={**task.model_dump(mode="json"), "vdaf": {"type": "Prio3Sum"}},
+        headers=HEADERS,
+    )
+    assert invalid.status_code == 400 and "bits" in invalid.json()["detail"]
+    assert api.client.post("/collections", json={}, headers={}).status_code == 401
+    unknown = api.client.post(
+        "/collections",
+        json={"task_id": task.task_id, "query": {"type": "current_batch"}},
+        headers=HEADERS,
+    )
+    assert unknown.status_code == 404
+    assert api.client.get("/collections/nope", headers=HEADERS).status_code == 404
+
+
+def test_collection_runs_to_completion(api: Api) -> None:
+    task = make_task().model_copy(update={"task_id": api.leader.task_id.to_b64url()})
+    created = _put_task(api, task)
+    api.leader.collector_config = HpkeConfig.decode(
+        b64url_decode(created.json()["collector_hpke_config"], "config")
+    )
+    api.leader.pending_polls = 3
+    misaligned = api.client.post(
+        "/collections",
+        json={
+            "task_id": task.task_id,
+            "query": {"type": "time_interval", "start": 1, "duration": 3600},
+        },
+        headers=HEADERS,
+    )
+    assert misaligned.status_code == 400 and "multiples" in misaligned.json()["detail"]
+    wrong_type = api.client.post(
+        "/collections",
+        json={"task_id": task.task_id, "query": {"type": "current_batch"}},
+        headers=HEADERS,
+    )
+    assert wrong_type.status_code == 400
+
+    response = api.client.post(
+        "/collections",
+        json={
+            "task_id": task.task_id,
+            "query": {"type": "time_interval", "start": 7200, "duration": 3600},
+        },
+        headers=HEADERS,
+    )
+    assert response.status_code == 201
+    job_id = response.json()["collection_job_id"]
+    body = api.wait(job_id)
+    assert body["state"] == "complete", body
+    assert body["result"] == [1, 2, 0, 3]
+    assert body["report_count"] == 6
+    assert body["vdaf"] == {"type": "Prio3Histogram", "length": 4, "chunk_length": 2}
+    assert set(body["interval"]) == {"start", "duration"}
+    assert "batch_id" not in body and "error" not in body
+
+
+def test_leader_refusal_is_reported_as_failed(api: Api) -> None:
+    task = make_task().model_copy(update={"task_id": api.leader.task_id.to_b64url()})
+    _put_task(api, task)
+    api.leader.put_problem = ProblemType.BATCH_INVALID
+    response = api.client.post(
+        "/collections",
+        json={
+            "task_id": task.task_id,
+            "query": {"type": "time_interval", "start": 0, "duration": 3600},
+        },
+        headers=HEADERS,
+    )
+    body = api.wait(response.json()["collection_job_id"])
+    assert body["state"] == "failed" and "batchInvalid" in body["error"]
