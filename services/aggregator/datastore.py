@@ -1,0 +1,1429 @@
+"""Every SQL statement of the aggregator (DAP-09 §4.4-§4.6 state, digest §7.5).
+
+Tables (one store serves many tasks, in either role):
+- ``tasks``: the provisioned definition (secrets removed) and the auth token hashes. The leader
+  also keeps its outgoing helper token: it has to present it, so it cannot be a hash.
+- ``hpke_keys``: the aggregator's HPKE keys, newest first; every stored key still decrypts.
+- ``client_reports``: one row per report id per task, kept forever as the anti-replay set
+  (DAP-09 §4.5.1.4). The leader stores the report there at upload (its decrypted input share,
+  the helper's ciphertext) and scrubs the payload columns once the report is aggregated; the
+  helper inserts payload-less rows as it aggregates.
+- ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease (leader) or the stored
+  request hash and response (helper, for idempotent re-sends, DAP-09 §4.5.1.2).
+- ``batch_aggregations``: running aggregate shares per (task, batch key, agg param), spread
+  over a few shard rows so concurrent jobs rarely write the same row; the sum over shards is
+  the batch's share, its count, and the XOR checksum of its report ids.
+- ``batches``: per batch key: collected flag, and for the leader's fixed_size tasks the
+  outstanding batches being filled (`assigned`, `filled`).
+- ``collection_jobs`` (leader) and ``aggregate_share_jobs`` (helper, the stored answer per
+  batch: idempotency and the query count of DAP-09 §4.6.5.3).
+
+Crash safety: a report's output share is added to ``batch_aggregations`` in the same
+transaction that finishes its report aggregation, and jobs are created in the same transaction
+that marks their reports started, so a restart at any point neither loses nor double-counts a
+report. Transactions are serializable (see services.common.db), so the collection of a batch
+and a late commit into it are ordered one way or the other, never interleaved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from services.aggregator.batches import EMPTY_CHECKSUM, report_checksum, xor_bytes
+from services.common.db import Database, Migration, Row, Tx
+from shared import hpke
+from shared.dap.messages import PrepareError
+from shared.dap.problems import ProblemType
+from shared.vdaf.field import FieldArray
+from shared.vdaf.prio3 import Prio3
+
+# --- schema ---------------------------------------------------------------------------------
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "initial aggregator schema",
+        (
+            """CREATE TABLE tasks (
+                task_id {blob} PRIMARY KEY,
+                role {text} NOT NULL,
+                definition {text} NOT NULL,
+                aggregator_token_hash {blob} NOT NULL,
+                collector_token_hash {blob},
+                helper_token {text},
+                created_at {bigint} NOT NULL)""",
+            """CREATE TABLE hpke_keys (
+                config_id {bigint} PRIMARY KEY,
+                kem_id {bigint} NOT NULL, kdf_id {bigint} NOT NULL, aead_id {bigint} NOT NULL,
+                public_key {blob} NOT NULL,
+                private_key {blob} NOT NULL,
+                state {text} NOT NULL,
+                generation {bigint} NOT NULL,
+                created_at {bigint} NOT NULL)""",
+            """CREATE TABLE client_reports (
+                task_id {blob} NOT NULL,
+                report_id {blob} NOT NULL,
+                client_time {bigint} NOT NULL,
+                public_share {blob},
+                leader_input_share {blob},
+                helper_encrypted_share {blob},
+                aggregation_started {bigint} NOT NULL,
+                received_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, report_id))""",
+            """CREATE INDEX client_reports_unaggregated
+                ON client_reports (task_id, aggregation_started, client_time)""",
+            """CREATE TABLE aggregation_jobs (
+                task_id {blob} NOT NULL,
+                job_id {blob} NOT NULL,
+                role {text} NOT NULL,
+                agg_param {blob} NOT NULL,
+                batch_id {blob},
+                time_min {bigint} NOT NULL,
+                time_max {bigint} NOT NULL,
+                state {text} NOT NULL,
+                step {bigint} NOT NULL,
+                lease_expiry {bigint} NOT NULL,
+                lease_token {blob},
+                lease_attempts {bigint} NOT NULL,
+                request_hash {blob},
+                response {blob},
+                created_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, job_id))""",
+            """CREATE INDEX aggregation_jobs_lease
+                ON aggregation_jobs (role, state, lease_expiry)""",
+            """CREATE TABLE report_aggregations (
+                task_id {blob} NOT NULL,
+                job_id {blob} NOT NULL,
+                ord {bigint} NOT NULL,
+                report_id {blob} NOT NULL,
+                client_time {bigint} NOT NULL,
+                state {text} NOT NULL,
+                error {bigint},
+                PRIMARY KEY (task_id, job_id, ord))""",
+            """CREATE TABLE batch_aggregations (
+                task_id {blob} NOT NULL,
+                batch_key {blob} NOT NULL,
+                agg_param {blob} NOT NULL,
+                shard {bigint} NOT NULL,
+                aggregate_share {blob} NOT NULL,
+                report_count {bigint} NOT NULL,
+                checksum {blob} NOT NULL,
+                time_min {bigint} NOT NULL,
+                time_max {bigint} NOT NULL,
+                PRIMARY KEY (task_id, batch_key, agg_param, shard))""",
+            """CREATE TABLE batches (
+                task_id {blob} NOT NULL,
+                batch_key {blob} NOT NULL,
+                collected {bigint} NOT NULL,
+                assigned {bigint} NOT NULL,
+                filled {bigint} NOT NULL,
+                created_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, batch_key))""",
+            """CREATE TABLE collection_jobs (
+                task_id {blob} NOT NULL,
+                job_id {blob} NOT NULL,
+                request_hash {blob} NOT NULL,
+                query_type {bigint} NOT NULL,
+                current_batch {bigint} NOT NULL,
+                agg_param {blob} NOT NULL,
+                batch_key {blob},
+                interval_start {bigint},
+                interval_duration {bigint},
+                state {text} NOT NULL,
+                report_count {bigint},
+                checksum {blob},
+                leader_share {blob},
+                time_min {bigint},
+                time_max {bigint},
+                result {blob},
+                error {text},
+                lease_expiry {bigint} NOT NULL,
+                lease_token {blob},
+                lease_attempts {bigint} NOT NULL,
+                created_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, job_id))""",
+            """CREATE INDEX collection_jobs_lease ON collection_jobs (state, lease_expiry)""",
+            """CREATE TABLE aggregate_share_jobs (
+                task_id {blob} NOT NULL,
+                batch_selector {blob} NOT NULL,
+                agg_param {blob} NOT NULL,
+                key_lo {blob} NOT NULL,
+                key_hi {blob} NOT NULL,
+                report_count {bigint} NOT NULL,
+                checksum {blob} NOT NULL,
+                response {blob} NOT NULL,
+                created_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, batch_selector, agg_param))""",
+        ),
+    ),
+)
+
+# Job and report-aggregation states.
+JOB_IN_PROGRESS = "in_progress"
+JOB_FINISHED = "finished"
+JOB_ABANDONED = "abandoned"
+RA_START = "start"
+RA_FINISHED = "finished"
+RA_FAILED = "failed"
+COLLECTION_PENDING = "pending"
+COLLECTION_COLLECTING = "collecting"
+COLLECTION_FINISHED = "finished"
+COLLECTION_FAILED = "failed"
+COLLECTION_DELETED = "deleted"
+
+
+# --- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: bytes
+    role: str
+    definition: dict[str, Any]
+    aggregator_token_hash: bytes
+    collector_token_hash: bytes | None
+    helper_token: str | None = field(repr=False)
+
+
+@dataclass(frozen=True)
+class HpkeKeyRecord:
+    keypair: hpke.HpkeKeyPair
+    state: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    task_id: bytes
+    job_id: bytes
+    token: bytes = field(repr=False)
+    attempts: int
+
+
+@dataclass(frozen=True)
+class LeaderReport:
+    """One report of a leader aggregation job, with what preparation needs."""
+
+    ord: int
+    report_id: bytes
+    client_time: int
+    public_share: bytes | None
+    leader_input_share: bytes | None = field(repr=False)
+    helper_encrypted_share: bytes | None = field(repr=False)
+
+
+@dataclass
+class ReportOutcome:
+    """How one report of a job ended; `out_index` points into the job's output-share array."""
+
+    report_id: bytes
+    client_time: int
+    batch_key: bytes
+    error: PrepareError | None
+    out_index: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    aggregate_share: FieldArray | None
+    report_count: int
+    checksum: bytes
+    time_min: int | None
+    time_max: int | None
+
+
+class LeaseLostError(Exception):
+    """The job's lease expired and was taken by another worker; drop the work."""
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+class Datastore:
+    """The aggregator's persistent state; methods are units of work, each one transaction."""
+
+    def __init__(self, db: Database, *, shards: int = 8) -> None:
+        self.db = db
+        self._shards = shards
+
+    def migrate(self) -> int:
+        return self.db.migrate(MIGRATIONS)
+
+    def is_migrated(self) -> bool:
+        return self.db.schema_version() >= MIGRATIONS[-1].version
+
+    # --- tasks -----------------------------------------------------------------------------
+
+    def put_task(
+        self,
+        task_id: bytes,
+        role: str,
+        definition: dict[str, Any],
+        aggregator_token_hash: bytes,
+        collector_token_hash: bytes | None,
+        helper_token: str | None,
+        now: int,
+    ) -> str:
+        """'created', 'exists' (identical) or 'conflict' (a different definition)."""
+        text = json.dumps(definition, sort_keys=True)
+
+        def body(tx: Tx) -> str:
+            row = tx.query_one("SELECT * FROM tasks WHERE task_id = :t", {"t": task_id})
+            if row is not None:
+                same = (
+                    row["definition"] == text
+                    and row["role"] == role
+                    and row["aggregator_token_hash"] == aggregator_token_hash
+                    and row["collector_token_hash"] == collector_token_hash
+                    and row["helper_token"] == helper_token
+                )
+                return "exists" if same else "conflict"
+            tx.execute(
+                "INSERT INTO tasks (task_id, role, definition, aggregator_token_hash,"
+                " collector_token_hash, helper_token, created_at)"
+                " VALUES (:t, :r, :d, :ah, :ch, :ht, :now)",
+                {
+                    "t": task_id,
+                    "r": role,
+                    "d": text,
+                    "ah": aggregator_token_hash,
+                    "ch": collector_token_hash,
+                    "ht": helper_token,
+                    "now": now,
+                },
+            )
+            return "created"
+
+        return self.db.run("put_task", body)
+
+    def get_task(self, task_id: bytes) -> TaskRecord | None:
+        row = self.db.run(
+            "get_task",
+            lambda tx: tx.query_one("SELECT * FROM tasks WHERE task_id = :t", {"t": task_id}),
+        )
+        return None if row is None else _task_record(row)
+
+    def leader_tasks(self) -> list[TaskRecord]:
+        rows = self.db.run(
+            "leader_tasks", lambda tx: tx.query("SELECT * FROM tasks WHERE role = 'leader'")
+        )
+        return [_task_record(r) for r in rows]
+
+    def delete_task(self, task_id: bytes) -> bool:
+        def body(tx: Tx) -> bool:
+            for table in (
+                "client_reports",
+                "aggregation_jobs",
+                "report_aggregations",
+                "batch_aggregations",
+                "batches",
+                "collection_jobs",
+                "aggregate_share_jobs",
+            ):
+                tx.execute(f"DELETE FROM {table} WHERE task_id = :t", {"t": task_id})
+            return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
+
+        return self.db.run("delete_task", body)
+
+    # --- HPKE keys ---------------------------------------------------------------------------
+
+    def hpke_keys(self) -> list[HpkeKeyRecord]:
+        """Every stored key, newest first."""
+        rows = self.db.run(
+            "hpke_keys",
+            lambda tx: tx.query("SELECT * FROM hpke_keys ORDER BY generation DESC"),
+        )
+        return [
+            HpkeKeyRecord(
+                hpke.from_private_bytes(
+                    int(r["config_id"]),
+                    bytes(r["private_key"]),
+                    kem_id=int(r["kem_id"]),
+                    kdf_id=int(r["kdf_id"]),
+                    aead_id=int(r["aead_id"]),
+                ),
+                str(r["state"]),
+            )
+            for r in rows
+        ]
+
+    def add_hpke_key(self, now: int, *, only_if_none: bool = False) -> hpke.HpkeKeyPair | None:
+        """Generate and store a key under an unused config id; it becomes the first one.
+
+        With `only_if_none`, do nothing when a key exists (first start of a service)."""
+
+        def body(tx: Tx) -> hpke.HpkeKeyPair | None:
+            rows = tx.query("SELECT config_id, generation FROM hpke_keys")
+            if only_if_none and rows:
+                return None
+            used = {int(r["config_id"]) for r in rows}
+            if len(used) >= 256:
+                # Config ids are a u8; reuse the oldest one's id.
+                oldest = min(rows, key=lambda r: int(r["generation"]))
+                tx.execute("DELETE FROM hpke_keys WHERE config_id = :c", {"c": oldest["config_id"]})
+                used.discard(int(oldest["config_id"]))
+            generation = max((int(r["generation"]) for r in rows), default=0) + 1
+            config_id = (
+                next(
+                    c
+                    for c in range(generation % 256, generation % 256 + 256)
+                    if c % 256 not in used
+                )
+                % 256
+            )
+            keypair = hpke.generate_keypair(config_id)
+            tx.execute(
+                "INSERT INTO hpke_keys (config_id, kem_id, kdf_id, aead_id, public_key,"
+                " private_key, state, generation, created_at)"
+                " VALUES (:c, :kem, :kdf, :aead, :pk, :sk, 'active', :g, :now)",
+                {
+                    "c": config_id,
+                    "kem": keypair.kem_id,
+                    "kdf": keypair.kdf_id,
+                    "aead": keypair.aead_id,
+                    "pk": keypair.public_key,
+                    "sk": keypair.private_key_bytes(),
+                    "g": generation,
+                    "now": now,
+                },
+            )
+            return keypair
+
+        return self.db.run("add_hpke_key", body)
+
+    def expire_hpke_key(self, config_id: int) -> bool:
+        """Stop advertising a key; it still decrypts reports sealed to it."""
+        return (
+            self.db.run(
+                "expire_hpke_key",
+                lambda tx: tx.execute(
+                    "UPDATE hpke_keys SET state = 'expired' WHERE config_id = :c",
+                    {"c": config_id},
+                ),
+            )
+            > 0
+        )
+
+    # --- upload (leader) ---------------------------------------------------------------------
+
+    def put_report(
+        self,
+        task_id: bytes,
+        report_id: bytes,
+        client_time: int,
+        public_share: bytes,
+        leader_input_share: bytes,
+        helper_encrypted_share: bytes,
+        batch_key: bytes | None,
+        now: int,
+    ) -> str:
+        """'stored', 'replayed' or 'collected' (the report's time bucket was collected)."""
+
+        def body(tx: Tx) -> str:
+            if batch_key is not None and self._is_collected(tx, task_id, batch_key):
+                return "collected"
+            inserted = tx.execute(
+                "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
+                " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
+                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)"
+                " ON CONFLICT (task_id, report_id) DO NOTHING",
+                {
+                    "t": task_id,
+                    "r": report_id,
+                    "time": client_time,
+                    "ps": public_share,
+                    "ls": leader_input_share,
+                    "hs": helper_encrypted_share,
+                    "now": now,
+                },
+            )
+            return "stored" if inserted else "replayed"
+
+        return self.db.run("put_report", body)
+
+    def _is_collected(self, tx: Tx, task_id: bytes, batch_key: bytes) -> bool:
+        row = tx.query_one(
+            "SELECT collected FROM batches WHERE task_id = :t AND batch_key = :k",
+            {"t": task_id, "k": batch_key},
+        )
+        return bool(row and row["collected"])
+
+    # --- aggregation job creation (leader) ---------------------------------------------------
+
+    def create_aggregation_jobs(
+        self,
+        task_id: bytes,
+        *,
+        fixed_size_target: int | None,
+        min_job_size: int,
+        max_job_size: int,
+        flush_before: int,
+        now: int,
+        scan_limit: int = 5000,
+    ) -> int:
+        """Group unaggregated reports into new jobs; the number of jobs created.
+
+        Reports left over below `min_job_size` wait, unless the oldest was received before
+        `flush_before`: small deployments must not wait forever. For fixed_size tasks
+        (`fixed_size_target` = reports per batch), reports go into outstanding batches in order
+        until each holds the target, and a job never spans two batches.
+        """
+
+        def body(tx: Tx) -> int:
+            rows = tx.query(
+                "SELECT report_id, client_time, received_at FROM client_reports"
+                " WHERE task_id = :t AND aggregation_started = 0"
+                " ORDER BY client_time, report_id LIMIT :n",
+                {"t": task_id, "n": scan_limit},
+            )
+            if not rows:
+                return 0
+            flush = min(int(r["received_at"]) for r in rows) < flush_before
+            groups: list[tuple[bytes | None, list[Row]]]
+            if fixed_size_target is None:
+                groups = [(None, rows)]
+            else:
+                groups = self._assign_to_batches(tx, task_id, rows, fixed_size_target, flush, now)
+            created = 0
+            for batch_id, members in groups:
+                for start in range(0, len(members), max_job_size):
+                    chunk = members[start : start + max_job_size]
+                    if len(chunk) < min_job_size and not flush:
+                        self._unassign(tx, task_id, batch_id, len(chunk))
+                        continue
+                    self._insert_leader_job(tx, task_id, batch_id, chunk, now)
+                    created += 1
+            return created
+
+        return self.db.run("create_aggregation_jobs", body)
+
+    def _assign_to_batches(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        rows: list[Row],
+        target: int,
+        flush: bool,
+        now: int,
+    ) -> list[tuple[bytes | None, list[Row]]]:
+        outstanding = tx.query(
+            "SELECT batch_key, assigned FROM batches WHERE task_id = :t AND filled = 0"
+            " AND collected = 0 ORDER BY created_at, batch_key",
+            {"t": task_id},
+        )
+        groups: list[tuple[bytes | None, list[Row]]] = []
+        pending = list(rows)
+        while pending:
+            if outstanding:
+                batch = outstanding.pop(0)
+                key, assigned = bytes(batch["batch_key"]), int(batch["assigned"])
+            else:
+                key, assigned = secrets.token_bytes(32), 0
+                tx.execute(
+                    "INSERT INTO batches (task_id, batch_key, collected, assigned, filled,"
+                    " created_at) VALUES (:t, :k, 0, 0, 0, :now)",
+                    {"t": task_id, "k": key, "now": now},
+                )
+            take = pending[: max(0, target - assigned)]
+            pending = pending[len(take) :]
+            if not take:
+                tx.execute(
+                    "UPDATE batches SET filled = 1 WHERE task_id = :t AND batch_key = :k",
+                    {"t": task_id, "k": key},
+                )
+                continue
+            tx.execute(
+                "UPDATE batches SET assigned = assigned + :n, filled = :f"
+                " WHERE task_id = :t AND batch_key = :k",
+                {"t": task_id, "k": key, "n": len(take), "f": int(assigned + len(take) >= target)},
+            )
+            groups.append((key, take))
+        return groups
+
+    def _unassign(self, tx: Tx, task_id: bytes, batch_id: bytes | None, count: int) -> None:
+        if batch_id is None or count == 0:
+            return
+        tx.execute(
+            "UPDATE batches SET assigned = assigned - :n, filled = 0"
+            " WHERE task_id = :t AND batch_key = :k",
+            {"t": task_id, "k": batch_id, "n": count},
+        )
+
+    def _insert_leader_job(
+        self, tx: Tx, task_id: bytes, batch_id: bytes | None, chunk: list[Row], now: int
+    ) -> None:
+        job_id = secrets.token_bytes(16)
+        times = [int(r["client_time"]) for r in chunk]
+        tx.execute(
+            "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id, time_min,"
+            " time_max, state, step, lease_expiry, lease_token, lease_attempts, created_at)"
+            " VALUES (:t, :j, 'leader', :ap, :b, :tmin, :tmax, :s, 0, 0, NULL, 0, :now)",
+            {
+                "t": task_id,
+                "j": job_id,
+                "ap": b"",
+                "b": batch_id,
+                "tmin": min(times),
+                "tmax": max(times),
+                "s": JOB_IN_PROGRESS,
+                "now": now,
+            },
+        )
+        for ord_, r in enumerate(chunk):
+            tx.execute(
+                "INSERT INTO report_aggregations (task_id, job_id, ord, report_id, client_time,"
+                " state, error) VALUES (:t, :j, :o, :r, :time, :s, NULL)",
+                {
+                    "t": task_id,
+                    "j": job_id,
+                    "o": ord_,
+                    "r": r["report_id"],
+                    "time": r["client_time"],
+                    "s": RA_START,
+                },
+            )
+            tx.execute(
+                "UPDATE client_reports SET aggregation_started = 1"
+                " WHERE task_id = :t AND report_id = :r",
+                {"t": task_id, "r": r["report_id"]},
+            )
+
+    # --- leases ------------------------------------------------------------------------------
+
+    def acquire_aggregation_jobs(self, now: int, lease_duration: int, limit: int) -> list[Lease]:
+        return self._acquire(
+            "aggregation_jobs",
+            "role = 'leader' AND state = :s",
+            JOB_IN_PROGRESS,
+            now,
+            lease_duration,
+            limit,
+        )
+
+    def acquire_collection_jobs(self, now: int, lease_duration: int, limit: int) -> list[Lease]:
+        return self._acquire(
+            "collection_jobs",
+            "state IN (:s, 'collecting')",
+            COLLECTION_PENDING,
+            now,
+            lease_duration,
+            limit,
+        )
+
+    def _acquire(
+        self, table: str, where: str, state: str, now: int, lease_duration: int, limit: int
+    ) -> list[Lease]:
+        token = secrets.token_bytes(16)
+        sql = (
+            f"UPDATE {table} SET lease_expiry = :exp, lease_token = :tok,"
+            " lease_attempts = lease_attempts + 1"
+            f" WHERE (task_id, job_id) IN (SELECT task_id, job_id FROM {table}"
+            f" WHERE {where} AND lease_expiry <= :now ORDER BY lease_expiry LIMIT :n"
+            f" {self.db.dialect.skip_locked})"
+            " RETURNING task_id, job_id, lease_attempts"
+        )
+        rows = self.db.run(
+            f"acquire_{table}",
+            lambda tx: tx.query(
+                sql, {"exp": now + lease_duration, "tok": token, "now": now, "n": limit, "s": state}
+            ),
+        )
+        return [
+            Lease(bytes(r["task_id"]), bytes(r["job_id"]), token, int(r["lease_attempts"]))
+            for r in rows
+        ]
+
+    def _check_lease(self, tx: Tx, table: str, lease: Lease) -> None:
+        row = tx.query_one(
+            f"SELECT lease_token FROM {table} WHERE task_id = :t AND job_id = :j",
+            {"t": lease.task_id, "j": lease.job_id},
+        )
+        if row is None or row["lease_token"] is None or bytes(row["lease_token"]) != lease.token:
+            raise LeaseLostError(table)
+
+    def release_aggregation_job(self, lease: Lease, retry_at: int) -> None:
+        """Give the job back for a later attempt (the helper was unreachable, say)."""
+        self._release("aggregation_jobs", lease, retry_at)
+
+    def release_collection_job(self, lease: Lease, retry_at: int, *, count_attempt: bool) -> None:
+        self._release("collection_jobs", lease, retry_at, refund=not count_attempt)
+
+    def _release(self, table: str, lease: Lease, retry_at: int, refund: bool = False) -> None:
+        def body(tx: Tx) -> None:
+            self._check_lease(tx, table, lease)
+            tx.execute(
+                f"UPDATE {table} SET lease_expiry = :at, lease_token = NULL,"
+                " lease_attempts = lease_attempts - :refund WHERE task_id = :t AND job_id = :j",
+                {"at": retry_at, "t": lease.task_id, "j": lease.job_id, "refund": int(refund)},
+            )
+
+        self.db.run(f"release_{table}", body)
+
+    # --- leader aggregation ------------------------------------------------------------------
+
+    def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
+        """The job row and its reports (with their stored shares), in job order."""
+
+        def body(tx: Tx) -> tuple[Row, list[LeaderReport]]:
+            self._check_lease(tx, "aggregation_jobs", lease)
+            job = tx.query_one(
+                "SELECT * FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            assert job is not None
+            rows = tx.query(
+                "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
+                " cr.leader_input_share, cr.helper_encrypted_share"
+                " FROM report_aggregations ra LEFT JOIN client_reports cr"
+                " ON cr.task_id = ra.task_id AND cr.report_id = ra.report_id"
+                " WHERE ra.task_id = :t AND ra.job_id = :j ORDER BY ra.ord",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            return job, [
+                LeaderReport(
+                    int(r["ord"]),
+                    bytes(r["report_id"]),
+                    int(r["client_time"]),
+                    _opt_bytes(r["public_share"]),
+                    _opt_bytes(r["leader_input_share"]),
+                    _opt_bytes(r["helper_encrypted_share"]),
+                )
+                for r in rows
+            ]
+
+        return self.db.run("leader_job", body)
+
+    def finish_leader_job(
+        self,
+        lease: Lease,
+        vdaf: Prio3,
+        outcomes: Sequence[ReportOutcome],
+        out_shares: FieldArray,
+        *,
+        abandoned: bool = False,
+    ) -> list[ReportOutcome]:
+        """Commit a leader job: output shares into batches, report states, job done.
+
+        Reports whose batch got collected meanwhile are failed with batch_collected rather
+        than added. Returns the outcomes as committed."""
+
+        def body(tx: Tx) -> list[ReportOutcome]:
+            self._check_lease(tx, "aggregation_jobs", lease)
+            job = tx.query_one(
+                "SELECT batch_id FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            assert job is not None
+            final = self._add_outcomes(
+                tx, lease.task_id, vdaf, outcomes, out_shares, check_saturation=None
+            )
+            failed_in_batch = sum(1 for o in final if o.error is not None)
+            if job["batch_id"] is not None and failed_in_batch:
+                self._unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
+            for ord_, o in enumerate(final):
+                tx.execute(
+                    "UPDATE report_aggregations SET state = :s, error = :e"
+                    " WHERE task_id = :t AND job_id = :j AND ord = :o",
+                    {
+                        "s": RA_FAILED if o.error is not None else RA_FINISHED,
+                        "e": None if o.error is None else int(o.error),
+                        "t": lease.task_id,
+                        "j": lease.job_id,
+                        "o": ord_,
+                    },
+                )
+                tx.execute(
+                    "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
+                    " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
+                    {"t": lease.task_id, "r": o.report_id},
+                )
+            tx.execute(
+                "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"
+                " WHERE task_id = :t AND job_id = :j",
+                {
+                    "s": JOB_ABANDONED if abandoned else JOB_FINISHED,
+                    "t": lease.task_id,
+                    "j": lease.job_id,
+                },
+            )
+            return final
+
+        return self.db.run("finish_leader_job", body)
+
+    def _add_outcomes(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        vdaf: Prio3,
+        outcomes: Sequence[ReportOutcome],
+        out_shares: FieldArray,
+        *,
+        check_saturation: int | None,
+    ) -> list[ReportOutcome]:
+        """Add the successful reports' output shares to their batches, per batch key.
+
+        Reports into collected batches (and, with `check_saturation`, beyond that many reports
+        in a batch) become failures instead."""
+        final = [
+            ReportOutcome(o.report_id, o.client_time, o.batch_key, o.error, o.out_index)
+            for o in outcomes
+        ]
+        by_key: dict[bytes, list[ReportOutcome]] = {}
+        for o in final:
+            if o.error is None:
+                by_key.setdefault(o.batch_key, []).append(o)
+        for key, members in by_key.items():
+            if self._is_collected(tx, task_id, key):
+                for o in members:
+                    o.error = PrepareError.BATCH_COLLECTED
+                continue
+            if check_saturation is not None:
+                room = check_saturation - self._batch_totals(tx, task_id, key, None).report_count
+                for o in members[max(0, room) :]:
+                    o.error = PrepareError.BATCH_SATURATED
+                members = members[: max(0, room)]
+            if not members:
+                continue
+            idx = np.array([o.out_index for o in members], dtype=np.int64)
+            share = vdaf.aggregate(out_shares[idx])
+            self._add_to_batch(
+                tx,
+                vdaf,
+                task_id,
+                key,
+                share,
+                len(members),
+                report_checksum(o.report_id for o in members),
+                min(o.client_time for o in members),
+                max(o.client_time for o in members),
+            )
+        return final
+
+    def _add_to_batch(
+        self,
+        tx: Tx,
+        vdaf: Prio3,
+        task_id: bytes,
+        key: bytes,
+        share: FieldArray,
+        count: int,
+        checksum: bytes,
+        tmin: int,
+        tmax: int,
+    ) -> None:
+        shard = secrets.randbelow(self._shards)
+        params = {"t": task_id, "k": key, "ap": b"", "sh": shard}
+        row = tx.query_one(
+            "SELECT aggregate_share, report_count, checksum, time_min, time_max"
+            " FROM batch_aggregations"
+            " WHERE task_id = :t AND batch_key = :k AND agg_param = :ap AND shard = :sh",
+            params,
+        )
+        if row is None:
+            tx.execute(
+                "INSERT INTO batch_aggregations (task_id, batch_key, agg_param, shard,"
+                " aggregate_share, report_count, checksum, time_min, time_max)"
+                " VALUES (:t, :k, :ap, :sh, :s, :c, :cs, :tmin, :tmax)",
+                {
+                    **params,
+                    "s": vdaf.encode_agg_share(share),
+                    "c": count,
+                    "cs": checksum,
+                    "tmin": tmin,
+                    "tmax": tmax,
+                },
+            )
+            return
+        total = vdaf.field.add(vdaf.decode_agg_share(bytes(row["aggregate_share"])), share)
+        tx.execute(
+            "UPDATE batch_aggregations SET aggregate_share = :s, report_count = :c,"
+            " checksum = :cs, time_min = :tmin, time_max = :tmax"
+            " WHERE task_id = :t AND batch_key = :k AND agg_param = :ap AND shard = :sh",
+            {
+                **params,
+                "s": vdaf.encode_agg_share(total),
+                "c": int(row["report_count"]) + count,
+                "cs": xor_bytes(bytes(row["checksum"]), checksum),
+                "tmin": min(int(row["time_min"]), tmin),
+                "tmax": max(int(row["time_max"]), tmax),
+            },
+        )
+
+    def _batch_totals(
+        self, tx: Tx, task_id: bytes, lo: bytes, vdaf: Prio3 | None, hi: bytes | None = None
+    ) -> BatchTotals:
+        """Sum of the shards of batch keys in [lo, hi) (just `lo` when hi is None)."""
+        if hi is None:
+            rows = tx.query(
+                "SELECT aggregate_share, report_count, checksum, time_min, time_max"
+                " FROM batch_aggregations WHERE task_id = :t AND batch_key = :lo",
+                {"t": task_id, "lo": lo},
+            )
+        else:
+            rows = tx.query(
+                "SELECT aggregate_share, report_count, checksum, time_min, time_max"
+                " FROM batch_aggregations"
+                " WHERE task_id = :t AND batch_key >= :lo AND batch_key < :hi",
+                {"t": task_id, "lo": lo, "hi": hi},
+            )
+        checksum = EMPTY_CHECKSUM
+        for r in rows:
+            checksum = xor_bytes(checksum, bytes(r["checksum"]))
+        share = None
+        if vdaf is not None:
+            share = vdaf.merge([vdaf.decode_agg_share(bytes(r["aggregate_share"])) for r in rows])
+        return BatchTotals(
+            share,
+            sum(int(r["report_count"]) for r in rows),
+            checksum,
+            min((int(r["time_min"]) for r in rows), default=None),
+            max((int(r["time_max"]) for r in rows), default=None),
+        )
+
+    # --- helper aggregation ------------------------------------------------------------------
+
+    def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
+        return self.db.run(
+            "aggregation_job",
+            lambda tx: tx.query_one(
+                "SELECT * FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+
+    def report_aggregations(self, task_id: bytes, job_id: bytes) -> list[Row]:
+        return self.db.run(
+            "report_aggregations",
+            lambda tx: tx.query(
+                "SELECT * FROM report_aggregations WHERE task_id = :t AND job_id = :j ORDER BY ord",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+
+    def helper_init_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request: bytes,
+        batch_id: bytes | None,
+        vdaf: Prio3,
+        outcomes: Sequence[ReportOutcome],
+        out_shares: FieldArray,
+        max_batch_size: int | None,
+        build_response: Callable[[list[ReportOutcome]], bytes],
+        now: int,
+    ) -> tuple[str, bytes | None]:
+        """Record a helper aggregation job and its output shares, once.
+
+        Returns ('created', response), ('same', stored response) for an identical re-send, or
+        ('conflict', None) when the id is taken by a different request (DAP-09 §4.5.1.2).
+        Reports seen before in this task become report_replayed, those into collected batches
+        batch_collected, and for fixed_size those beyond `max_batch_size` batch_saturated.
+        """
+        request_hash = _hash(request)
+
+        def body(tx: Tx) -> tuple[str, bytes | None]:
+            existing = tx.query_one(
+                "SELECT request_hash, response, step, state FROM aggregation_jobs"
+                " WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            )
+            if existing is not None:
+                if (
+                    existing["request_hash"] is not None
+                    and bytes(existing["request_hash"]) == request_hash
+                    and int(existing["step"]) == 0
+                    and existing["state"] != JOB_ABANDONED
+                ):
+                    return "same", bytes(existing["response"])
+                return "conflict", None
+            if batch_id is not None:
+                tx.execute(
+                    "INSERT INTO batches (task_id, batch_key, collected, assigned, filled,"
+                    " created_at) VALUES (:t, :k, 0, 0, 0, :now)"
+                    " ON CONFLICT (task_id, batch_key) DO NOTHING",
+                    {"t": task_id, "k": batch_id, "now": now},
+                )
+            checked: list[ReportOutcome] = []
+            for o in outcomes:
+                fresh = tx.execute(
+                    "INSERT INTO client_reports (task_id, report_id, client_time,"
+                    " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
+                    " ON CONFLICT (task_id, report_id) DO NOTHING",
+                    {"t": task_id, "r": o.report_id, "time": o.client_time, "now": now},
+                )
+                error = o.error
+                if not fresh and error is None:
+                    error = PrepareError.REPORT_REPLAYED
+                checked.append(
+                    ReportOutcome(o.report_id, o.client_time, o.batch_key, error, o.out_index)
+                )
+            final = self._add_outcomes(
+                tx,
+                task_id,
+                vdaf,
+                checked,
+                out_shares,
+                check_saturation=max_batch_size if batch_id is not None else None,
+            )
+            response = build_response(final)
+            times = [o.client_time for o in final]
+            tx.execute(
+                "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id,"
+                " time_min, time_max, state, step, lease_expiry, lease_token, lease_attempts,"
+                " request_hash, response, created_at) VALUES (:t, :j, 'helper', :ap, :b,"
+                " :tmin, :tmax, :s, 0, 0, NULL, 0, :rh, :resp, :now)",
+                {
+                    "t": task_id,
+                    "j": job_id,
+                    "ap": b"",
+                    "b": batch_id,
+                    "tmin": min(times),
+                    "tmax": max(times),
+                    "s": JOB_FINISHED,
+                    "rh": request_hash,
+                    "resp": response,
+                    "now": now,
+                },
+            )
+            for ord_, o in enumerate(final):
+                tx.execute(
+                    "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
+                    " client_time, state, error) VALUES (:t, :j, :o, :r, :time, :s, :e)",
+                    {
+                        "t": task_id,
+                        "j": job_id,
+                        "o": ord_,
+                        "r": o.report_id,
+                        "time": o.client_time,
+                        "s": RA_FAILED if o.error is not None else RA_FINISHED,
+                        "e": None if o.error is None else int(o.error),
+                    },
+                )
+            return "created", response
+
+        return self.db.run("helper_init_job", body)
+
+    def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:
+        """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests.
+
+        Output shares already added stay: they cannot be told apart inside the batch, and the
+        batch checksum then makes any disagreement visible as batchMismatch."""
+        return (
+            self.db.run(
+                "abandon_helper_job",
+                lambda tx: tx.execute(
+                    "UPDATE aggregation_jobs SET state = :s"
+                    " WHERE task_id = :t AND job_id = :j AND role = 'helper'",
+                    {"s": JOB_ABANDONED, "t": task_id, "j": job_id},
+                ),
+            )
+            > 0
+        )
+
+    # --- helper aggregate shares -------------------------------------------------------------
+
+    def helper_aggregate_share(
+        self,
+        task_id: bytes,
+        selector: bytes,
+        agg_param: bytes,
+        key_lo: bytes,
+        key_hi: bytes,
+        is_fixed_size: bool,
+        report_count: int,
+        checksum: bytes,
+        min_batch_size: int,
+        max_batch_size: int | None,
+        max_batch_query_count: int,
+        vdaf: Prio3,
+        build_response: Callable[[FieldArray], bytes],
+        now: int,
+    ) -> tuple[ProblemType | None, bytes | None]:
+        """Answer an AggregateShareReq once (DAP-09 §4.6.2, §4.6.5); later identical
+        requests get the stored answer. (problem, None) when a batch check fails."""
+
+        def body(tx: Tx) -> tuple[ProblemType | None, bytes | None]:
+            stored = tx.query_one(
+                "SELECT report_count, checksum, response FROM aggregate_share_jobs"
+                " WHERE task_id = :t AND batch_selector = :bs AND agg_param = :ap",
+                {"t": task_id, "bs": selector, "ap": agg_param},
+            )
+            if stored is not None:
+                if (
+                    int(stored["report_count"]) == report_count
+                    and bytes(stored["checksum"]) == checksum
+                ):
+                    return None, bytes(stored["response"])
+                return ProblemType.BATCH_MISMATCH, None
+            if is_fixed_size and not tx.query_one(
+                "SELECT 1 AS known FROM batches WHERE task_id = :t AND batch_key = :k",
+                {"t": task_id, "k": key_lo},
+            ):
+                return ProblemType.BATCH_INVALID, None
+            previous = tx.query(
+                "SELECT batch_selector, agg_param FROM aggregate_share_jobs"
+                " WHERE task_id = :t AND key_lo < :hi AND key_hi > :lo",
+                {"t": task_id, "lo": key_lo, "hi": key_hi},
+            )
+            if any(bytes(p["batch_selector"]) != selector for p in previous):
+                return ProblemType.BATCH_OVERLAP, None
+            if len({bytes(p["agg_param"]) for p in previous}) >= max_batch_query_count:
+                return ProblemType.BATCH_QUERIED_TOO_MANY_TIMES, None
+            totals = self._batch_totals(tx, task_id, key_lo, vdaf, key_hi)
+            if totals.report_count < min_batch_size or (
+                max_batch_size is not None and totals.report_count > max_batch_size
+            ):
+                return ProblemType.INVALID_BATCH_SIZE, None
+            if totals.report_count != report_count or totals.checksum != checksum:
+                return ProblemType.BATCH_MISMATCH, None
+            assert totals.aggregate_share is not None
+            response = build_response(totals.aggregate_share)
+            self._mark_collected(tx, task_id, key_lo, key_hi, now)
+            tx.execute(
+                "INSERT INTO aggregate_share_jobs (task_id, batch_selector, agg_param, key_lo,"
+                " key_hi, report_count, checksum, response, created_at)"
+                " VALUES (:t, :bs, :ap, :lo, :hi, :c, :cs, :resp, :now)",
+                {
+                    "t": task_id,
+                    "bs": selector,
+                    "ap": agg_param,
+                    "lo": key_lo,
+                    "hi": key_hi,
+                    "c": report_count,
+                    "cs": checksum,
+                    "resp": response,
+                    "now": now,
+                },
+            )
+            return None, response
+
+        return self.db.run("helper_aggregate_share", body)
+
+    def _mark_collected(self, tx: Tx, task_id: bytes, lo: bytes, hi: bytes, now: int) -> None:
+        """Mark every batch key in [lo, hi) that holds reports, plus `lo` itself, collected."""
+        keys = {lo}
+        keys |= {
+            bytes(r["batch_key"])
+            for r in tx.query(
+                "SELECT DISTINCT batch_key FROM batch_aggregations"
+                " WHERE task_id = :t AND batch_key >= :lo AND batch_key < :hi",
+                {"t": task_id, "lo": lo, "hi": hi},
+            )
+        }
+        for key in keys:
+            tx.execute(
+                "INSERT INTO batches (task_id, batch_key, collected, assigned, filled, created_at)"
+                " VALUES (:t, :k, 1, 0, 1, :now)"
+                " ON CONFLICT (task_id, batch_key) DO UPDATE SET collected = 1, filled = 1",
+                {"t": task_id, "k": key, "now": now},
+            )
+
+    # --- collection jobs (leader) ------------------------------------------------------------
+
+    def put_collection_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request: bytes,
+        query_type: int,
+        current_batch: bool,
+        agg_param: bytes,
+        batch_key: bytes | None,
+        interval: tuple[int, int] | None,
+        max_batch_query_count: int,
+        now: int,
+    ) -> tuple[str, ProblemType | None]:
+        """Create a collection job after the checks DAP-09 §4.6.5 allows up front.
+
+        ('created'|'exists'|'conflict', None) or ('rejected', problem)."""
+        request_hash = _hash(request)
+
+        def body(tx: Tx) -> tuple[str, ProblemType | None]:
+            existing = tx.query_one(
+                "SELECT request_hash FROM collection_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            )
+            if existing is not None:
+                same = bytes(existing["request_hash"]) == request_hash
+                return ("exists" if same else "conflict"), None
+            if interval is not None:
+                start, duration = interval
+                previous = tx.query(
+                    "SELECT interval_start, interval_duration, agg_param FROM collection_jobs"
+                    " WHERE task_id = :t AND state != :deleted AND interval_start < :e"
+                    " AND interval_start + interval_duration > :s",
+                    {
+                        "t": task_id,
+                        "s": start,
+                        "e": start + duration,
+                        "deleted": COLLECTION_DELETED,
+                    },
+                )
+                if any(
+                    (int(p["interval_start"]), int(p["interval_duration"])) != interval
+                    for p in previous
+                ):
+                    return "rejected", ProblemType.BATCH_OVERLAP
+                params = {bytes(p["agg_param"]) for p in previous}
+            elif batch_key is not None:
+                if not tx.query_one(
+                    "SELECT 1 AS known FROM batches WHERE task_id = :t AND batch_key = :k",
+                    {"t": task_id, "k": batch_key},
+                ):
+                    return "rejected", ProblemType.BATCH_INVALID
+                params = {
+                    bytes(p["agg_param"])
+                    for p in tx.query(
+                        "SELECT agg_param FROM collection_jobs WHERE task_id = :t"
+                        " AND batch_key = :k AND state != :deleted",
+                        {"t": task_id, "k": batch_key, "deleted": COLLECTION_DELETED},
+                    )
+                }
+            else:
+                params = set()
+            if agg_param not in params and len(params) >= max_batch_query_count:
+                return "rejected", ProblemType.BATCH_QUERIED_TOO_MANY_TIMES
+            tx.execute(
+                "INSERT INTO collection_jobs (task_id, job_id, request_hash, query_type,"
+                " current_batch, agg_param, batch_key, interval_start, interval_duration, state,"
+                " lease_expiry, lease_token, lease_attempts, created_at) VALUES (:t, :j, :rh,"
+                " :qt, :cb, :ap, :k, :is, :id, :s, 0, NULL, 0, :now)",
+                {
+                    "t": task_id,
+                    "j": job_id,
+                    "rh": request_hash,
+                    "qt": query_type,
+                    "cb": int(current_batch),
+                    "ap": agg_param,
+                    "k": batch_key,
+                    "is": None if interval is None else interval[0],
+                    "id": None if interval is None else interval[1],
+                    "s": COLLECTION_PENDING,
+                    "now": now,
+                },
+            )
+            return "created", None
+
+        return self.db.run("put_collection_job", body)
+
+    def collection_job(self, task_id: bytes, job_id: bytes) -> Row | None:
+        return self.db.run(
+            "collection_job",
+            lambda tx: tx.query_one(
+                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+
+    def delete_collection_job(self, task_id: bytes, job_id: bytes) -> bool:
+        return (
+            self.db.run(
+                "delete_collection_job",
+                lambda tx: tx.execute(
+                    "UPDATE collection_jobs SET state = :s, result = NULL, leader_share = NULL"
+                    " WHERE task_id = :t AND job_id = :j",
+                    {"s": COLLECTION_DELETED, "t": task_id, "j": job_id},
+                ),
+            )
+            > 0
+        )
+
+    def leased_collection_job(self, lease: Lease) -> Row:
+        def body(tx: Tx) -> Row:
+            self._check_lease(tx, "collection_jobs", lease)
+            row = tx.query_one(
+                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            assert row is not None
+            return row
+
+        return self.db.run("leased_collection_job", body)
+
+    def start_collection(
+        self,
+        lease: Lease,
+        vdaf: Prio3,
+        min_batch_size: int,
+        now: int,
+    ) -> str:
+        """Fix the batch of a pending collection job and freeze it.
+
+        Returns 'waiting' (aggregation still running or too few reports: DAP-09 §4.6.5.2
+        says the leader waits), 'no_batch' (current_batch with no batch ready) or 'started'.
+        On 'started' the batch is marked collected and the job holds the leader's aggregate
+        share, count and checksum, all in this transaction, so later reports are refused and
+        the request to the helper is the same however often it is retried."""
+
+        def body(tx: Tx) -> str:
+            self._check_lease(tx, "collection_jobs", lease)
+            job = tx.query_one(
+                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            assert job is not None
+            if job["state"] != COLLECTION_PENDING:
+                return "started"
+            t = lease.task_id
+            key = _opt_bytes(job["batch_key"])
+            if job["current_batch"] and key is None:
+                key = self._pick_current_batch(tx, t, min_batch_size)
+                if key is None:
+                    return "no_batch"
+                tx.execute(
+                    "UPDATE collection_jobs SET batch_key = :k WHERE task_id = :t AND job_id = :j",
+                    {"k": key, "t": t, "j": lease.job_id},
+                )
+            if key is not None:
+                lo, hi = key, key + b"\x00"
+                busy = tx.query_one(
+                    "SELECT 1 AS busy FROM aggregation_jobs WHERE task_id = :t AND role = 'leader'"
+                    " AND state = :s AND batch_id = :k LIMIT 1",
+                    {"t": t, "s": JOB_IN_PROGRESS, "k": key},
+                )
+            else:
+                start = int(job["interval_start"])
+                end = start + int(job["interval_duration"])
+                lo, hi = start.to_bytes(8, "big"), end.to_bytes(8, "big")
+                busy = tx.query_one(
+                    "SELECT 1 AS busy FROM aggregation_jobs WHERE task_id = :t AND role = 'leader'"
+                    " AND state = :s AND time_min < :e AND time_max >= :st LIMIT 1",
+                    {"t": t, "s": JOB_IN_PROGRESS, "st": start, "e": end},
+                ) or tx.query_one(
+                    "SELECT 1 AS busy FROM client_reports WHERE task_id = :t"
+                    " AND aggregation_started = 0 AND client_time >= :st AND client_time < :e"
+                    " LIMIT 1",
+                    {"t": t, "st": start, "e": end},
+                )
+            if busy:
+                return "waiting"
+            totals = self._batch_totals(tx, t, lo, vdaf, hi)
+            if totals.report_count < min_batch_size:
+                return "waiting"
+            assert totals.aggregate_share is not None
+            self._mark_collected(tx, t, lo, hi, now)
+            tx.execute(
+                "UPDATE collection_jobs SET state = :s, report_count = :c, checksum = :cs,"
+                " leader_share = :ls, time_min = :tmin, time_max = :tmax"
+                " WHERE task_id = :t AND job_id = :j",
+                {
+                    "s": COLLECTION_COLLECTING,
+                    "c": totals.report_count,
+                    "cs": totals.checksum,
+                    "ls": vdaf.encode_agg_share(totals.aggregate_share),
+                    "tmin": totals.time_min,
+                    "tmax": totals.time_max,
+                    "t": t,
+                    "j": lease.job_id,
+                },
+            )
+            return "started"
+
+        return self.db.run("start_collection", body)
+
+    def _pick_current_batch(self, tx: Tx, task_id: bytes, min_batch_size: int) -> bytes | None:
+        """A fixed_size batch with enough aggregated reports, tied to no collection job yet
+        (DAP-09 §4.6.1: current_batch never returns a batch already collected)."""
+        rows = tx.query(
+            "SELECT b.batch_key, SUM(ba.report_count) AS n FROM batches b"
+            " JOIN batch_aggregations ba ON ba.task_id = b.task_id AND ba.batch_key = b.batch_key"
+            " WHERE b.task_id = :t AND b.collected = 0 AND NOT EXISTS (SELECT 1 FROM"
+            " collection_jobs cj WHERE cj.task_id = b.task_id AND cj.batch_key = b.batch_key)"
+            " GROUP BY b.batch_key, b.created_at ORDER BY b.created_at, b.batch_key",
+            {"t": task_id},
+        )
+        for r in rows:
+            if int(r["n"]) >= min_batch_size:
+                return bytes(r["batch_key"])
+        return None
+
+    def finish_collection(self, lease: Lease, result: bytes) -> None:
+        def body(tx: Tx) -> None:
+            self._check_lease(tx, "collection_jobs", lease)
+            tx.execute(
+                "UPDATE collection_jobs SET state = :s, result = :r, lease_token = NULL"
+                " WHERE task_id = :t AND job_id = :j AND state = :collecting",
+                {
+                    "s": COLLECTION_FINISHED,
+                    "r": result,
+                    "t": lease.task_id,
+                    "j": lease.job_id,
+                    "collecting": COLLECTION_COLLECTING,
+                },
+            )
+
+        self.db.run("finish_collection", body)
+
+    def fail_collection(self, lease: Lease, problem: str) -> None:
+        def body(tx: Tx) -> None:
+            self._check_lease(tx, "collection_jobs", lease)
+            tx.execute(
+                "UPDATE collection_jobs SET state = :s, error = :e, lease_token = NULL,"
+                " leader_share = NULL WHERE task_id = :t AND job_id = :j",
+                {"s": COLLECTION_FAILED, "e": problem, "t": lease.task_id, "j": lease.job_id},
+            )
+
+        self.db.run("fail_collection", body)
+
+    # --- introspection for health checks and tests -------------------------------------------
+
+    def count_rows(self, table: str, task_id: bytes) -> int:
+        if table not in {m for m in _TABLES}:
+            raise ValueError(table)
+        row = self.db.run(
+            "count_rows",
+            lambda tx: tx.query_one(
+                f"SELECT COUNT(*) AS n FROM {table} WHERE task_id = :t", {"t": task_id}
+            ),
+        )
+        return int(row["n"]) if row else 0
+
+    def batch_totals(
+        self, task_id: bytes, lo: bytes, hi: bytes, vdaf: Prio3 | None = None
+    ) -> BatchTotals:
+        return self.db.run("batch_totals", lambda tx: self._batch_totals(tx, task_id, lo, vdaf, hi))
+
+    def unaggregated_reports(self, task_id: bytes) -> int:
+        row = self.db.run(
+            "unaggregated_reports",
+            lambda tx: tx.query_one(
+                "SELECT COUNT(*) AS n FROM client_reports WHERE task_id = :t"
+                " AND aggregation_started = 0",
+                {"t": task_id},
+            ),
+        )
+        return int(row["n"]) if row else 0
+
+
+_TABLES = (
+    "client_reports",
+    "aggregation_jobs",
+    "report_aggregations",
+    "batch_aggregations",
+    "batches",
+    "collection_jobs",
+    "aggregate_share_jobs",
+)
+
+
+def _opt_bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _task_record(row: Row) -> TaskRecord:
+    return TaskRecord(
+        bytes(row["task_id"]),
+        str(row["role"]),
+        json.loads(row["definition"]),
+        bytes(row["aggregator_token_hash"]),
+        _opt_bytes(row["collector_token_hash"]),
+        row["helper_token"],
+    )

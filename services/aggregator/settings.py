@@ -1,0 +1,43 @@
+"""Aggregator configuration: environment variables prefixed ``SAGG_AGGREGATOR_``."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AggregatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
+
+    #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.
+    database_url: str = "sqlite:///sagg-aggregator.db"
+    #: Bearer token of the admin API (/internal/...); unset disables it (every call 403).
+    admin_token: SecretStr | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8081, ge=0, le=65535)
+    #: Run the leader's job drivers in this process (else run them elsewhere).
+    run_drivers: bool = True
+
+    #: Reports per aggregation job; a smaller job is made once the oldest waiting report has
+    #: waited `max_report_wait_s`.
+    min_job_size: int = Field(default=100, ge=1)
+    max_job_size: int = Field(default=500, ge=1)
+    max_report_wait_s: int = Field(default=5, ge=0)
+    #: How long a driver owns a leased job before another may take it over.
+    lease_duration_s: int = Field(default=60, ge=1)
+    #: A job that failed this many attempts (helper down, 5xx) is abandoned.
+    max_job_attempts: int = Field(default=10, ge=1)
+    retry_base_s: float = Field(default=1.0, gt=0)
+    retry_max_s: float = Field(default=60.0, gt=0)
+    #: Driver loop pause when there is nothing to do.
+    driver_poll_s: float = Field(default=0.5, gt=0)
+    #: Jobs leased per driver iteration.
+    driver_batch: int = Field(default=4, ge=1)
+    #: How often a collection job waiting for reports is looked at again; also Retry-After.
+    collection_retry_s: int = Field(default=2, ge=1)
+    #: Leeway for client clocks running ahead (DAP-09 §4.4.2 "a few minutes").
+    clock_skew_s: int = Field(default=300, ge=0)
+    helper_timeout_s: float = Field(default=30.0, gt=0)
+    #: Shard rows per batch aggregation (write contention vs. collection cost).
+    batch_shards: int = Field(default=8, ge=1)
+    pg_pool_size: int = Field(default=8, ge=1)

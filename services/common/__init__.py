@@ -1,0 +1,1 @@
+"""Pieces every sagg service shares: clock, problem documents, auth, database."""

@@ -1,0 +1,334 @@
+"""One database interface over SQLite and PostgreSQL, with named, retried transactions.
+
+- `Database.open(url)`: ``sqlite:///path/to.db`` or ``postgresql://...``.
+- SQL is written once with ``:name`` parameters and a few ``{blob}``-style type placeholders in
+  DDL; `Dialect` holds every difference between the engines (placeholder syntax, column types,
+  row locking clauses, how a transaction begins, which errors are worth a retry).
+- Transactions are SERIALIZABLE on both engines (SQLite is by construction, with one writer;
+  PostgreSQL runs SSI). The callers' invariants (a report's output share is added in the same
+  transaction that finishes its report aggregation; a collected batch takes no more shares) then
+  hold without hand-placed locks, at the price of retrying on serialization failures, which
+  `Database.run` does.
+- Migrations are ordered steps recorded in ``schema_migrations`` and applied once, at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import dict_row
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+Params = dict[str, Any]
+T = TypeVar("T")
+
+_PARAM = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class TransientDbError(Exception):
+    """A transaction failed for a reason a retry may fix (busy, serialization, lost connection)."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    types: dict[str, str]
+    #: Appended to SELECTs that claim rows for a lease; empty where the engine has one writer.
+    skip_locked: str
+
+    def ddl(self, sql: str) -> str:
+        return sql.format(**self.types)
+
+    def translate(self, sql: str) -> str:
+        if self.name == "sqlite":
+            return sql
+        return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+SQLITE = Dialect(
+    "sqlite",
+    {"blob": "BLOB", "bigint": "INTEGER", "text": "TEXT", "serial": "INTEGER"},
+    "",
+)
+POSTGRES = Dialect(
+    "postgresql",
+    {"blob": "BYTEA", "bigint": "BIGINT", "text": "TEXT", "serial": "BIGSERIAL"},
+    "FOR UPDATE SKIP LOCKED",
+)
+
+
+class Tx:
+    """One open transaction; only valid inside `Database.transaction` / `Database.run`."""
+
+    def __init__(self, name: str, dialect: Dialect, execute: Callable[[str, Params], Any]) -> None:
+        self.name = name
+        self.dialect = dialect
+        self._execute = execute
+
+    def execute(self, sql: str, params: Params | None = None) -> int:
+        """Run a statement; the number of rows it changed."""
+        cur = self._execute(self.dialect.translate(sql), params or {})
+        return int(cur.rowcount)
+
+    def query(self, sql: str, params: Params | None = None) -> list[Row]:
+        cur = self._execute(self.dialect.translate(sql), params or {})
+        return [dict(r) for r in cur.fetchall()]
+
+    def query_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+
+# --- engines -------------------------------------------------------------------------------------
+
+
+class _Engine:
+    dialect: Dialect
+
+    @contextmanager
+    def begin(self, name: str) -> Iterator[Tx]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SqliteEngine(_Engine):
+    """One connection per thread; WAL lets readers run beside the single writer."""
+
+    dialect = SQLITE
+
+    def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def begin(self, name: str) -> Iterator[Tx]:
+        conn = self._conn()
+        try:
+            # IMMEDIATE takes the write lock up front, so a read-then-write transaction never
+            # fails halfway on a lock upgrade.
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise TransientDbError(str(exc)) from exc
+        try:
+            yield Tx(name, self.dialect, conn.execute)
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            if _sqlite_busy(exc):
+                raise TransientDbError(str(exc)) from exc
+            raise
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise TransientDbError(str(exc)) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+def _sqlite_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class _PostgresEngine(_Engine):
+    """A small fixed-size pool; connections in autocommit mode with explicit BEGIN/COMMIT."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str, pool_size: int) -> None:
+        self._url = url
+        self._pool: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._closed = False
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._url, autocommit=True, row_factory=dict_row)
+
+    @contextmanager
+    def _lease(self) -> Iterator[psycopg.Connection[Any]]:
+        self._slots.acquire()
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            try:
+                conn = self._pool.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            yield conn
+        except BaseException:
+            if conn is not None and (conn.closed or conn.broken):
+                conn = None
+            raise
+        finally:
+            if conn is not None and not self._closed and not conn.closed:
+                self._pool.put(conn)
+            elif conn is not None:
+                conn.close()
+            self._slots.release()
+
+    @contextmanager
+    def begin(self, name: str) -> Iterator[Tx]:
+        try:
+            with self._lease() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                try:
+                    yield Tx(name, self.dialect, conn.execute)
+                except BaseException:
+                    if not conn.broken:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+        except (
+            psycopg.errors.SerializationFailure,
+            psycopg.errors.DeadlockDetected,
+            psycopg.errors.LockNotAvailable,
+        ) as exc:
+            raise TransientDbError(f"{type(exc).__name__}") from exc
+        except psycopg.OperationalError as exc:
+            raise TransientDbError(f"{type(exc).__name__}") from exc
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                self._pool.get_nowait().close()
+            except queue.Empty:
+                break
+
+
+# --- the public interface ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: DDL statements with ``{blob}``-style type placeholders."""
+
+    version: int
+    name: str
+    statements: Sequence[str]
+
+
+class Database:
+    """The only way services touch their store."""
+
+    def __init__(self, engine: _Engine, *, max_attempts: int = 12) -> None:
+        self._engine = engine
+        self._max_attempts = max_attempts
+
+    @classmethod
+    def open(cls, url: str, *, pool_size: int = 8, busy_timeout_ms: int = 5000) -> Database:
+        if url.startswith("sqlite:///"):
+            return cls(_SqliteEngine(url[len("sqlite:///") :], busy_timeout_ms))
+        if url.startswith(("postgresql://", "postgres://")):
+            return cls(_PostgresEngine(url, pool_size))
+        raise ValueError("database URL must start with sqlite:/// or postgresql://")
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._engine.dialect
+
+    @contextmanager
+    def transaction(self, name: str) -> Iterator[Tx]:
+        """One attempt at a transaction; `TransientDbError` if the engine asks for a retry."""
+        with self._engine.begin(name) as tx:
+            yield tx
+
+    def run(self, name: str, body: Callable[[Tx], T]) -> T:
+        """Run `body` in a transaction, retrying it from scratch on transient failures.
+
+        `body` must not have side effects outside the transaction: it may run several times.
+        """
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                with self._engine.begin(name) as tx:
+                    return body(tx)
+            except TransientDbError as exc:
+                if attempt == self._max_attempts:
+                    raise
+                delay = min(0.5, 0.005 * 2**attempt) * (0.5 + random.random())
+                log.debug("transaction %s retry %d after %s", name, attempt, exc)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def migrate(self, migrations: Sequence[Migration]) -> int:
+        """Apply the steps not yet recorded; the number applied."""
+        versions = [m.version for m in migrations]
+        if versions != sorted(set(versions)):
+            raise ValueError("migration versions must be unique and ascending")
+
+        def apply(tx: Tx) -> int:
+            if self.dialect is POSTGRES:
+                # Several processes may start at once against one database.
+                tx.query("SELECT pg_advisory_xact_lock(727174) AS locked")
+            tx.execute(
+                self.dialect.ddl(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " version {bigint} PRIMARY KEY, name {text} NOT NULL,"
+                    " applied_at {bigint} NOT NULL)"
+                )
+            )
+            done = {r["version"] for r in tx.query("SELECT version FROM schema_migrations")}
+            applied = 0
+            for m in migrations:
+                if m.version in done:
+                    continue
+                for statement in m.statements:
+                    tx.execute(self.dialect.ddl(statement))
+                tx.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (:v, :n, :t)",
+                    {"v": m.version, "n": m.name, "t": int(time.time())},
+                )
+                applied += 1
+            return applied
+
+        return self.run("migrate", apply)
+
+    def schema_version(self) -> int:
+        def read(tx: Tx) -> int:
+            row = tx.query_one("SELECT MAX(version) AS v FROM schema_migrations")
+            return int(row["v"]) if row and row["v"] is not None else 0
+
+        return self.run("schema_version", read)
+
+    def close(self) -> None:
+        self._engine.close()

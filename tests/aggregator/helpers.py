@@ -1,0 +1,173 @@
+"""Building tasks, keys and client reports for the aggregator tests, like a real client would."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from services.aggregator.settings import AggregatorSettings
+from shared import hpke
+from shared.constants import MEDIA_REPORT
+from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.ids import ReportId, TaskId
+from shared.dap.messages import (
+    HpkeCiphertext,
+    HpkeConfig,
+    HpkeConfigList,
+    PlaintextInputShare,
+    Report,
+    ReportMetadata,
+    Role,
+)
+from shared.vdaf.prio3 import Prio3
+from shared.vdaf.spec import VdafSpec
+
+ADMIN_TOKEN = "admin-token-0123456789"
+AGGREGATOR_TOKEN = "aggregator-token-0123456789"
+COLLECTOR_TOKEN = "collector-token-0123456789"
+LEADER_URL = "http://leader.test/"
+HELPER_URL = "http://helper.test/"
+
+VDAFS: dict[str, dict[str, Any]] = {
+    "count": {"type": "Prio3Count"},
+    "sum": {"type": "Prio3Sum", "bits": 8},
+    "sumvec": {"type": "Prio3SumVec", "length": 4, "bits": 4, "chunk_length": 2},
+    "histogram": {"type": "Prio3Histogram", "length": 5, "chunk_length": 2},
+}
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def settings(db_url: str, **overrides: Any) -> AggregatorSettings:
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "admin_token": ADMIN_TOKEN,
+        "run_drivers": False,
+        "min_job_size": 1,
+        "max_job_size": 50,
+        "max_report_wait_s": 0,
+        "collection_retry_s": 1,
+        "batch_shards": 3,
+    }
+    values.update(overrides)
+    return AggregatorSettings(**values)
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@dataclass
+class TaskParams:
+    """Both aggregators' definitions of one task, and the collector's key."""
+
+    vdaf: dict[str, Any] = field(default_factory=lambda: dict(VDAFS["count"]))
+    query_type: str = "time_interval"
+    min_batch_size: int = 1
+    max_batch_size: int | None = None
+    time_precision: int = 3600
+    max_batch_query_count: int = 1
+    task_expiration: int | None = None
+    task_id: TaskId = field(default_factory=TaskId.random)
+    verify_key: bytes = field(default_factory=lambda: secrets.token_bytes(16))
+    collector_key: hpke.HpkeKeyPair = field(default_factory=lambda: hpke.generate_keypair(9))
+
+    @property
+    def collector_config(self) -> HpkeConfig:
+        k = self.collector_key
+        return HpkeConfig(k.config_id, k.kem_id, k.kdf_id, k.aead_id, k.public_key)
+
+    @property
+    def prio3(self) -> Prio3:
+        return VdafSpec.model_validate(self.vdaf).instance()
+
+    def definition(self, role: str) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "task_id": self.task_id.to_b64url(),
+            "role": role,
+            "leader_endpoint": LEADER_URL,
+            "helper_endpoint": HELPER_URL,
+            "query_type": self.query_type,
+            "vdaf": self.vdaf,
+            "vdaf_verify_key": b64(self.verify_key),
+            "min_batch_size": self.min_batch_size,
+            "max_batch_size": self.max_batch_size,
+            "time_precision": self.time_precision,
+            "max_batch_query_count": self.max_batch_query_count,
+            "task_expiration": self.task_expiration,
+            "collector_hpke_config": b64(self.collector_config.encode()),
+            "aggregator_auth_token": AGGREGATOR_TOKEN,
+        }
+        if role == "leader":
+            d["collector_auth_token"] = COLLECTOR_TOKEN
+        return d
+
+
+def provision(client: httpx.Client, params: TaskParams, role: str) -> None:
+    response = client.put(
+        f"/internal/tasks/{params.task_id.to_b64url()}",
+        json=params.definition(role),
+        headers=admin_headers(),
+    )
+    assert response.status_code == 201, response.text
+
+
+def hpke_config(client: httpx.Client, task_id: TaskId) -> HpkeConfig:
+    response = client.get("/hpke_config", params={"task_id": task_id.to_b64url()})
+    assert response.status_code == 200, response.text
+    return HpkeConfigList.decode(response.content).configs[0]
+
+
+def seal_share(
+    config: HpkeConfig,
+    role: Role,
+    task_id: TaskId,
+    metadata: ReportMetadata,
+    public_share: bytes,
+    payload: bytes,
+    extensions: tuple[Any, ...] = (),
+) -> HpkeCiphertext:
+    plaintext = PlaintextInputShare(extensions, payload).encode()
+    enc, ct = hpke.seal(
+        config.public_key,
+        input_share_info(role),
+        input_share_aad(task_id, metadata, public_share),
+        plaintext,
+    )
+    return HpkeCiphertext(config.id, enc, ct)
+
+
+def make_report(
+    params: TaskParams,
+    leader_config: HpkeConfig,
+    helper_config: HpkeConfig,
+    measurement: Any,
+    time: int,
+    *,
+    report_id: ReportId | None = None,
+) -> Report:
+    """Shard and seal one measurement exactly like a DAP-09 client."""
+    vdaf = params.prio3
+    rid = report_id or ReportId.random()
+    public_share, shares = vdaf.shard(measurement, rid.value, secrets.token_bytes(vdaf.RAND_SIZE))
+    metadata = ReportMetadata(rid, time)
+    return Report(
+        metadata,
+        public_share,
+        seal_share(leader_config, Role.LEADER, params.task_id, metadata, public_share, shares[0]),
+        seal_share(helper_config, Role.HELPER, params.task_id, metadata, public_share, shares[1]),
+    )
+
+
+def upload(client: httpx.Client, params: TaskParams, report: Report) -> httpx.Response:
+    return client.put(
+        f"/tasks/{params.task_id.to_b64url()}/reports",
+        content=report.encode(),
+        headers={"Content-Type": MEDIA_REPORT},
+    )

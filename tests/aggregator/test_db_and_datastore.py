@@ -1,0 +1,236 @@
+"""The database layer and the aggregator datastore, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from services.aggregator.batches import bucket_key, covering_interval, report_checksum
+from services.aggregator.datastore import (
+    MIGRATIONS,
+    Datastore,
+    LeaseLostError,
+    ReportOutcome,
+)
+from services.common.auth import hash_token, presented_token, token_matches
+from services.common.clock import TestClock
+from services.common.db import Database, Migration, Tx
+from shared.dap.messages import PrepareError
+from shared.vdaf.prio3 import prio3_count
+
+TASK = b"\x01" * 32
+
+
+@pytest.fixture
+def ds(db_url: str):
+    db = Database.open(db_url)
+    store = Datastore(db, shards=2)
+    store.migrate()
+    yield store
+    db.close()
+
+
+def test_migrations_apply_once(db_url: str) -> None:
+    db = Database.open(db_url)
+    try:
+        assert db.migrate(MIGRATIONS) == len(MIGRATIONS)
+        assert db.migrate(MIGRATIONS) == 0
+        assert db.schema_version() == MIGRATIONS[-1].version
+        extra = Migration(MIGRATIONS[-1].version + 1, "probe", ("CREATE TABLE probe (x {blob})",))
+        assert db.migrate((*MIGRATIONS, extra)) == 1
+        assert db.schema_version() == extra.version
+    finally:
+        db.close()
+
+
+def test_transaction_rolls_back_on_error(db_url: str) -> None:
+    db = Database.open(db_url)
+    try:
+        db.migrate((Migration(1, "t", ("CREATE TABLE t (k {bigint} PRIMARY KEY, v {blob})",)),))
+
+        def failing(tx: Tx) -> None:
+            tx.execute("INSERT INTO t (k, v) VALUES (:k, :v)", {"k": 1, "v": b"\x00\xff"})
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            db.run("failing", failing)
+        assert db.run("count", lambda tx: tx.query("SELECT * FROM t")) == []
+        db.run(
+            "ok",
+            lambda tx: tx.execute(
+                "INSERT INTO t (k, v) VALUES (:k, :v)", {"k": 2, "v": b"\x00\xff"}
+            ),
+        )
+        rows = db.run("read", lambda tx: tx.query("SELECT k, v FROM t"))
+        assert rows == [{"k": 2, "v": b"\x00\xff"}]
+    finally:
+        db.close()
+
+
+def test_concurrent_increments_are_not_lost(db_url: str) -> None:
+    """Serializable transactions plus retries: N threads x M read-modify-writes = N*M."""
+    db = Database.open(db_url, pool_size=4)
+    try:
+        db.migrate((Migration(1, "c", ("CREATE TABLE c (k {bigint} PRIMARY KEY, n {bigint})",)),))
+        db.run("init", lambda tx: tx.execute("INSERT INTO c (k, n) VALUES (1, 0)"))
+
+        def bump(tx: Tx) -> None:
+            row = tx.query_one("SELECT n FROM c WHERE k = 1")
+            assert row is not None
+            tx.execute("UPDATE c SET n = :n WHERE k = 1", {"n": int(row["n"]) + 1})
+
+        def worker() -> None:
+            for _ in range(10):
+                db.run("bump", bump)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        row = db.run("read", lambda tx: tx.query_one("SELECT n FROM c WHERE k = 1"))
+        assert row == {"n": 40}
+    finally:
+        db.close()
+
+
+def test_database_url_is_checked() -> None:
+    with pytest.raises(ValueError):
+        Database.open("mysql://nope")
+
+
+def test_tokens() -> None:
+    stored = hash_token("secret-token")
+    assert stored != b"secret-token"
+    assert token_matches(stored, presented_token({"DAP-Auth-Token": "secret-token"}))
+    assert token_matches(stored, presented_token({"Authorization": "Bearer secret-token"}))
+    assert not token_matches(stored, presented_token({"Authorization": "Basic secret-token"}))
+    assert not token_matches(stored, presented_token({"DAP-Auth-Token": "other"}))
+    assert not token_matches(stored, None)
+    assert not token_matches(None, "secret-token")
+
+
+def test_task_put_is_idempotent_and_conflicts(ds: Datastore) -> None:
+    d = {"a": 1}
+    assert ds.put_task(TASK, "helper", d, b"h" * 32, None, None, 0) == "created"
+    assert ds.put_task(TASK, "helper", d, b"h" * 32, None, None, 0) == "exists"
+    assert ds.put_task(TASK, "helper", {"a": 2}, b"h" * 32, None, None, 0) == "conflict"
+    assert ds.put_task(TASK, "helper", d, b"x" * 32, None, None, 0) == "conflict"
+    record = ds.get_task(TASK)
+    assert record is not None and record.definition == d
+    assert "helper_token" not in repr(record) or "None" in repr(record)
+    assert ds.delete_task(TASK)
+    assert ds.get_task(TASK) is None
+    assert not ds.delete_task(TASK)
+
+
+def test_hpke_keys_newest_first(ds: Datastore) -> None:
+    first = ds.add_hpke_key(0, only_if_none=True)
+    assert first is not None
+    assert ds.add_hpke_key(0, only_if_none=True) is None
+    second = ds.add_hpke_key(1)
+    assert second is not None and second.config_id != first.config_id
+    keys = ds.hpke_keys()
+    assert [k.keypair.config_id for k in keys] == [second.config_id, first.config_id]
+    assert keys[1].keypair.private_key_bytes() == first.private_key_bytes()
+    assert ds.expire_hpke_key(first.config_id)
+    assert [k.state for k in ds.hpke_keys()] == ["active", "expired"]
+
+
+def _put(ds: Datastore, rid: bytes, time: int, key: bytes | None = None) -> str:
+    return ds.put_report(TASK, rid, time, b"", b"leader", b"helper", key, 100)
+
+
+def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
+    key = bucket_key(7200, 3600)
+    assert _put(ds, b"r" * 16, 7200, key) == "stored"
+    assert _put(ds, b"r" * 16, 7200, key) == "replayed"
+    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, key, key + b"\x00", 0))
+    assert _put(ds, b"s" * 16, 7300, key) == "collected"
+    assert _put(ds, b"t" * 16, 3600, bucket_key(3600, 3600)) == "stored"
+
+
+def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:
+    vdaf = prio3_count()
+    for i in range(5):
+        _put(ds, bytes([i]) * 16, 7200 + i, None)
+    # Too few reports for a job and none old enough to flush: nothing happens.
+    assert (
+        ds.create_aggregation_jobs(
+            TASK, fixed_size_target=None, min_job_size=10, max_job_size=3, flush_before=0, now=100
+        )
+        == 0
+    )
+    assert (
+        ds.create_aggregation_jobs(
+            TASK, fixed_size_target=None, min_job_size=1, max_job_size=3, flush_before=0, now=100
+        )
+        == 2
+    )
+    assert ds.unaggregated_reports(TASK) == 0
+    leases = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+    assert len(leases) == 2
+    # Leased jobs are not handed out again until the lease expires.
+    assert ds.acquire_aggregation_jobs(now=105, lease_duration=10, limit=10) == []
+    retaken = ds.acquire_aggregation_jobs(now=111, lease_duration=10, limit=10)
+    assert {lease.job_id for lease in retaken} == {lease.job_id for lease in leases}
+    # The first holder lost its lease: its commit must not count anything.
+    _, reports = ds.leader_job(retaken[0])
+    outcomes = [
+        ReportOutcome(r.report_id, r.client_time, bucket_key(r.client_time, 3600), None, i)
+        for i, r in enumerate(reports)
+    ]
+    shares = vdaf.field.from_ints([1] * len(reports)).reshape(len(reports), 1, 1)
+    stale = next(lease for lease in leases if lease.job_id == retaken[0].job_id)
+    with pytest.raises(LeaseLostError):
+        ds.finish_leader_job(stale, vdaf, outcomes, shares)
+    outcomes[0].error = PrepareError.VDAF_PREP_ERROR
+    ds.finish_leader_job(retaken[0], vdaf, outcomes, shares)
+    totals = ds.batch_totals(TASK, bucket_key(0, 3600), bucket_key(10**6, 3600), vdaf)
+    assert totals.report_count == len(reports) - 1
+    assert totals.checksum == report_checksum(r.report_id for r in reports[1:])
+    assert totals.aggregate_share is not None
+    assert vdaf.field.to_ints(totals.aggregate_share) == [len(reports) - 1]
+    # Committed once: only the other job is leasable again, and only this job's reports are
+    # scrubbed (their ids stay for anti-replay).
+    _, again = ds.leader_job(retaken[1])
+    assert all(r.leader_input_share is not None for r in again)
+    later = ds.acquire_aggregation_jobs(now=10**6, lease_duration=10, limit=10)
+    assert [lease.job_id for lease in later] == [retaken[1].job_id]
+    scrubbed = ds.db.run(
+        "peek",
+        lambda tx: tx.query(
+            "SELECT report_id FROM client_reports WHERE task_id = :t AND public_share IS NULL",
+            {"t": TASK},
+        ),
+    )
+    assert sorted(bytes(r["report_id"]) for r in scrubbed) == sorted(r.report_id for r in reports)
+    assert _put(ds, reports[0].report_id, 7200, None) == "replayed"
+
+
+def test_fixed_size_batches_fill_to_target(ds: Datastore) -> None:
+    for i in range(7):
+        _put(ds, bytes([i]) * 16, 7200, None)
+    created = ds.create_aggregation_jobs(
+        TASK, fixed_size_target=3, min_job_size=1, max_job_size=10, flush_before=10**6, now=100
+    )
+    assert created == 3
+    batches = ds.db.run(
+        "b",
+        lambda tx: tx.query(
+            "SELECT assigned, filled FROM batches WHERE task_id = :t ORDER BY assigned", {"t": TASK}
+        ),
+    )
+    assert [(b["assigned"], b["filled"]) for b in batches] == [(1, 0), (3, 1), (3, 1)]
+
+
+def test_covering_interval() -> None:
+    iv = covering_interval(3601, 7300, 3600)
+    assert (iv.start, iv.duration) == (3600, 7200)
+
+
+def test_clock_advances() -> None:
+    c = TestClock(10)
+    c.advance(5)
+    assert c.now() == 15
