@@ -21,6 +21,8 @@ def serve(settings: CollectorSettings) -> None:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request at INFO; one line per poll drowns the job transitions.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(settings)
     uvicorn.run(
         app,

@@ -1,0 +1,347 @@
+"""`sagg`: the command line (argparse, one subcommand per task).
+
+    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--demo]
+    sagg serve aggregator|collector
+    sagg task create --vdaf JSON [--query-type ...] ... [--leader U --helper U --collector U]
+    sagg task create --config FILE
+    sagg collect --task ID (--interval-start S --interval-duration D | --batch-id B |
+                            --current-batch) [--format table|json|csv] [--wait SECONDS]
+
+Every failure is one line on stderr (`sagg: ...`) and a non-zero exit status; no tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import tomllib
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import httpx
+from pydantic import ValidationError
+
+from deploy.collect import CollectError, format_result, request_collection, wait_for_collection
+from deploy.config import DEFAULT_DATA_DIR, Deployment, DeploymentError, load_deployment
+from deploy.demo import run_demo
+from deploy.launcher import Cluster, LaunchError, UpOptions, wait_for_shutdown
+from deploy.tasks import ProvisionError, TaskParams, create_task
+from deploy.upload import UploadError
+
+__all__ = ["main"]
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("function-after",))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+# --- shared resolution of URLs and the admin token -------------------------------------------
+
+
+def _deployment(args: argparse.Namespace) -> Deployment | None:
+    try:
+        return load_deployment(getattr(args, "deployment", None))
+    except DeploymentError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _admin_token(deployment: Deployment | None) -> str:
+    token = os.environ.get("SAGG_ADMIN_TOKEN") or (deployment.admin_token if deployment else None)
+    if not token:
+        raise CliError("no admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
+    return token
+
+
+def _url(flag: str | None, env: str, deployment: Deployment | None, role: str) -> str | None:
+    if flag:
+        return flag
+    if os.environ.get(env):
+        return os.environ[env]
+    return getattr(deployment, role) if deployment else None
+
+
+# --- sagg collect ------------------------------------------------------------------------------
+
+
+def _epoch(text: str) -> int:
+    """Seconds since the epoch, or an ISO 8601 time with a zone (e.g. 2026-11-22T00:00:00Z)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time needs a zone (e.g. Z): {text!r}")
+    return int(when.timestamp())
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    collector = _url(args.collector, "SAGG_COLLECTOR_URL", deployment, "collector")
+    if collector is None:
+        raise CliError("no collector URL: pass --collector or run `sagg up` first")
+    token = _admin_token(deployment)
+    if args.batch_id is not None:
+        query: dict[str, Any] = {"type": "fixed_size", "batch_id": args.batch_id}
+    elif args.current_batch:
+        query = {"type": "current_batch"}
+    else:
+        if args.interval_start is None or args.interval_duration is None:
+            raise CliError(
+                "give --interval-start and --interval-duration, --batch-id, or --current-batch"
+            )
+        query = {
+            "type": "time_interval",
+            "start": args.interval_start,
+            "duration": args.interval_duration,
+        }
+    with httpx.Client(timeout=30.0) as http:
+        job_id = request_collection(http, collector, token, args.task, query)
+        body = wait_for_collection(http, collector, token, job_id, args.wait)
+    print(format_result(body, args.format))
+    return 0
+
+
+# --- sagg task create -------------------------------------------------------------------------
+
+
+def _load_config_file(path: str) -> dict[str, Any]:
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise CliError(
+            f"{path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold an object of task settings")
+    return data
+
+
+def cmd_task_create(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    values: dict[str, Any] = _load_config_file(args.config) if args.config else {}
+    if args.vdaf is not None:
+        try:
+            values["vdaf"] = json.loads(args.vdaf)
+        except ValueError:
+            raise CliError('--vdaf must be JSON, e.g. \'{"type":"Prio3Count"}\'') from None
+    for name in (
+        "query_type",
+        "min_batch_size",
+        "max_batch_size",
+        "time_precision",
+        "max_batch_query_count",
+        "expires_in",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            values[name] = value
+    for role, env in (
+        ("leader", "SAGG_LEADER_URL"),
+        ("helper", "SAGG_HELPER_URL"),
+        ("collector", "SAGG_COLLECTOR_URL"),
+    ):
+        url = _url(getattr(args, role), env, deployment, role) or values.get(role)
+        if url is None:
+            raise CliError(f"no {role} URL: pass --{role} or run `sagg up` first")
+        values[role] = url
+    if "vdaf" not in values:
+        raise CliError("--vdaf is required (or a config file with a vdaf entry)")
+    try:
+        params = TaskParams.model_validate(values)
+    except ValidationError as exc:
+        raise CliError(f"invalid task: {_validation_message(exc)}") from None
+    info = create_task(params, _admin_token(deployment))
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+# --- sagg serve / sagg up ---------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run one service in the foreground, configured by its SAGG_<SERVICE>_* environment."""
+    prefix = "SAGG_AGGREGATOR_" if args.service == "aggregator" else "SAGG_COLLECTOR_"
+    for flag, name in (
+        (args.host, "HOST"),
+        (args.port, "PORT"),
+        (args.database_url, "DATABASE_URL"),
+    ):
+        if flag is not None:
+            os.environ[prefix + name] = str(flag)
+    sys.argv = [f"services.{args.service}"]
+    try:
+        runpy.run_module(f"services.{args.service}", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.store == "postgres" and not args.postgres_url:
+        raise CliError("--store postgres needs --postgres-url")
+    options = UpOptions(
+        data_dir=Path(args.data_dir),
+        host=args.host,
+        leader_port=args.leader_port,
+        helper_port=args.helper_port,
+        collector_port=args.collector_port,
+        store=args.store,
+        postgres_url=args.postgres_url,
+        startup_timeout=args.startup_timeout,
+    )
+    cluster = Cluster(options)
+    deployment = cluster.start()
+    try:
+        print(f"leader     {deployment.leader}")
+        print(f"helper     {deployment.helper}")
+        print(f"collector  {deployment.collector}")
+        print(f"deployment {cluster.deployment_path} (admin token inside; mode 0600)")
+        print(f"logs       {cluster.data_dir / 'logs'}")
+        if args.demo:
+            print(run_demo(deployment, args.demo_reports))
+        if args.exit_after_demo:
+            return 0
+        print("running; Ctrl-C to stop", flush=True)
+        reason = wait_for_shutdown(cluster)
+        print(f"stopping ({reason})", file=sys.stderr)
+        return 0 if reason in ("SIGINT", "SIGTERM", "interrupted") else EXIT_ERROR
+    finally:
+        cluster.stop()
+
+
+# --- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sagg", description="sagg: private aggregation with DAP-09 and Prio3")
+    parser.add_argument("--deployment", help="deployment file (default .data/deployment.json)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    up = sub.add_parser("up", help="start leader, helper and collector locally")
+    up.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--leader-port", type=int, default=8081)
+    up.add_argument("--helper-port", type=int, default=8082)
+    up.add_argument("--collector-port", type=int, default=8083)
+    up.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
+    up.add_argument("--startup-timeout", type=_seconds, default=60.0)
+    up.add_argument("--demo", action="store_true", help="create a task, upload, collect")
+    up.add_argument("--demo-reports", type=_positive, default=300)
+    up.add_argument(
+        "--exit-after-demo", action="store_true", help="stop the services once the demo is done"
+    )
+    up.set_defaults(func=cmd_up)
+
+    serve = sub.add_parser("serve", help="run one service in the foreground")
+    serve.add_argument("service", choices=("aggregator", "collector"))
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--database-url")
+    serve.set_defaults(func=cmd_serve)
+
+    task = sub.add_parser("task", help="manage tasks")
+    task_sub = task.add_subparsers(dest="task_command", required=True, parser_class=_Parser)
+    create = task_sub.add_parser("create", help="create a task on collector, leader and helper")
+    create.add_argument("--config", help="TOML or JSON file with the same settings as the flags")
+    create.add_argument(
+        "--vdaf", help='e.g. \'{"type":"Prio3Histogram","length":4,"chunk_length":2}\''
+    )
+    create.add_argument("--query-type", choices=("time_interval", "fixed_size"))
+    create.add_argument("--min-batch-size", type=_positive)
+    create.add_argument("--max-batch-size", type=_positive)
+    create.add_argument("--time-precision", type=_positive)
+    create.add_argument("--max-batch-query-count", type=_positive)
+    create.add_argument("--expires-in", type=_positive, help="seconds from now")
+    create.add_argument("--leader")
+    create.add_argument("--helper")
+    create.add_argument("--collector")
+    create.set_defaults(func=cmd_task_create)
+
+    collect = sub.add_parser("collect", help="collect a batch and print the aggregate")
+    collect.add_argument("--task", required=True, help="task id (base64url)")
+    group = collect.add_mutually_exclusive_group()
+    group.add_argument("--batch-id")
+    group.add_argument("--current-batch", action="store_true")
+    collect.add_argument("--interval-start", type=_epoch, help="epoch seconds or ISO 8601")
+    collect.add_argument("--interval-duration", type=_positive, help="seconds")
+    collect.add_argument("--collector")
+    collect.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    collect.add_argument("--wait", type=_seconds, default=60.0, help="seconds to wait for it")
+    collect.set_defaults(func=cmd_collect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (
+        args.command == "collect"
+        and (args.batch_id or args.current_batch)
+        and (args.interval_start is not None or args.interval_duration is not None)
+    ):
+        parser.error("--interval-start/--interval-duration cannot be combined with a batch query")
+    try:
+        code: int = args.func(args)
+        return code
+    except (CliError, CollectError, ProvisionError, UploadError, LaunchError) as exc:
+        print(f"sagg: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("sagg: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: still one line, and the type names it for a report
+        print(f"sagg: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

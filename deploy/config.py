@@ -1,0 +1,78 @@
+"""Where the CLI finds its deployment: URLs and the admin token.
+
+`sagg up` writes `<data dir>/deployment.json` (mode 0600: it holds the admin token); every
+other command reads it, so that they work without flags after `sagg up`. Precedence for each
+value: command-line flag, then environment (`SAGG_ADMIN_TOKEN`, `SAGG_LEADER_URL`,
+`SAGG_HELPER_URL`, `SAGG_COLLECTOR_URL`), then the deployment file (`--deployment`,
+`SAGG_DEPLOYMENT`, or `.data/deployment.json` in the working directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "Deployment",
+    "DeploymentError",
+    "deployment_path",
+    "load_deployment",
+    "write_deployment",
+]
+
+DEFAULT_DATA_DIR = Path(".data")
+DEPLOYMENT_FILE = "deployment.json"
+
+
+class DeploymentError(Exception):
+    """The deployment file is unreadable or invalid; the message names it."""
+
+
+class Deployment(BaseModel):
+    """What `sagg up` started."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    leader: str
+    helper: str
+    collector: str
+    admin_token: str = Field(min_length=16, repr=False)
+    data_dir: str | None = None
+    store: str = "sqlite"
+
+
+def deployment_path(explicit: str | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("SAGG_DEPLOYMENT")
+    if env:
+        return Path(env)
+    return DEFAULT_DATA_DIR / DEPLOYMENT_FILE
+
+
+def load_deployment(explicit: str | None = None) -> Deployment | None:
+    """The deployment file's contents, or None when there is none (and none was asked for)."""
+    path = deployment_path(explicit)
+    if not path.exists():
+        if explicit or os.environ.get("SAGG_DEPLOYMENT"):
+            raise DeploymentError(f"deployment file {path} does not exist")
+        return None
+    try:
+        return Deployment.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise DeploymentError(f"deployment file {path} is invalid: {first}") from None
+
+
+def write_deployment(path: Path, deployment: Deployment) -> None:
+    """Write atomically with owner-only permissions (the file holds the admin token)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(deployment.model_dump(), indent=2) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,161 @@
+"""Provisioning a DAP task on all three parties (DAP-09 §4.2: tasks are agreed out of band).
+
+Order matters: the collector is provisioned first because it generates the HPKE key pair the
+aggregators seal aggregate shares to; then the leader and the helper get their `TaskDefinition`
+through the admin API (`PUT /internal/tasks/{id}`: 201 created, 200 identical, 409 different).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shared.constants import VERIFY_KEY_SIZE
+from shared.dap.ids import TaskId
+from shared.dap.task import CollectorTask, TaskDefinition, b64url_encode
+from shared.vdaf.spec import VdafSpec
+
+__all__ = ["ProvisionError", "TaskParams", "create_task"]
+
+
+class ProvisionError(Exception):
+    """A party refused or could not be reached; the message is one line."""
+
+
+class TaskParams(BaseModel):
+    """The choices behind a new task (flags of `sagg task create`, or its --config file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vdaf: VdafSpec
+    query_type: Literal["time_interval", "fixed_size"] = "time_interval"
+    min_batch_size: int = Field(default=10, ge=1)
+    max_batch_size: int | None = Field(default=None, ge=1)
+    time_precision: int = Field(default=3600, ge=1)
+    max_batch_query_count: int = Field(default=1, ge=1)
+    expires_in: int | None = Field(default=None, ge=1)
+    leader: str
+    helper: str
+    collector: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TaskParams:
+        if self.max_batch_size is not None:
+            if self.query_type != "fixed_size":
+                raise ValueError("max_batch_size applies to fixed_size tasks only")
+            if self.max_batch_size < self.min_batch_size:
+                raise ValueError("max_batch_size must be at least min_batch_size")
+        for name in ("leader", "helper", "collector"):
+            url = getattr(self, name)
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{name} URL must start with http:// or https://")
+        return self
+
+
+def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, token: str) -> Any:
+    url = f"{base.rstrip('/')}/internal/tasks/{task_id}"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        response = http.put(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        raise ProvisionError(f"cannot reach the {what} at {base}: {type(exc).__name__}") from None
+    if response.status_code in (200, 201):
+        return response.json() if response.content else None
+    detail = ""
+    try:
+        doc = response.json()
+        detail = doc.get("detail") or doc.get("title") or ""
+    except ValueError:
+        pass
+    raise ProvisionError(
+        f"the {what} refused the task: HTTP {response.status_code}"
+        + (f" {detail}" if detail else "")
+    )
+
+
+def create_task(
+    params: TaskParams,
+    admin_token: str,
+    *,
+    http: httpx.Client | None = None,
+    now: int | None = None,
+) -> dict[str, Any]:
+    """Create a fresh task on collector, leader and helper; returns what a client needs."""
+    task_id = TaskId.random().to_b64url()
+    verify_key = b64url_encode(secrets.token_bytes(VERIFY_KEY_SIZE))
+    aggregator_token = secrets.token_urlsafe(32)
+    collector_token = secrets.token_urlsafe(32)
+    expiration = None
+    if params.expires_in is not None:
+        expiration = (int(time.time()) if now is None else now) + params.expires_in
+
+    own = http is None
+    client = http or httpx.Client(timeout=30.0)
+    try:
+        try:
+            collector_task = CollectorTask(
+                task_id=task_id,
+                leader_endpoint=params.leader,
+                query_type=params.query_type,  # type: ignore[arg-type]
+                vdaf=params.vdaf,
+                collector_auth_token=collector_token,
+                min_batch_size=params.min_batch_size,
+                time_precision=params.time_precision,
+            )
+        except ValidationError as exc:
+            raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
+        answer = _put(
+            client,
+            params.collector,
+            "collector",
+            task_id,
+            collector_task.model_dump_json(),
+            admin_token,
+        )
+        if not isinstance(answer, dict) or "collector_hpke_config" not in answer:
+            raise ProvisionError("the collector did not return its HPKE config")
+        common: dict[str, Any] = {
+            "task_id": task_id,
+            "leader_endpoint": params.leader,
+            "helper_endpoint": params.helper,
+            "query_type": params.query_type,
+            "vdaf": params.vdaf,
+            "vdaf_verify_key": verify_key,
+            "min_batch_size": params.min_batch_size,
+            "max_batch_size": params.max_batch_size,
+            "time_precision": params.time_precision,
+            "max_batch_query_count": params.max_batch_query_count,
+            "task_expiration": expiration,
+            "collector_hpke_config": answer["collector_hpke_config"],
+            "aggregator_auth_token": aggregator_token,
+        }
+        try:
+            leader = TaskDefinition(**common, role="leader", collector_auth_token=collector_token)
+            helper = TaskDefinition(**common, role="helper")
+        except ValidationError as exc:
+            raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
+        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), admin_token)
+        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), admin_token)
+    finally:
+        if own:
+            client.close()
+
+    info: dict[str, Any] = {
+        "task_id": task_id,
+        "leader": params.leader,
+        "helper": params.helper,
+        "collector": params.collector,
+        "vdaf": params.vdaf.model_dump(exclude_none=True),
+        "query_type": params.query_type,
+        "time_precision": params.time_precision,
+        "min_batch_size": params.min_batch_size,
+    }
+    if params.max_batch_size is not None:
+        info["max_batch_size"] = params.max_batch_size
+    if expiration is not None:
+        info["task_expiration"] = expiration
+    return info

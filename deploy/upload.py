@@ -1,0 +1,175 @@
+"""A small DAP-09 client: shard, seal and upload reports (DAP-09 §4.4).
+
+For each measurement: a fresh report id (the VDAF nonce), the time rounded down to the task's
+time_precision, `Prio3.shard`, then each input share sealed to its aggregator's HPKE config
+(fetched once from `GET /hpke_config?task_id=`, DAP-09 §4.4.1) with
+info = "dap-09 input share" || client || server_role and aad = InputShareAad, and the Report
+PUT to the leader as `application/dap-report` (DAP-09 §4.4.2).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared import hpke
+from shared.codec import DecodeError
+from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
+from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.ids import ReportId, TaskId
+from shared.dap.messages import (
+    HpkeCiphertext,
+    HpkeConfig,
+    HpkeConfigList,
+    PlaintextInputShare,
+    Report,
+    ReportMetadata,
+    Role,
+)
+from shared.vdaf.spec import VdafSpec
+
+__all__ = ["ClientTask", "UploadError", "UploadResult", "fetch_hpke_config", "upload_reports"]
+
+
+class UploadError(Exception):
+    """An upload could not be done; the message is one line."""
+
+
+class ClientTask(BaseModel):
+    """What a client needs to know about a task (what `sagg task create` prints)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    task_id: str
+    leader: str
+    helper: str
+    vdaf: VdafSpec
+    time_precision: int = Field(ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class UploadResult:
+    uploaded: int
+    rejected: list[str]  # one line per report the leader refused
+
+
+def fetch_hpke_config(http: httpx.Client, aggregator: str, task_id: TaskId) -> HpkeConfig:
+    """The aggregator's preferred HPKE config whose suite this client supports (DAP-09 §4.4.1)."""
+    url = f"{aggregator.rstrip('/')}/hpke_config"
+    try:
+        response = http.get(url, params={"task_id": task_id.to_b64url()})
+    except httpx.HTTPError as exc:
+        raise UploadError(f"cannot reach {aggregator}: {type(exc).__name__}") from None
+    if response.status_code != 200:
+        raise UploadError(f"{aggregator} refused the HPKE config request: {response.status_code}")
+    media = response.headers.get("Content-Type", "").split(";")[0].strip()
+    if media != MEDIA_HPKE_CONFIG_LIST:
+        raise UploadError(f"{aggregator} sent HPKE configs as {media!r}")
+    try:
+        configs = HpkeConfigList.decode(response.content).configs
+    except DecodeError as exc:
+        raise UploadError(f"{aggregator} sent an invalid HpkeConfigList: {exc}") from None
+    for config in configs:
+        try:
+            hpke.check_suite(config.kem_id, config.kdf_id, config.aead_id)
+        except hpke.HpkeError:
+            continue
+        return config
+    raise UploadError(f"{aggregator} offers no HPKE suite this client supports")
+
+
+def _seal(config: HpkeConfig, role: Role, aad: bytes, payload: bytes) -> HpkeCiphertext:
+    plaintext = PlaintextInputShare((), payload).encode()
+    enc, ciphertext = hpke.seal(config.public_key, input_share_info(role), aad, plaintext)
+    return HpkeCiphertext(config.id, enc, ciphertext)
+
+
+def build_reports(
+    task: ClientTask,
+    measurements: Sequence[Any],
+    leader_config: HpkeConfig,
+    helper_config: HpkeConfig,
+    report_time: int,
+) -> list[Report]:
+    """Shard and seal one report per measurement (ValueError for an invalid measurement)."""
+    vdaf = task.vdaf.instance()
+    task_id = TaskId.from_b64url(task.task_id)
+    rounded = report_time - report_time % task.time_precision
+    ids = [ReportId.random() for _ in measurements]
+    sharded = vdaf.shard_batch(
+        list(measurements),
+        [report_id.value for report_id in ids],
+        [secrets.token_bytes(vdaf.RAND_SIZE) for _ in measurements],
+    )
+    reports = []
+    for report_id, (public_share, (leader_share, helper_share)) in zip(ids, sharded, strict=True):
+        metadata = ReportMetadata(report_id, rounded)
+        aad = input_share_aad(task_id, metadata, public_share)
+        reports.append(
+            Report(
+                metadata,
+                public_share,
+                _seal(leader_config, Role.LEADER, aad, leader_share),
+                _seal(helper_config, Role.HELPER, aad, helper_share),
+            )
+        )
+    return reports
+
+
+def upload_reports(
+    task: ClientTask,
+    measurements: Sequence[Any],
+    *,
+    report_time: int | None = None,
+    http: httpx.Client | None = None,
+    concurrency: int = 8,
+) -> UploadResult:
+    """Upload one report per measurement to the task's leader.
+
+    Raises UploadError when nothing can be uploaded (configs unavailable, a measurement out of
+    range); reports the leader refuses one by one are listed in the result instead.
+    """
+    own = http is None
+    client = http or httpx.Client(timeout=30.0)
+    try:
+        task_id = TaskId.from_b64url(task.task_id)
+        leader_config = fetch_hpke_config(client, task.leader, task_id)
+        helper_config = fetch_hpke_config(client, task.helper, task_id)
+        try:
+            reports = build_reports(
+                task,
+                measurements,
+                leader_config,
+                helper_config,
+                int(time.time()) if report_time is None else report_time,
+            )
+        except (ValueError, TypeError) as exc:
+            raise UploadError(f"invalid measurement for {task.vdaf.describe()}: {exc}") from None
+        url = f"{task.leader.rstrip('/')}/tasks/{task.task_id}/reports"
+
+        def put(report: Report) -> str | None:
+            try:
+                response = client.put(
+                    url, content=report.encode(), headers={"Content-Type": MEDIA_REPORT}
+                )
+            except httpx.HTTPError as exc:
+                return f"cannot reach the leader: {type(exc).__name__}"
+            if response.is_success:
+                return None
+            return f"leader answered {response.status_code}: {response.text[:200]}"
+
+        # Loopback uploads are latency-bound; a few in flight keep the leader busy.
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            outcomes = list(pool.map(put, reports))
+        rejected = [reason for reason in outcomes if reason is not None]
+        return UploadResult(len(reports) - len(rejected), rejected)
+    finally:
+        if own:
+            client.close()
