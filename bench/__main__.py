@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from bench import hpke, vdaf
+from bench import field, hpke, vdaf
 from bench.common import Result, print_table
 
 
 def main() -> None:
     results: list[Result] = []
-    for module in (hpke, vdaf):
+    for module in (field, hpke, vdaf):
         results += module.run()
     print_table(results, "Summary of all benchmarks")
 

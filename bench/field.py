@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bench.common import Result
 from shared.vdaf.field import Field, Field64, Field128, FieldArray
 
 N = 10**6
@@ -56,9 +57,23 @@ def _rows(F: type[Field], rng: np.random.Generator) -> list[tuple[str, float]]:
     return rows
 
 
-def main() -> None:
+def _measure() -> list[list[tuple[str, float]]]:
     rng = np.random.default_rng(0)
-    results = [_rows(F, rng) for F in (Field64, Field128)]
+    return [_rows(F, rng) for F in (Field64, Field128)]
+
+
+def run() -> list[Result]:
+    """The summary rows for `python -m bench`."""
+    results = []
+    for F, rows in zip((Field64, Field128), _measure(), strict=True):
+        for name, value in rows:
+            operation, unit = name.rsplit(", ", 1)
+            results.append(Result("field", F.__name__, operation, value, unit))
+    return results
+
+
+def main() -> None:
+    results = _measure()
     print(f"{'operation':<32} {'Field64':>10} {'Field128':>10}")
     for (name, t64), (_, t128) in zip(*results, strict=True):
         print(f"{name:<32} {t64:>10.2f} {t128:>10.2f}")
