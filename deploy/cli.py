@@ -123,7 +123,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
     collector = _url(args.collector, "SAGG_COLLECTOR_URL", deployment, "collector")
     if collector is None:
         raise CliError("no collector URL: pass --collector or run `sagg up` first")
-    token = _admin_token(deployment)
     if args.batch_id is not None:
         query: dict[str, Any] = {"type": "fixed_size", "batch_id": args.batch_id}
     elif args.current_batch:
@@ -138,6 +137,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "start": args.interval_start,
             "duration": args.interval_duration,
         }
+    token = _admin_token(deployment)
     with httpx.Client(timeout=30.0) as http:
         job_id = request_collection(http, collector, token, args.task, query)
         body = wait_for_collection(http, collector, token, job_id, args.wait)

@@ -197,6 +197,9 @@ class Cluster:
             store=self.options.store,
         )
         write_deployment(self.deployment_path, deployment)
+        # For tooling that must clean up after a `sagg up` that was itself killed hard.
+        pids = {s.name: s.process.pid for s in self.services if s.process is not None}
+        (self.data_dir / "pids.json").write_text(json.dumps(pids) + "\n")
         return deployment
 
     def _wait_healthy(self, service: _Service, deadline: float) -> None:

@@ -1,0 +1,179 @@
+"""Every CLI failure is one line on stderr with a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.cli import main
+from deploy.launcher import free_port
+
+VDAF = '{"type":"Prio3Count"}'
+URLS = ["--leader", "http://127.0.0.1:1", "--helper", "http://127.0.0.1:1"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # No deployment file, token or URLs leak in from the developer's environment.
+    monkeypatch.chdir(tmp_path)
+    for name in (
+        "SAGG_ADMIN_TOKEN",
+        "SAGG_DEPLOYMENT",
+        "SAGG_LEADER_URL",
+        "SAGG_HELPER_URL",
+        "SAGG_COLLECTOR_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    return code, err
+
+
+USAGE_ERRORS = [
+    [],
+    ["collect"],
+    ["collect", "--task", "t", "--batch-id", "b", "--current-batch"],
+    ["collect", "--task", "t", "--current-batch", "--interval-start", "0"],
+    ["collect", "--task", "t", "--interval-start", "yesterday", "--interval-duration", "60"],
+    [
+        "collect",
+        "--task",
+        "t",
+        "--interval-start",
+        "2026-01-01T00:00:00",
+        "--interval-duration",
+        "1",
+    ],
+    ["collect", "--task", "t", "--interval-start", "0", "--interval-duration", "0"],
+    ["collect", "--task", "t", "--current-batch", "--format", "xml"],
+    ["collect", "--task", "t", "--current-batch", "--wait", "-1"],
+    ["task", "create", "--min-batch-size", "zero"],
+    ["task", "destroy"],
+    ["serve", "everything"],
+    ["up", "--store", "oracle"],
+]
+
+
+@pytest.mark.parametrize("argv", USAGE_ERRORS, ids=lambda a: " ".join(a) or "(none)")
+def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]):
+    code, err = _run(capsys, *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "error:" in err
+
+
+FAILURES = [
+    (["collect", "--task", "t", "--current-batch"], "no collector URL"),
+    (["collect", "--task", "t", "--collector", "http://127.0.0.1:1"], "interval-start"),
+    (["collect", "--task", "t", "--current-batch", "--collector", "http://x"], "no admin token"),
+    (["task", "create", "--vdaf", "{nope", *URLS, "--collector", "http://c"], "must be JSON"),
+    (["task", "create", *URLS, "--collector", "http://c"], "--vdaf is required"),
+    (["task", "create", "--vdaf", VDAF, "--leader", "http://a"], "no helper URL"),
+    (
+        ["task", "create", "--vdaf", '{"type":"Prio3Sum"}', *URLS, "--collector", "http://c"],
+        "needs the parameter 'bits'",
+    ),
+    (
+        [
+            "task",
+            "create",
+            "--vdaf",
+            VDAF,
+            "--max-batch-size",
+            "5",
+            *URLS,
+            "--collector",
+            "http://c",
+        ],
+        "fixed_size tasks only",
+    ),
+    (["task", "create", "--vdaf", VDAF, *URLS, "--collector", "ftp://c"], "http://"),
+    (["task", "create", "--config", "missing.toml"], "cannot read missing.toml"),
+    (["up", "--store", "postgres"], "--postgres-url"),
+    (
+        ["--deployment", "nowhere.json", "collect", "--task", "t", "--current-batch"],
+        "does not exist",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), FAILURES, ids=lambda a: str(a)[:40])
+def test_failures_exit_1_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, err = _run(capsys, *argv)
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("sagg: ") and message in err
+
+
+def test_unreachable_services_are_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAGG_ADMIN_TOKEN", "a" * 32)
+    dead = f"http://127.0.0.1:{free_port()}"
+    code, err = _run(capsys, "collect", "--task", "t", "--current-batch", "--collector", dead)
+    assert code == 1 and f"cannot reach the collector at {dead}" in err
+    code, err = _run(
+        capsys,
+        "task",
+        "create",
+        "--vdaf",
+        VDAF,
+        "--leader",
+        dead,
+        "--helper",
+        dead,
+        "--collector",
+        dead,
+    )
+    assert code == 1 and "cannot reach the collector" in err
+
+
+def test_config_files_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad_toml = tmp_path / "task.toml"
+    bad_toml.write_text("vdaf = {type = ")
+    code, err = _run(capsys, "task", "create", "--config", str(bad_toml))
+    assert code == 1 and "not valid TOML" in err
+    listing = tmp_path / "task.json"
+    listing.write_text("[1, 2]")
+    code, err = _run(capsys, "task", "create", "--config", str(listing))
+    assert code == 1 and "must hold an object" in err
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps({"vdaf": {"type": "Prio3Count"}, "colour": "blue"}))
+    code, err = _run(
+        capsys, "task", "create", "--config", str(extra), *URLS, "--collector", "http://c"
+    )
+    assert code == 1 and "colour" in err
+
+
+def test_invalid_deployment_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / ".data").mkdir()
+    (tmp_path / ".data" / "deployment.json").write_text('{"leader": 1}')
+    code, err = _run(capsys, "collect", "--task", "t", "--current-batch")
+    assert code == 1 and "deployment file" in err and "invalid" in err
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "deploy.cli", "collect", "--task", "t", "--current-batch"],
+        check=False,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "sagg: no collector URL: pass --collector or run `sagg up` first"
+    assert "Traceback" not in done.stderr
