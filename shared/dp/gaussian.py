@@ -1,0 +1,101 @@
+"""Gaussian noise calibration and the exact privacy of the discrete Gaussian.
+
+* Analytic Gaussian mechanism (Balle, Wang 2018, Theorem 8 / Algorithm 1; 004 §6.1.2): the smallest
+  sigma with Phi(D/(2 sigma) - eps sigma/D) - e^eps Phi(-D/(2 sigma) - eps sigma/D) <= delta,
+  D the L2 sensitivity. The left side decreases in sigma, so we bisect on sigma directly.
+* Discrete Gaussian N_Z(0, sigma^2) (Canonne, Kamath, Steinke 2020): normalising constant and
+  variance by direct summation, and its exact delta(eps) for an integer shift (CKS20 Theorem 7)
+  or for a shift vector over independent coordinates (e.g. a one-hot histogram, shift (1, -1)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import special
+
+from shared.dp.divergences import FloatArray, hockey_stick_1d, hockey_stick_product
+
+#: Relative tolerance of the sigma bisection (the result errs on the large side).
+SIGMA_RTOL = 1e-12
+#: Half-width of the summed support in standard deviations; e^(-60^2/2) is far below 1e-300.
+_SUPPORT_SDS = 60
+
+
+def gaussian_delta(sigma: float, eps: float, sensitivity: float) -> float:
+    """delta(eps) of the continuous Gaussian mechanism (Balle-Wang Theorem 8)."""
+    a = sensitivity / (2 * sigma)
+    b = eps * sigma / sensitivity
+    return float(special.ndtr(a - b) - math.exp(eps) * special.ndtr(-a - b))
+
+
+def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Smallest sigma giving (eps, delta)-DP at L2 sensitivity `sensitivity` (BW18 Alg. 1)."""
+    if eps <= 0 or not 0 < delta < 1 or sensitivity <= 0:
+        raise ValueError("need eps > 0, 0 < delta < 1 and a positive sensitivity")
+    lo, hi = 0.0, sensitivity
+    while gaussian_delta(hi, eps, sensitivity) > delta:
+        lo, hi = hi, 2 * hi
+    while hi - lo > SIGMA_RTOL * hi:
+        mid = (lo + hi) / 2
+        if gaussian_delta(mid, eps, sensitivity) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _support(sigma2: float, extra: int = 0) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
+    half = int(_SUPPORT_SDS * math.sqrt(sigma2)) + 2 + extra
+    return np.arange(-half, half + 1, dtype=np.int64)
+
+
+def discrete_gaussian_logpmf(sigma2: float, extra: int = 0) -> tuple[FloatArray, FloatArray]:
+    """(support, log pmf) of N_Z(0, sigma2) on a support wide enough for double precision."""
+    x = _support(sigma2, extra)
+    log_w = -(x.astype(np.float64) ** 2) / (2 * sigma2)
+    return x.astype(np.float64), log_w - math.log(float(np.sum(np.exp(log_w))))
+
+
+def discrete_gaussian_normalizer(sigma2: float) -> float:
+    """sum_{x in Z} exp(-x^2 / (2 sigma2))."""
+    x = _support(sigma2).astype(np.float64)
+    return float(np.sum(np.exp(-(x**2) / (2 * sigma2))))
+
+
+def discrete_gaussian_variance(sigma2: float) -> float:
+    """Var N_Z(0, sigma2) (slightly below sigma2)."""
+    x, log_pmf = discrete_gaussian_logpmf(sigma2)
+    return float(np.sum(x**2 * np.exp(log_pmf)))
+
+
+def discrete_gaussian_delta(sigma2: float, eps: float, shifts: Sequence[int]) -> float:
+    """Exact delta(eps) of adding independent N_Z(0, sigma2) to each coordinate of an integer
+    query whose value moves by `shifts` (length 1 or 2; zero coordinates do not matter).
+
+    For one coordinate this is CKS20 Theorem 7, P[X > eps sigma2/D - D/2] - e^eps P[X > eps
+    sigma2/D + D/2]; computed here as the hockey-stick divergence of the shifted pmfs, in the
+    worse direction.
+    """
+    moved = [int(s) for s in shifts if int(s) != 0]
+    if not moved:
+        return 0.0
+    if len(moved) > 2:
+        raise ValueError("at most two moving coordinates are supported")
+    extra = max(abs(s) for s in moved)
+    _, log_pmf = discrete_gaussian_logpmf(sigma2, extra)
+    pairs = []
+    for s in moved:
+        shifted = np.full_like(log_pmf, -np.inf)
+        if s > 0:
+            shifted[s:] = log_pmf[:-s]
+        else:
+            shifted[:s] = log_pmf[-s:]
+        pairs.append((shifted, log_pmf))
+    if len(pairs) == 1:
+        (p, q) = pairs[0]
+        return max(hockey_stick_1d(p, q, eps), hockey_stick_1d(q, p, eps))
+    (p1, q1), (p2, q2) = pairs
+    return max(hockey_stick_product(p1, q1, p2, q2, eps), hockey_stick_product(q1, p1, q2, p2, eps))
