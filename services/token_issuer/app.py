@@ -1,0 +1,293 @@
+"""FastAPI application of the token issuer and attester, in one of three roles.
+
+Issuer routes (roles ``joint`` and ``issuer``):
+
+- ``GET /.well-known/private-token-issuer-directory``: the directory (RFC 9578 §4), media type
+  ``application/private-token-issuer-directory``, cacheable until the key ring next changes.
+- ``POST /token-request``: ``application/private-token-request`` in,
+  ``application/private-token-response`` out (RFC 9578 §6.2); only for the attester, so it
+  requires ``Authorization: Bearer <attester secret>`` and is not mounted without one. 422 for
+  a malformed request, another token type, a wrong size or an unknown truncated key id; 415
+  for any other Content-Type (the media type is matched exactly, parameters included).
+
+Attester routes (roles ``joint`` and ``attester``), for devices:
+
+- ``POST /attester/enroll``: ``{"certificate": "<PEM>"}`` -> 201 (200 if known)
+  ``{"device_id": "<base64url>"}``; 403 for a certificate no trusted manufacturer issued.
+- ``POST /attester/challenge``: ``{"device_id": "…"}`` -> ``{"nonce": "…", "expires": t}``.
+- ``POST /attester/token-request``: a TokenRequest body as above, plus the headers
+  ``Sagg-Device-Id``, ``Sagg-Attester-Nonce`` and ``Sagg-Device-Signature`` (base64url; see
+  `services.token_issuer.devices.auth_message`). 401 when authentication fails, 429 with
+  Retry-After when the device's quota is used up, 422 when the issuer refuses the request.
+
+``GET /healthz`` answers 200 when the stores answer. Errors are RFC 9457 problem documents.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from cryptography import x509
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from services.common.auth import hash_token, presented_token, token_matches
+from services.common.clock import Clock, RealClock
+from services.common.db import Database
+from services.common.problems import install_problem_handlers, problem_response
+from services.token_issuer.attester import (
+    AttesterService,
+    HttpIssuerChannel,
+    IssuerChannel,
+    IssuerUnavailableError,
+    LocalIssuerChannel,
+    QuotaExceededError,
+)
+from services.token_issuer.devices import DeviceAuthError
+from services.token_issuer.issuer import IssuanceError, IssuerService
+from services.token_issuer.keys import KeySchedule, KeyStore
+from services.token_issuer.settings import TokenIssuerSettings
+from shared.privacypass.constants import (
+    ISSUER_DIRECTORY_PATH,
+    MEDIA_ISSUER_DIRECTORY,
+    MEDIA_TOKEN_REQUEST,
+    MEDIA_TOKEN_RESPONSE,
+)
+from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
+
+__all__ = [
+    "DEVICE_ID_HEADER",
+    "NONCE_HEADER",
+    "SIGNATURE_HEADER",
+    "create_app",
+    "load_trust_anchors",
+]
+
+log = logging.getLogger(__name__)
+
+DEVICE_ID_HEADER = "Sagg-Device-Id"
+NONCE_HEADER = "Sagg-Attester-Nonce"
+SIGNATURE_HEADER = "Sagg-Device-Signature"
+
+#: A TokenRequest is 259 bytes; anything much larger is refused before it is read whole.
+_MAX_BODY = 4096
+_T = TypeVar("_T")
+
+
+def load_trust_anchors(paths: list[Path]) -> list[x509.Certificate]:
+    anchors: list[x509.Certificate] = []
+    for path in paths:
+        anchors += x509.load_pem_x509_certificates(path.read_bytes())
+    return anchors
+
+
+def _problem(status: int, title: str, headers: dict[str, str] | None = None) -> Response:
+    return problem_response(type_="about:blank", title=title, status=status, headers=headers)
+
+
+async def _read_body(request: Request) -> bytes | None:
+    """The body, or None if it is longer than `_MAX_BODY`."""
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > _MAX_BODY:
+            return None
+    return bytes(chunks)
+
+
+class _EnrollBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    certificate: str
+
+
+class _ChallengeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    device_id: str
+
+
+def _parse_json(model: type[BaseModel], raw: bytes) -> Any:
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+def create_app(
+    settings: TokenIssuerSettings,
+    *,
+    clock: Clock | None = None,
+    trust_anchors: list[x509.Certificate] | None = None,
+    issuer_channel: IssuerChannel | None = None,
+    key_store_factory: Callable[[Database, KeySchedule, Clock], KeyStore] | None = None,
+) -> FastAPI:
+    """The application for `settings.role`.
+
+    Tests inject `clock`, `trust_anchors` (instead of `manufacturer_ca_files`),
+    `issuer_channel` (the split model's attester, in place of HTTP) and `key_store_factory`.
+    """
+    clock = clock or RealClock()
+    role = settings.role
+    databases: list[Database] = []
+    http_client: httpx.Client | None = None
+    issuer: IssuerService | None = None
+    attester: AttesterService | None = None
+
+    if role in ("joint", "issuer"):
+        issuer_db = Database.open(settings.issuer_database_url)
+        databases.append(issuer_db)
+        schedule = KeySchedule(
+            settings.key_epoch_seconds,
+            settings.key_publish_ahead_seconds,
+            settings.key_grace_seconds,
+        )
+        factory = key_store_factory or KeyStore
+        keys = factory(issuer_db, schedule, clock)
+        keys.migrate()
+        issuer = IssuerService(keys, clock, settings.issuer_request_uri, settings.directory_max_age)
+
+    if role in ("joint", "attester"):
+        if issuer_channel is None:
+            if issuer is not None:
+                issuer_channel = LocalIssuerChannel(issuer)
+            else:
+                assert settings.issuer_url is not None and settings.attester_secret is not None
+                http_client = httpx.Client(timeout=settings.request_timeout)
+                issuer_channel = HttpIssuerChannel(
+                    http_client, settings.issuer_url, settings.attester_secret.get_secret_value()
+                )
+        attester_db = Database.open(settings.attester_database_url)
+        databases.append(attester_db)
+        anchors = (
+            trust_anchors
+            if trust_anchors is not None
+            else load_trust_anchors(settings.manufacturer_ca_files)
+        )
+        if not anchors:
+            log.warning("attester trusts no manufacturer CA: no device can enroll")
+        attester = AttesterService(
+            attester_db,
+            clock,
+            anchors,
+            issuer_channel,
+            quota_tokens=settings.quota_tokens,
+            quota_window_seconds=settings.quota_window_seconds,
+            nonce_ttl_seconds=settings.nonce_ttl_seconds,
+        )
+        attester.migrate()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if http_client is not None:
+                http_client.close()
+            for db in databases:
+                db.close()
+
+    app = FastAPI(title=f"sagg token issuer ({role})", lifespan=lifespan, openapi_url=None)
+    install_problem_handlers(app)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        for db in databases:
+            await run_in_threadpool(db.schema_version)
+        return JSONResponse({"status": "ok", "role": role})
+
+    if issuer is not None:
+        _issuer_routes(app, issuer, settings)
+    if attester is not None:
+        _attester_routes(app, attester)
+    return app
+
+
+def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSettings) -> None:
+    @app.get(ISSUER_DIRECTORY_PATH)
+    async def directory() -> Response:
+        doc = await run_in_threadpool(issuer.directory)
+        return Response(
+            doc.body,
+            media_type=MEDIA_ISSUER_DIRECTORY,
+            headers={"Cache-Control": f"max-age={doc.max_age}"},
+        )
+
+    if settings.attester_secret is None:
+        return  # joint model without a split attester: the attester calls in process
+    secret_hash = hash_token(settings.attester_secret.get_secret_value())
+
+    @app.post("/token-request")
+    async def token_request(request: Request) -> Response:
+        if not token_matches(secret_hash, presented_token(request.headers)):
+            return _problem(401, "Unauthorized", {"WWW-Authenticate": "Bearer"})
+        if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
+            return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
+        body = await _read_body(request)
+        if body is None:
+            return _problem(422, "token request too large")
+        try:
+            out = await run_in_threadpool(issuer.issue, body)
+        except IssuanceError as exc:
+            return _problem(422, f"Unprocessable token request: {exc}")
+        return Response(out, media_type=MEDIA_TOKEN_RESPONSE)
+
+
+def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
+    @app.post("/attester/enroll")
+    async def enroll(request: Request) -> Response:
+        raw = await _read_body(request)
+        parsed = _parse_json(_EnrollBody, raw) if raw is not None else None
+        if parsed is None:
+            return _problem(400, 'expected {"certificate": PEM}')
+        try:
+            result = await run_in_threadpool(attester.enroll, parsed.certificate.encode())
+        except DeviceAuthError as exc:
+            return _problem(403, f"Enrollment refused: {exc}")
+        return JSONResponse(
+            {"device_id": b64url_encode(result.device_id)},
+            status_code=201 if result.created else 200,
+        )
+
+    @app.post("/attester/challenge")
+    async def challenge(request: Request) -> Response:
+        raw = await _read_body(request)
+        parsed = _parse_json(_ChallengeBody, raw) if raw is not None else None
+        if parsed is None:
+            return _problem(400, 'expected {"device_id": base64url}')
+        try:
+            device_id = b64url_decode(parsed.device_id)
+            result = await run_in_threadpool(attester.challenge, device_id)
+        except (HeaderError, DeviceAuthError):
+            return _problem(401, "Unknown device")
+        return JSONResponse({"nonce": b64url_encode(result.nonce), "expires": result.expires})
+
+    @app.post("/attester/token-request")
+    async def token_request(request: Request) -> Response:
+        if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
+            return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
+        try:
+            device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
+            nonce = b64url_decode(request.headers.get(NONCE_HEADER, ""))
+            signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
+        except HeaderError:
+            return _problem(401, "Device authentication required")
+        body = await _read_body(request)
+        if body is None:
+            return _problem(422, "token request too large")
+        try:
+            out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
+        except DeviceAuthError:
+            return _problem(401, "Device authentication failed")
+        except QuotaExceededError as exc:
+            return _problem(429, "Token quota exceeded", {"Retry-After": str(exc.retry_after)})
+        except IssuanceError:
+            return _problem(422, "Unprocessable token request")
+        except IssuerUnavailableError:
+            return _problem(502, "Issuer unavailable")
+        return Response(out, media_type=MEDIA_TOKEN_RESPONSE)

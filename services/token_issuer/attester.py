@@ -1,0 +1,321 @@
+"""The Attester role (RFC 9576 §3.5.1): who may get tokens, and how many.
+
+It knows devices and nothing about tokens:
+
+- **Enrollment**: a device presents the certificate its manufacturer CA issued for its key;
+  the attester checks it against the CAs it trusts and records the key under
+  ``device_id = SHA-256(SPKI)`` (`services.token_issuer.devices`).
+- **Authentication**: for each token request the device gets a single-use nonce and signs
+  nonce, device id and the request body; the nonce is consumed with the request, so a
+  captured request cannot be replayed.
+- **Quota**: at most N tokens per device per time window. The check-and-increment is one
+  serializable transaction (`services.common.db`), so threads or processes racing for one
+  device cannot together exceed N. A request the issuer refuses gives its unit back.
+- **Relay**: the TokenRequest body goes to the issuer unread; the attester never sees a
+  TokenChallenge, a nonce of the client, or a token (RFC 9576 §4.4: the attester sees who,
+  the issuer sees what, neither sees both).
+
+The issuer is reached through an `IssuerChannel`: in process (joint model, RFC 9576 §4.2) or
+over HTTP with a bearer secret (split model, §4.4).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from services.common.clock import Clock
+from services.common.db import Database, Migration, Tx
+from services.token_issuer.devices import (
+    NONCE_SIZE,
+    DeviceAuthError,
+    auth_message,
+    device_id_of,
+    load_device_public_key,
+    validate_device_certificate,
+    verify_device_signature,
+)
+from services.token_issuer.issuer import IssuerService
+from shared.privacypass.constants import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
+from shared.privacypass.issuance import IssuanceError
+
+__all__ = [
+    "MIGRATIONS",
+    "AttesterService",
+    "DeviceAuthError",
+    "HttpIssuerChannel",
+    "IssuerChannel",
+    "IssuerUnavailableError",
+    "LocalIssuerChannel",
+    "QuotaExceededError",
+]
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = [
+    Migration(
+        2001,
+        "attester devices, nonces, quotas",
+        [
+            "CREATE TABLE IF NOT EXISTS pp_attester_devices ("
+            " device_id {blob} PRIMARY KEY,"
+            " public_key {blob} NOT NULL,"
+            " certificate {blob} NOT NULL,"
+            " enrolled_at {bigint} NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS pp_attester_nonces ("
+            " nonce {blob} PRIMARY KEY,"
+            " device_id {blob} NOT NULL,"
+            " expires {bigint} NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS pp_attester_nonces_expires ON pp_attester_nonces (expires)",
+            "CREATE TABLE IF NOT EXISTS pp_attester_quota ("
+            " device_id {blob} NOT NULL,"
+            " period {bigint} NOT NULL,"
+            " issued {bigint} NOT NULL,"
+            " PRIMARY KEY (device_id, period))",
+            "CREATE INDEX IF NOT EXISTS pp_attester_quota_period ON pp_attester_quota (period)",
+        ],
+    )
+]
+
+
+class QuotaExceededError(Exception):
+    """The device has used its N tokens of this window (HTTP 429)."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("token quota exceeded")
+        self.retry_after = retry_after
+
+
+class IssuerUnavailableError(Exception):
+    """The issuer could not be reached or answered unexpectedly (HTTP 502)."""
+
+
+class IssuerChannel(Protocol):
+    def issue(self, body: bytes) -> bytes:
+        """The encoded TokenResponse for an encoded TokenRequest; `IssuanceError` when the
+        issuer refuses it (422), `IssuerUnavailableError` on any other failure."""
+        ...
+
+
+class LocalIssuerChannel:
+    """Joint model: the issuer in the same process (RFC 9576 §4.2)."""
+
+    def __init__(self, issuer: IssuerService) -> None:
+        self._issuer = issuer
+
+    def issue(self, body: bytes) -> bytes:
+        return self._issuer.issue(body)
+
+
+class HttpIssuerChannel:
+    """Split model: ``POST {issuer_url}/token-request`` with the shared bearer secret."""
+
+    def __init__(self, client: httpx.Client, issuer_url: str, secret: str) -> None:
+        self._client = client
+        self._url = issuer_url.rstrip("/") + "/token-request"
+        self._secret = secret
+
+    def issue(self, body: bytes) -> bytes:
+        try:
+            response = self._client.post(
+                self._url,
+                content=body,
+                headers={
+                    "Content-Type": MEDIA_TOKEN_REQUEST,
+                    "Accept": MEDIA_TOKEN_RESPONSE,
+                    "Authorization": f"Bearer {self._secret}",
+                },
+            )
+        except httpx.HTTPError as exc:
+            raise IssuerUnavailableError(type(exc).__name__) from None
+        if response.status_code == 422:
+            raise IssuanceError("issuer refused the token request")
+        if (
+            response.status_code != 200
+            or response.headers.get("content-type") != MEDIA_TOKEN_RESPONSE
+        ):
+            raise IssuerUnavailableError(f"issuer answered {response.status_code}")
+        return response.content
+
+
+@dataclass(frozen=True, slots=True)
+class Enrollment:
+    device_id: bytes
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AttesterChallenge:
+    nonce: bytes
+    expires: int
+
+
+class AttesterService:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        trust_anchors: list[x509.Certificate],
+        channel: IssuerChannel,
+        *,
+        quota_tokens: int,
+        quota_window_seconds: int,
+        nonce_ttl_seconds: int,
+    ) -> None:
+        if quota_tokens < 1 or quota_window_seconds < 1 or nonce_ttl_seconds < 1:
+            raise ValueError("quota, window and nonce lifetime must be positive")
+        self._db = db
+        self._clock = clock
+        self._anchors = list(trust_anchors)
+        self._channel = channel
+        self._quota = quota_tokens
+        self._window = quota_window_seconds
+        self._nonce_ttl = nonce_ttl_seconds
+
+    def migrate(self) -> None:
+        self._db.migrate(MIGRATIONS)
+
+    # --- enrollment -----------------------------------------------------------------------
+
+    def enroll(self, certificate_pem: bytes) -> Enrollment:
+        """Record the device certified by `certificate_pem`; `DeviceAuthError` if untrusted."""
+        try:
+            cert = x509.load_pem_x509_certificate(certificate_pem)
+        except ValueError:
+            raise DeviceAuthError("not a PEM certificate") from None
+        public_key = validate_device_certificate(cert, self._anchors, self._clock.now())
+        device_id = device_id_of(public_key)
+        spki = public_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        der = cert.public_bytes(Encoding.DER)
+        now = self._clock.now()
+
+        def insert(tx: Tx) -> bool:
+            if tx.query_one(
+                "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
+            ):
+                tx.execute(
+                    "UPDATE pp_attester_devices SET certificate = :c WHERE device_id = :d",
+                    {"c": der, "d": device_id},
+                )
+                return False
+            tx.execute(
+                "INSERT INTO pp_attester_devices (device_id, public_key, certificate,"
+                " enrolled_at) VALUES (:d, :k, :c, :t)",
+                {"d": device_id, "k": spki, "c": der, "t": now},
+            )
+            return True
+
+        created = self._db.run("attester.enroll", insert)
+        if created:
+            log.info("device enrolled")  # no identifier: the log is not a device registry
+        return Enrollment(device_id, created)
+
+    # --- authentication ---------------------------------------------------------------------
+
+    def challenge(self, device_id: bytes) -> AttesterChallenge:
+        """A fresh single-use nonce for an enrolled device."""
+        now = self._clock.now()
+        nonce = secrets.token_bytes(NONCE_SIZE)
+        expires = now + self._nonce_ttl
+        period = now // self._window
+
+        def create(tx: Tx) -> bool:
+            if not tx.query_one(
+                "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
+            ):
+                return False
+            # Housekeeping rides along: expired nonces and finished quota windows.
+            tx.execute("DELETE FROM pp_attester_nonces WHERE expires <= :now", {"now": now})
+            tx.execute("DELETE FROM pp_attester_quota WHERE period < :p", {"p": period})
+            tx.execute(
+                "INSERT INTO pp_attester_nonces (nonce, device_id, expires) VALUES (:n, :d, :e)",
+                {"n": nonce, "d": device_id, "e": expires},
+            )
+            return True
+
+        if not self._db.run("attester.challenge", create):
+            raise DeviceAuthError("unknown device")
+        return AttesterChallenge(nonce, expires)
+
+    def _public_key(self, device_id: bytes) -> bytes:
+        row = self._db.run(
+            "attester.device",
+            lambda tx: tx.query_one(
+                "SELECT public_key FROM pp_attester_devices WHERE device_id = :d",
+                {"d": device_id},
+            ),
+        )
+        if row is None:
+            raise DeviceAuthError("unknown device")
+        return bytes(row["public_key"])
+
+    # --- token requests ---------------------------------------------------------------------
+
+    def token_request(self, device_id: bytes, nonce: bytes, signature: bytes, body: bytes) -> bytes:
+        """Authenticate, charge the quota, relay `body` to the issuer; the TokenResponse.
+
+        Raises `DeviceAuthError` (401), `QuotaExceededError` (429), `IssuanceError` (422, from
+        the issuer) or `IssuerUnavailableError` (502).
+        """
+        public_key = load_device_public_key(self._public_key(device_id))
+        verify_device_signature(public_key, auth_message(device_id, nonce, body), signature)
+        now = self._clock.now()
+        period = now // self._window
+
+        def charge(tx: Tx) -> str:
+            consumed = tx.execute(
+                "DELETE FROM pp_attester_nonces WHERE nonce = :n AND device_id = :d"
+                " AND expires > :now",
+                {"n": nonce, "d": device_id, "now": now},
+            )
+            if consumed != 1:
+                return "replay"
+            tx.execute(
+                "INSERT INTO pp_attester_quota (device_id, period, issued) VALUES (:d, :p, 0)"
+                " ON CONFLICT (device_id, period) DO NOTHING",
+                {"d": device_id, "p": period},
+            )
+            charged = tx.execute(
+                "UPDATE pp_attester_quota SET issued = issued + 1"
+                " WHERE device_id = :d AND period = :p AND issued < :n",
+                {"d": device_id, "p": period, "n": self._quota},
+            )
+            # The nonce stays consumed either way: this transaction commits in both cases.
+            return "ok" if charged == 1 else "over"
+
+        outcome = self._db.run("attester.charge", charge)
+        if outcome == "replay":
+            raise DeviceAuthError("unknown, expired or already used nonce")
+        if outcome == "over":
+            raise QuotaExceededError(retry_after=(period + 1) * self._window - now)
+        try:
+            return self._channel.issue(body)
+        except (IssuanceError, IssuerUnavailableError):
+            # No token was issued: the unit goes back to the device.
+            self._db.run(
+                "attester.refund",
+                lambda tx: tx.execute(
+                    "UPDATE pp_attester_quota SET issued = issued - 1"
+                    " WHERE device_id = :d AND period = :p AND issued > 0",
+                    {"d": device_id, "p": period},
+                ),
+            )
+            raise
+
+    def issued(self, device_id: bytes) -> int:
+        """Tokens charged to the device in the current window."""
+        period = self._clock.now() // self._window
+        row = self._db.run(
+            "attester.issued",
+            lambda tx: tx.query_one(
+                "SELECT issued FROM pp_attester_quota WHERE device_id = :d AND period = :p",
+                {"d": device_id, "p": period},
+            ),
+        )
+        return int(row["issued"]) if row else 0

@@ -1,0 +1,66 @@
+"""Token issuer/attester configuration from `SAGG_TOKEN_ISSUER_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["TokenIssuerSettings"]
+
+
+class TokenIssuerSettings(BaseSettings):
+    """Everything `python -m services.token_issuer` needs.
+
+    `role` picks the deployment model of RFC 9576 §4: ``joint`` runs attester and issuer in one
+    process (each with its own database and keys, §4.2); ``issuer`` and ``attester`` run one
+    side each of the split model (§4.4), talking over HTTP authenticated by `attester_secret`.
+    Secrets are `SecretStr`, so they never show in a repr or a log line.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SAGG_TOKEN_ISSUER_", extra="ignore")
+
+    role: Literal["joint", "issuer", "attester"] = "joint"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+    log_level: str = "info"
+
+    # --- issuer ---
+    issuer_database_url: str = "sqlite:///.data/token-issuer.sqlite3"
+    #: What the directory advertises as `issuer-request-uri` (RFC 9578 §4): where clients send
+    #: TokenRequests. Devices go through the attester, so by default its endpoint.
+    issuer_request_uri: str = "/attester/token-request"
+    #: Key rotation period, how early a new key is published, and how long after its epoch a
+    #: key still verifies (its tokens stay redeemable).
+    key_epoch_seconds: int = Field(default=7 * 86400, gt=0)
+    key_publish_ahead_seconds: int = Field(default=86400, ge=0)
+    key_grace_seconds: int = Field(default=2 * 86400, ge=0)
+    #: Upper bound of the directory's Cache-Control max-age (RFC 9578 §4 suggests a day).
+    directory_max_age: int = Field(default=86400, ge=0)
+
+    #: Bearer secret of the attester-to-issuer channel (split model).
+    attester_secret: SecretStr | None = Field(default=None, min_length=16)
+
+    # --- attester ---
+    attester_database_url: str = "sqlite:///.data/token-attester.sqlite3"
+    #: The issuer's base URL (split model, role ``attester``).
+    issuer_url: str | None = None
+    #: PEM files of the manufacturer CAs whose device certificates the attester trusts.
+    manufacturer_ca_files: list[Path] = Field(default_factory=list)
+    #: N tokens per device per window.
+    quota_tokens: int = Field(default=16, ge=1)
+    quota_window_seconds: int = Field(default=86400, gt=0)
+    #: Lifetime of an attester challenge nonce.
+    nonce_ttl_seconds: int = Field(default=60, gt=0)
+    #: Timeout of the attester's request to the issuer.
+    request_timeout: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_role(self) -> Self:
+        if self.role == "issuer" and self.attester_secret is None:
+            raise ValueError("role 'issuer' needs attester_secret")
+        if self.role == "attester" and (self.issuer_url is None or self.attester_secret is None):
+            raise ValueError("role 'attester' needs issuer_url and attester_secret")
+        return self

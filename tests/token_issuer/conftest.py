@@ -1,0 +1,107 @@
+"""Fixtures for the token issuer/attester tests.
+
+Store-backed tests run on SQLite and PostgreSQL; each PostgreSQL test gets a database of its
+own. Issuer keys come from a pool generated once per session (RSA generation dominates
+otherwise); the pool is large enough for every rotation test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from services.common.clock import Clock, TestClock
+from services.common.db import Database
+from services.token_issuer.devices import ManufacturerCA
+from services.token_issuer.keys import KeySchedule, KeyStore
+from shared.privacypass.issuance import IssuerKey
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+DbFactory = Callable[[], str]
+#: 2026-01-01T00:00:00Z.
+T0 = 1_767_225_600
+
+
+def _pg_available() -> bool:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def _make_factory(engine: str, tmp_path: Path, created: list[str]) -> DbFactory:
+    def make() -> str:
+        if engine == "sqlite":
+            return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
+        name = f"sagg_test_pp_{secrets.token_hex(6)}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        created.append(name)
+        return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+    return make
+
+
+def _drop(created: list[str]) -> None:
+    for name in created:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbFactory]:
+    if request.param == "postgresql" and not _pg_available():
+        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
+    created: list[str] = []
+    yield _make_factory(request.param, tmp_path, created)
+    _drop(created)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
+
+
+@pytest.fixture
+def clock() -> TestClock:
+    return TestClock(T0)
+
+
+@pytest.fixture(scope="session")
+def key_pool() -> list[IssuerKey]:
+    keys: list[IssuerKey] = []
+    seen: set[int] = set()
+    while len(keys) < 8:
+        key = IssuerKey.generate()
+        # Distinct truncated ids, so the pool never forces a redraw by accident.
+        if key.token_key.truncated_token_key_id not in seen:
+            seen.add(key.token_key.truncated_token_key_id)
+            keys.append(key)
+    return keys
+
+
+@pytest.fixture
+def pooled_keys(key_pool: list[IssuerKey]) -> Callable[[], IssuerKey]:
+    return itertools.cycle(key_pool).__next__
+
+
+@pytest.fixture
+def store_factory(
+    pooled_keys: Callable[[], IssuerKey],
+) -> Callable[[Database, KeySchedule, Clock], KeyStore]:
+    def make(db: Database, schedule: KeySchedule, clock: Clock) -> KeyStore:
+        return KeyStore(db, schedule, clock, generate=pooled_keys)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def manufacturer() -> ManufacturerCA:
+    return ManufacturerCA.generate(now=T0)
