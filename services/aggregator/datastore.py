@@ -953,6 +953,10 @@ class Datastore:
                 )
             checked: list[ReportOutcome] = []
             for o in outcomes:
+                if o.error == PrepareError.REPORT_TOO_EARLY:
+                    # The leader may offer it again later (DAP-09 §4.5.1.1): not a replay then.
+                    checked.append(o)
+                    continue
                 fresh = tx.execute(
                     "INSERT INTO client_reports (task_id, report_id, client_time,"
                     " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
@@ -1077,6 +1081,10 @@ class Datastore:
                 return ProblemType.BATCH_OVERLAP, None
             if len({bytes(p["agg_param"]) for p in previous}) >= max_batch_query_count:
                 return ProblemType.BATCH_QUERIED_TOO_MANY_TIMES, None
+            if agg_param != b"":
+                # The batch checks come first (DAP-09 §4.6.5); then the VDAF's own: Prio3 has
+                # no aggregation parameter.
+                return ProblemType.INVALID_MESSAGE, None
             totals = self._batch_totals(tx, task_id, key_lo, vdaf, key_hi)
             if totals.report_count < min_batch_size or (
                 max_batch_size is not None and totals.report_count > max_batch_size
@@ -1191,6 +1199,8 @@ class Datastore:
                 params = set()
             if agg_param not in params and len(params) >= max_batch_query_count:
                 return "rejected", ProblemType.BATCH_QUERIED_TOO_MANY_TIMES
+            if agg_param != b"":
+                return "rejected", ProblemType.INVALID_MESSAGE
             tx.execute(
                 "INSERT INTO collection_jobs (task_id, job_id, request_hash, query_type,"
                 " current_batch, agg_param, batch_key, interval_start, interval_duration, state,"

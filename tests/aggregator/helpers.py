@@ -12,17 +12,26 @@ import httpx
 from services.aggregator.settings import AggregatorSettings
 from shared import hpke
 from shared.constants import MEDIA_REPORT
-from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.hpke_context import (
+    aggregate_share_aad,
+    aggregate_share_info,
+    input_share_aad,
+    input_share_info,
+)
 from shared.dap.ids import ReportId, TaskId
 from shared.dap.messages import (
+    BatchSelector,
     HpkeCiphertext,
     HpkeConfig,
     HpkeConfigList,
     PlaintextInputShare,
+    PrepareInit,
     Report,
     ReportMetadata,
+    ReportShare,
     Role,
 )
+from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import Prio3
 from shared.vdaf.spec import VdafSpec
 
@@ -170,4 +179,40 @@ def upload(client: httpx.Client, params: TaskParams, report: Report) -> httpx.Re
         f"/tasks/{params.task_id.to_b64url()}/reports",
         content=report.encode(),
         headers={"Content-Type": MEDIA_REPORT},
+    )
+
+
+def prepare_init(
+    params: TaskParams,
+    helper_config: HpkeConfig,
+    measurement: Any,
+    time: int,
+    *,
+    report_id: ReportId | None = None,
+    extensions: tuple[Any, ...] = (),
+) -> PrepareInit:
+    """What a leader sends the helper for one fresh report (DAP-09 §4.5.1.1)."""
+    vdaf = params.prio3
+    rid = report_id or ReportId.random()
+    public_share, shares = vdaf.shard(measurement, rid.value, secrets.token_bytes(vdaf.RAND_SIZE))
+    metadata = ReportMetadata(rid, time)
+    _, outbound = ping_pong.leader_init(
+        vdaf, params.verify_key, [rid.value], [public_share], [shares[0]]
+    )
+    assert outbound[0] is not None
+    sealed = seal_share(
+        helper_config, Role.HELPER, params.task_id, metadata, public_share, shares[1], extensions
+    )
+    return PrepareInit(ReportShare(metadata, public_share, sealed), outbound[0])
+
+
+def decrypt_agg_share(
+    params: TaskParams, role: Role, selector: BatchSelector, ciphertext: HpkeCiphertext
+) -> bytes:
+    return hpke.open(
+        params.collector_key,
+        ciphertext.enc,
+        aggregate_share_info(role),
+        aggregate_share_aad(params.task_id, b"", selector),
+        ciphertext.payload,
     )

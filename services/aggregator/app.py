@@ -1,0 +1,273 @@
+"""HTTP surface of the aggregator: the DAP-09 endpoints (digest §4) and the admin API.
+
+DAP-09 routes (the task's role decides which ones answer; the other role gets
+`unrecognizedTask`):
+- GET  /hpke_config[?task_id=]                                      §4.4.1
+- PUT  /tasks/{task_id}/reports                          (leader)   §4.4.2
+- PUT|POST|DELETE /tasks/{task_id}/aggregation_jobs/{id} (helper)   §4.5
+- POST /tasks/{task_id}/aggregate_shares                 (helper)   §4.6.2
+- PUT|POST|DELETE /tasks/{task_id}/collection_jobs/{id}  (leader)   §4.6.1
+
+Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a wrong one):
+- PUT    /internal/tasks/{task_id}   TaskDefinition JSON -> 201 {"task_id"} created,
+                                     200 identical exists, 409 a different one exists
+- GET    /internal/tasks/{task_id}   the definition without its secret tokens
+- DELETE /internal/tasks/{task_id}   204
+- POST   /internal/hpke_keys/rotate  {"config_id": n}: the new key is listed first
+- GET    /healthz                    {"status": "ok"} once the store is migrated
+
+Request bodies must carry their DAP media type (415 `invalidMessage` otherwise). Blocking work
+(database, HPKE, VDAF) runs in the thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from services.aggregator.datastore import Datastore
+from services.aggregator.service import Aggregator, Answer
+from services.aggregator.settings import AggregatorSettings
+from services.common.auth import hash_token
+from services.common.clock import Clock, RealClock
+from services.common.db import Database
+from services.common.problems import (
+    DapProblemError,
+    HttpProblemError,
+    install_http_problem_handler,
+    install_problem_handlers,
+    problem_response,
+)
+from shared import hpke
+from shared.constants import (
+    MEDIA_AGGREGATE_SHARE,
+    MEDIA_AGGREGATE_SHARE_REQ,
+    MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
+    MEDIA_AGGREGATION_JOB_RESP,
+    MEDIA_COLLECT_REQ,
+    MEDIA_COLLECTION,
+    MEDIA_HPKE_CONFIG_LIST,
+    MEDIA_REPORT,
+)
+from shared.dap.ids import TaskId
+from shared.dap.problems import ProblemType
+from shared.dap.task import TaskDefinition
+
+log = logging.getLogger(__name__)
+
+HTTP_UNSUPPORTED_MEDIA_TYPE = 415
+#: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
+SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def _body(request: Request, media_type: str, task_id: str) -> bytes:
+    if _media_type(request) != media_type:
+        raise DapProblemError(
+            ProblemType.INVALID_MESSAGE,
+            f"expected Content-Type {media_type}",
+            task_id=task_id,
+            status=HTTP_UNSUPPORTED_MEDIA_TYPE,
+        )
+    return await request.body()
+
+
+def _respond(answer: Answer, media_type: str | None = None) -> Response:
+    has_body = answer.status in (200, 201) and answer.body
+    return Response(
+        content=answer.body if has_body else b"",
+        status_code=answer.status,
+        media_type=media_type if has_body else None,
+        headers=answer.headers,
+    )
+
+
+def create_app(
+    settings: AggregatorSettings,
+    *,
+    clock: Clock | None = None,
+    database: Database | None = None,
+) -> FastAPI:
+    """An aggregator app over the store at `settings.database_url` (migrated here)."""
+    db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
+    ds = Datastore(db, shards=settings.batch_shards)
+    ds.migrate()
+    clock = clock or RealClock()
+    ds.add_hpke_key(clock.now(), only_if_none=True)
+    agg = Aggregator(ds, clock, settings)
+
+    app = FastAPI(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.aggregator = agg
+    app.state.settings = settings
+    install_problem_handlers(app)
+    install_http_problem_handler(app)
+
+    async def call(fn: Callable[..., Answer], *args: Any) -> Answer:
+        return await run_in_threadpool(fn, *args)
+
+    # --- DAP-09 ------------------------------------------------------------------------------
+
+    @app.get("/hpke_config")
+    async def hpke_config(request: Request) -> Response:
+        task_id = request.query_params.get("task_id")
+        answer = await call(agg.hpke_config_list, task_id)
+        return Response(
+            content=answer.body,
+            status_code=200,
+            headers={"Content-Type": MEDIA_HPKE_CONFIG_LIST, "Cache-Control": "max-age=86400"},
+        )
+
+    @app.put("/tasks/{task_id}/reports")
+    async def upload(task_id: str, request: Request) -> Response:
+        body = await _body(request, MEDIA_REPORT, task_id)
+        return _respond(await call(agg.upload, task_id, body))
+
+    @app.put("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:
+        body = await _body(request, MEDIA_AGGREGATION_JOB_INIT_REQ, task_id)
+        answer = await call(agg.helper_init, task_id, job_id, request.headers, body)
+        return _respond(answer, MEDIA_AGGREGATION_JOB_RESP)
+
+    @app.post("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    async def aggregation_continue(task_id: str, job_id: str, request: Request) -> Response:
+        body = await _body(request, MEDIA_AGGREGATION_JOB_CONTINUE_REQ, task_id)
+        answer = await call(agg.helper_continue, task_id, job_id, request.headers, body)
+        return _respond(answer, MEDIA_AGGREGATION_JOB_RESP)
+
+    @app.delete("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    async def aggregation_delete(task_id: str, job_id: str, request: Request) -> Response:
+        return _respond(await call(agg.helper_delete, task_id, job_id, request.headers))
+
+    @app.post("/tasks/{task_id}/aggregate_shares")
+    async def aggregate_shares(task_id: str, request: Request) -> Response:
+        body = await _body(request, MEDIA_AGGREGATE_SHARE_REQ, task_id)
+        answer = await call(agg.helper_aggregate_share, task_id, request.headers, body)
+        return _respond(answer, MEDIA_AGGREGATE_SHARE)
+
+    @app.put("/tasks/{task_id}/collection_jobs/{job_id}")
+    async def collection_put(task_id: str, job_id: str, request: Request) -> Response:
+        body = await _body(request, MEDIA_COLLECT_REQ, task_id)
+        return _respond(await call(agg.put_collection_job, task_id, job_id, request.headers, body))
+
+    @app.post("/tasks/{task_id}/collection_jobs/{job_id}")
+    async def collection_poll(task_id: str, job_id: str, request: Request) -> Response:
+        answer = await call(agg.poll_collection_job, task_id, job_id, request.headers)
+        return _respond(answer, MEDIA_COLLECTION)
+
+    @app.delete("/tasks/{task_id}/collection_jobs/{job_id}")
+    async def collection_delete(task_id: str, job_id: str, request: Request) -> Response:
+        return _respond(await call(agg.delete_collection_job, task_id, job_id, request.headers))
+
+    # --- admin -------------------------------------------------------------------------------
+
+    def check_admin(request: Request) -> None:
+        expected = settings.admin_token.get_secret_value() if settings.admin_token else None
+        auth = request.headers.get("authorization", "")
+        if not auth.lower().startswith("bearer ") or not auth[7:].strip():
+            raise HttpProblemError(401, "admin token required")
+        if expected is None or not hmac.compare_digest(
+            hash_token(auth[7:].strip()), hash_token(expected)
+        ):
+            raise HttpProblemError(403, "wrong admin token")
+
+    def put_task(task_id: str, raw: bytes) -> Response:
+        try:
+            definition = TaskDefinition.model_validate_json(raw)
+        except ValidationError as exc:
+            # Only locations and messages: the input may hold tokens and keys.
+            errors = [
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in exc.errors(include_input=False, include_url=False)
+            ]
+            return problem_response(
+                type_="about:blank",
+                title="invalid task definition",
+                status=400,
+                detail="; ".join(errors),
+                task_id=task_id,
+            )
+        if definition.task_id != task_id:
+            raise HttpProblemError(400, "task id in the path and the body differ", task_id=task_id)
+        config = definition.collector_config
+        try:
+            hpke.check_suite(config.kem_id, config.kdf_id, config.aead_id)
+        except hpke.HpkeError:
+            raise HttpProblemError(
+                400, "collector HPKE config uses an unsupported suite", task_id=task_id
+            ) from None
+        public = definition.model_dump(mode="json", exclude=set(SECRET_FIELDS))
+        leader = definition.role == "leader"
+        outcome = ds.put_task(
+            definition.id.value,
+            definition.role,
+            public,
+            hash_token(definition.aggregator_auth_token),
+            hash_token(definition.collector_auth_token)
+            if definition.collector_auth_token
+            else None,
+            definition.aggregator_auth_token if leader else None,
+            clock.now(),
+        )
+        if outcome == "conflict":
+            raise HttpProblemError(409, "a different task with this id exists", task_id=task_id)
+        return JSONResponse({"task_id": task_id}, status_code=201 if outcome == "created" else 200)
+
+    @app.put("/internal/tasks/{task_id}")
+    async def admin_put_task(task_id: str, request: Request) -> Response:
+        check_admin(request)
+        raw = await request.body()
+        return await run_in_threadpool(put_task, task_id, raw)
+
+    def task_key(task_id: str) -> bytes:
+        try:
+            return TaskId.from_b64url(task_id).value
+        except Exception:
+            raise HttpProblemError(404, "unknown task", task_id=task_id) from None
+
+    @app.get("/internal/tasks/{task_id}")
+    async def admin_get_task(task_id: str, request: Request) -> Response:
+        check_admin(request)
+        record = await run_in_threadpool(ds.get_task, task_key(task_id))
+        if record is None:
+            raise HttpProblemError(404, "unknown task", task_id=task_id)
+        return JSONResponse(record.definition)
+
+    @app.delete("/internal/tasks/{task_id}")
+    async def admin_delete_task(task_id: str, request: Request) -> Response:
+        check_admin(request)
+        key = task_key(task_id)
+        if not await run_in_threadpool(ds.delete_task, key):
+            raise HttpProblemError(404, "unknown task", task_id=task_id)
+        agg.forget_task(key)
+        return Response(status_code=204)
+
+    @app.post("/internal/hpke_keys/rotate")
+    async def admin_rotate(request: Request) -> Response:
+        check_admin(request)
+        config_id = await run_in_threadpool(agg.rotate_keys)
+        return JSONResponse({"config_id": config_id})
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        try:
+            ok = await run_in_threadpool(ds.is_migrated)
+        except Exception:
+            ok = False
+        if not ok:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    log.debug("aggregator app created (%s)", json.dumps({"db": db.dialect.name}))
+    return app

@@ -1,0 +1,125 @@
+"""Leader collection-job driver (DAP-09 §4.6.1-§4.6.4).
+
+A leased job first waits until its batch is complete (no aggregation job or unaggregated report
+left in it) and large enough (§4.6.5.2: the leader waits rather than fails). Then, in one
+transaction, the batch is marked collected and its totals frozen into the job; the
+AggregateShareReq built from them is identical on every retry, which the helper's idempotent
+handling relies on. The helper's failure answers end the job with that problem type.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+
+from services.aggregator.batches import covering_interval
+from services.aggregator.datastore import COLLECTION_COLLECTING, Lease, LeaseLostError
+from services.aggregator.drivers.common import (
+    HelperError,
+    HelperUnavailableError,
+    backoff,
+    check_response,
+    helper_url,
+)
+from services.aggregator.service import Aggregator, Task, seal_aggregate_share
+from services.common.auth import auth_headers
+from shared.codec import DecodeError
+from shared.constants import MEDIA_AGGREGATE_SHARE_REQ
+from shared.dap.ids import BatchId
+from shared.dap.messages import (
+    AggregateShare,
+    AggregateShareReq,
+    BatchSelector,
+    Collection,
+    Interval,
+    PartialBatchSelector,
+    Role,
+)
+from shared.dap.problems import ProblemType
+
+log = logging.getLogger(__name__)
+
+
+class CollectionJobDriver:
+    def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
+        self.agg = agg
+        self.http = http
+
+    def run_once(self) -> int:
+        s = self.agg.settings
+        leases = self.agg.ds.acquire_collection_jobs(
+            self.agg.clock.now(), s.lease_duration_s, s.driver_batch
+        )
+        for lease in leases:
+            try:
+                self.step(lease)
+            except LeaseLostError:
+                log.warning("lost the lease on a collection job; another worker has it")
+        return len(leases)
+
+    def step(self, lease: Lease) -> None:
+        agg, s = self.agg, self.agg.settings
+        task = agg.task_by_id(lease.task_id)
+        if task is None:
+            agg.ds.fail_collection(lease, ProblemType.UNRECOGNIZED_TASK.value)
+            return
+        state = agg.ds.start_collection(lease, task.vdaf, task.min_batch_size, agg.clock.now())
+        if state != "started":
+            agg.ds.release_collection_job(
+                lease, agg.clock.now() + s.collection_retry_s, count_attempt=False
+            )
+            return
+        job = agg.ds.leased_collection_job(lease)
+        if job["state"] != COLLECTION_COLLECTING:
+            return
+        if job["batch_key"] is not None:
+            batch_id = BatchId(bytes(job["batch_key"]))
+            selector = BatchSelector.fixed_size(batch_id)
+            partial = PartialBatchSelector.fixed_size(batch_id)
+        else:
+            selector = BatchSelector.time_interval(
+                Interval(int(job["interval_start"]), int(job["interval_duration"]))
+            )
+            partial = PartialBatchSelector.time_interval()
+        request = AggregateShareReq(
+            selector, bytes(job["agg_param"]), int(job["report_count"]), bytes(job["checksum"])
+        )
+        try:
+            helper_share = self._send(task, request.encode())
+        except HelperUnavailableError as exc:
+            if lease.attempts >= s.max_job_attempts:
+                agg.ds.fail_collection(lease, ProblemType.BATCH_MISMATCH.value)
+                return
+            delay = backoff(s, lease.attempts)
+            log.info("helper unavailable (%s); retrying the collection in %ds", exc, delay)
+            agg.ds.release_collection_job(lease, agg.clock.now() + delay, count_attempt=True)
+            return
+        except HelperError as exc:
+            problem = exc.problem or ProblemType.INVALID_MESSAGE
+            log.warning("helper refused the aggregate share request: %s", problem.value)
+            agg.ds.fail_collection(lease, problem.value)
+            return
+        leader_share = task.vdaf.decode_agg_share(bytes(job["leader_share"]))
+        collection = Collection(
+            partial,
+            int(job["report_count"]),
+            covering_interval(int(job["time_min"]), int(job["time_max"]), task.time_precision),
+            seal_aggregate_share(task, Role.LEADER, selector, leader_share),
+            helper_share.encrypted_aggregate_share,
+        )
+        agg.ds.finish_collection(lease, collection.encode())
+
+    def _send(self, task: Task, body: bytes) -> AggregateShare:
+        url = helper_url(task.helper_endpoint, f"tasks/{task.b64}/aggregate_shares")
+        headers = {"Content-Type": MEDIA_AGGREGATE_SHARE_REQ}
+        headers.update(auth_headers(task.record.helper_token or ""))
+        try:
+            response = self.http.post(url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise HelperUnavailableError(type(exc).__name__) from exc
+        check_response(response)
+        try:
+            return AggregateShare.decode(response.content)
+        except DecodeError:
+            raise HelperError(response.status_code, None) from None

@@ -1,0 +1,59 @@
+"""Background threads running the leader's drivers in the aggregator process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import httpx
+
+from services.aggregator.drivers.aggregation import AggregationJobDriver, create_jobs
+from services.aggregator.drivers.collection import CollectionJobDriver
+from services.aggregator.service import Aggregator
+
+log = logging.getLogger(__name__)
+
+
+class DriverRunner:
+    """Creator, aggregation and collection loops; `stop()` ends them after their current step."""
+
+    def __init__(self, agg: Aggregator, http: httpx.Client | None = None) -> None:
+        self.agg = agg
+        self.http = http or httpx.Client(timeout=agg.settings.helper_timeout_s)
+        self._own_http = http is None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.aggregation = AggregationJobDriver(agg, self.http)
+        self.collection = CollectionJobDriver(agg, self.http)
+
+    def start(self) -> None:
+        loops: dict[str, Callable[[], int]] = {
+            "job-creator": lambda: create_jobs(self.agg),
+            "aggregation-driver": self.aggregation.run_once,
+            "collection-driver": self.collection.run_once,
+        }
+        for name, step in loops.items():
+            thread = threading.Thread(target=self._loop, args=(name, step), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _loop(self, name: str, step: Callable[[], int]) -> None:
+        pause = self.agg.settings.driver_poll_s
+        while not self._stop.is_set():
+            try:
+                busy = step()
+            except Exception as exc:
+                # Log the type only: messages may quote stored data.
+                log.error("%s step failed: %s", name, type(exc).__name__)
+                busy = 0
+            if not busy:
+                self._stop.wait(pause)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+        if self._own_http:
+            self.http.close()

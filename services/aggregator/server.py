@@ -1,0 +1,29 @@
+"""Process entry point: migrate, make sure an HPKE key exists, serve, run the drivers."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from services.aggregator.app import create_app
+from services.aggregator.drivers.runner import DriverRunner
+from services.aggregator.settings import AggregatorSettings
+
+log = logging.getLogger(__name__)
+
+
+def serve(settings: AggregatorSettings) -> None:
+    """Run until SIGINT/SIGTERM; the drivers stop after their current step."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = create_app(settings)
+    runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
+    if runner is not None:
+        runner.start()
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port))
+    try:
+        server.run()
+    finally:
+        if runner is not None:
+            runner.stop()
+        app.state.aggregator.ds.db.close()

@@ -1,0 +1,662 @@
+"""The aggregator's protocol logic, independent of HTTP framing (DAP-09 §4.4-§4.6).
+
+Each public method handles one DAP request for whichever role the task gives this aggregator
+and raises `DapProblemError` with the exact problem type of the digest's "who checks what"
+table (§8).
+Routes (app.py) only check media types and move bytes.
+
+Choices where DAP-09 leaves room, all at upload (§4.4.2):
+- the leader decrypts its input share at upload, so a share sealed to an unknown config id gets
+  `outdatedConfig`, one that does not decrypt `reportRejected`, and a plaintext that does not
+  parse, carries any extension (none is defined) or has the wrong VDAF length `invalidMessage`;
+- a replayed report id, a report past `task_expiration` and one into a collected
+  time_interval batch are ignored and answered `reportRejected`;
+- a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.aggregator.batches import (
+    batch_id_key,
+    bucket_key,
+    interval_is_valid,
+    selector_key_range,
+)
+from services.aggregator.datastore import (
+    COLLECTION_DELETED,
+    COLLECTION_FAILED,
+    COLLECTION_FINISHED,
+    Datastore,
+    ReportOutcome,
+    TaskRecord,
+)
+from services.aggregator.settings import AggregatorSettings
+from services.common.auth import presented_token, token_matches
+from services.common.clock import Clock
+from services.common.problems import DapProblemError, HttpProblemError
+from shared import hpke
+from shared.codec import DecodeError
+from shared.dap.hpke_context import (
+    aggregate_share_aad,
+    aggregate_share_info,
+    input_share_aad,
+    input_share_info,
+)
+from shared.dap.ids import AggregationJobId, CollectionJobId, TaskId
+from shared.dap.messages import (
+    AggregateShare,
+    AggregateShareReq,
+    AggregationJobContinueReq,
+    AggregationJobInitReq,
+    AggregationJobResp,
+    BatchSelector,
+    CollectionReq,
+    FixedSizeQueryType,
+    HpkeCiphertext,
+    HpkeConfig,
+    HpkeConfigList,
+    PlaintextInputShare,
+    PrepareError,
+    PrepareResp,
+    QueryType,
+    Report,
+    Role,
+)
+from shared.dap.problems import ProblemType
+from shared.dap.task import b64url_decode
+from shared.vdaf import ping_pong
+from shared.vdaf.field import FieldArray
+from shared.vdaf.prio3 import PrepStatus, Prio3
+from shared.vdaf.spec import VdafSpec
+
+#: How long the in-memory copy of the HPKE key list is trusted before re-reading the store.
+_KEY_CACHE_S = 5.0
+
+HTTP_CREATED = 201
+HTTP_CONFLICT = 409
+
+
+@dataclass(frozen=True)
+class Task:
+    """A provisioned task in the form the request paths use."""
+
+    id: TaskId
+    role: str
+    query_type: QueryType
+    vdaf: Prio3
+    verify_key: bytes
+    min_batch_size: int
+    max_batch_size: int | None
+    time_precision: int
+    max_batch_query_count: int
+    task_expiration: int | None
+    collector_config: HpkeConfig
+    leader_endpoint: str
+    helper_endpoint: str
+    record: TaskRecord
+
+    @property
+    def b64(self) -> str:
+        return self.id.to_b64url()
+
+    def batch_target(self) -> int | None:
+        """Reports per fixed_size batch the leader fills (None for time_interval)."""
+        if self.query_type != QueryType.FIXED_SIZE:
+            return None
+        return self.max_batch_size or self.min_batch_size
+
+
+def task_from_record(record: TaskRecord) -> Task:
+    d: Mapping[str, Any] = record.definition
+    return Task(
+        id=TaskId(record.task_id),
+        role=record.role,
+        query_type=QueryType(int(d["query_type"])),
+        vdaf=VdafSpec.model_validate(d["vdaf"]).instance(),
+        verify_key=b64url_decode(d["vdaf_verify_key"], "vdaf_verify_key"),
+        min_batch_size=int(d["min_batch_size"]),
+        max_batch_size=None if d.get("max_batch_size") is None else int(d["max_batch_size"]),
+        time_precision=int(d["time_precision"]),
+        max_batch_query_count=int(d["max_batch_query_count"]),
+        task_expiration=None if d.get("task_expiration") is None else int(d["task_expiration"]),
+        collector_config=HpkeConfig.decode(
+            b64url_decode(d["collector_hpke_config"], "collector_hpke_config")
+        ),
+        leader_endpoint=str(d["leader_endpoint"]),
+        helper_endpoint=str(d["helper_endpoint"]),
+        record=record,
+    )
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes = b""
+    media_type: str | None = None
+    headers: dict[str, str] | None = None
+
+
+class Aggregator:
+    """One aggregator process's view of its store, clock and keys."""
+
+    def __init__(self, datastore: Datastore, clock: Clock, settings: AggregatorSettings) -> None:
+        self.ds = datastore
+        self.clock = clock
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._tasks: dict[bytes, tuple[str, Task]] = {}
+        self._keys: dict[int, hpke.HpkeKeyPair] = {}
+        self._key_list: list[HpkeConfig] = []
+        self._keys_loaded = 0.0
+
+    # --- tasks and keys ----------------------------------------------------------------------
+
+    def task(self, task_id: str, role: str | None = None) -> Task:
+        """The task named in the path, or `unrecognizedTask` (also when it has another role)."""
+        try:
+            tid = TaskId.from_b64url(task_id)
+        except DecodeError:
+            raise DapProblemError(
+                ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
+            ) from None
+        task = self.task_by_id(tid.value)
+        if task is None or (role is not None and task.role != role):
+            raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
+        return task
+
+    def task_by_id(self, task_id: bytes) -> Task | None:
+        record = self.ds.get_task(task_id)
+        if record is None:
+            return None
+        # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused as long as
+        # the stored definition is the same.
+        stamp = repr(sorted(record.definition.items()))
+        with self._lock:
+            cached = self._tasks.get(task_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        task = task_from_record(record)
+        with self._lock:
+            self._tasks[task_id] = (stamp, task)
+        return task
+
+    def forget_task(self, task_id: bytes) -> None:
+        with self._lock:
+            self._tasks.pop(task_id, None)
+
+    def _load_keys(self) -> None:
+        records = self.ds.hpke_keys()
+        keys = {r.keypair.config_id: r.keypair for r in records}
+        listed = [
+            HpkeConfig(k.config_id, k.kem_id, k.kdf_id, k.aead_id, k.public_key)
+            for k in (r.keypair for r in records if r.state == "active")
+        ]
+        with self._lock:
+            self._keys, self._key_list = keys, listed
+            self._keys_loaded = time.monotonic()
+
+    def keypair(self, config_id: int) -> hpke.HpkeKeyPair | None:
+        with self._lock:
+            fresh = time.monotonic() - self._keys_loaded < _KEY_CACHE_S
+            key = self._keys.get(config_id)
+        if key is None or not fresh:
+            # An unknown id may be a key another process just added: look before refusing.
+            self._load_keys()
+            with self._lock:
+                key = self._keys.get(config_id)
+        return key
+
+    def hpke_config_list(self, task_id: str | None) -> Answer:
+        """GET /hpke_config (DAP-09 §4.4.1): every active key, newest first."""
+        if task_id is not None:
+            self.task(task_id)
+        with self._lock:
+            fresh = time.monotonic() - self._keys_loaded < _KEY_CACHE_S
+        if not fresh or not self._key_list:
+            self._load_keys()
+        with self._lock:
+            configs = tuple(self._key_list)
+        if not configs:
+            raise HttpProblemError(503, "no HPKE key configured")
+        return Answer(200, HpkeConfigList(configs).encode())
+
+    def rotate_keys(self) -> int:
+        keypair = self.ds.add_hpke_key(self.clock.now())
+        assert keypair is not None
+        self._load_keys()
+        return keypair.config_id
+
+    # --- auth --------------------------------------------------------------------------------
+
+    def check_aggregator_auth(self, task: Task, headers: Mapping[str, str]) -> None:
+        if not token_matches(task.record.aggregator_token_hash, presented_token(headers)):
+            raise DapProblemError(
+                ProblemType.UNAUTHORIZED_REQUEST, "bad aggregator token", task_id=task.b64
+            )
+
+    def check_collector_auth(self, task: Task, headers: Mapping[str, str]) -> None:
+        if not token_matches(task.record.collector_token_hash, presented_token(headers)):
+            raise DapProblemError(
+                ProblemType.UNAUTHORIZED_REQUEST, "bad collector token", task_id=task.b64
+            )
+
+    # --- upload (leader, DAP-09 §4.4.2) ------------------------------------------------------
+
+    def upload(self, task_id: str, body: bytes) -> Answer:
+        task = self.task(task_id, "leader")
+
+        def reject(problem: ProblemType, detail: str) -> DapProblemError:
+            return DapProblemError(problem, detail, task_id=task.b64)
+
+        try:
+            report = Report.decode(body)
+        except DecodeError:
+            raise reject(ProblemType.INVALID_MESSAGE, "malformed Report") from None
+        metadata = report.report_metadata
+        now = self.clock.now()
+        if task.task_expiration is not None and metadata.time > task.task_expiration:
+            raise reject(ProblemType.REPORT_REJECTED, "task expired")
+        if metadata.time > now + self.settings.clock_skew_s:
+            raise reject(ProblemType.REPORT_TOO_EARLY, "report time is in the future")
+        ciphertext = report.leader_encrypted_input_share
+        keypair = self.keypair(ciphertext.config_id)
+        if keypair is None:
+            raise reject(ProblemType.OUTDATED_CONFIG, "unknown HPKE config id")
+        try:
+            plaintext = hpke.open(
+                keypair,
+                ciphertext.enc,
+                input_share_info(Role.LEADER),
+                input_share_aad(task.id, metadata, report.public_share),
+                ciphertext.payload,
+            )
+        except hpke.HpkeError:
+            raise reject(ProblemType.REPORT_REJECTED, "input share does not decrypt") from None
+        try:
+            share = PlaintextInputShare.decode(plaintext)
+        except DecodeError:
+            raise reject(ProblemType.INVALID_MESSAGE, "malformed PlaintextInputShare") from None
+        if share.extensions:
+            raise reject(ProblemType.INVALID_MESSAGE, "unrecognized report extension")
+        if (
+            len(share.payload) != task.vdaf.input_share_len(0)
+            or len(report.public_share) != task.vdaf.public_share_len()
+        ):
+            raise reject(ProblemType.INVALID_MESSAGE, "input or public share has the wrong size")
+        batch_key = (
+            bucket_key(metadata.time, task.time_precision)
+            if task.query_type == QueryType.TIME_INTERVAL
+            else None
+        )
+        outcome = self.ds.put_report(
+            task.id.value,
+            metadata.report_id.value,
+            metadata.time,
+            report.public_share,
+            share.payload,
+            report.helper_encrypted_input_share.encode(),
+            batch_key,
+            now,
+        )
+        if outcome == "replayed":
+            raise reject(ProblemType.REPORT_REJECTED, "report id already seen")
+        if outcome == "collected":
+            raise reject(ProblemType.REPORT_REJECTED, "the report's batch was already collected")
+        return Answer(HTTP_CREATED)
+
+    # --- helper aggregation (DAP-09 §4.5.1.2-§4.5.2) ------------------------------------------
+
+    def helper_init(
+        self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        task = self.task(task_id, "helper")
+        self.check_aggregator_auth(task, headers)
+
+        def invalid(detail: str, status: int | None = None) -> DapProblemError:
+            return DapProblemError(
+                ProblemType.INVALID_MESSAGE, detail, task_id=task.b64, status=status
+            )
+
+        try:
+            job = AggregationJobId.from_b64url(job_id)
+            request = AggregationJobInitReq.decode(body)
+        except DecodeError:
+            raise invalid("malformed aggregation job id or AggregationJobInitReq") from None
+        existing = self.ds.aggregation_job(task.id.value, job.value)
+        if existing is not None:
+            # Cheap early answer for re-sends; helper_init_job decides again atomically.
+            if (
+                existing["request_hash"] is not None
+                and bytes(existing["request_hash"]) == hashlib.sha256(body).digest()
+                and int(existing["step"]) == 0
+                and existing["state"] != "abandoned"
+            ):
+                return Answer(HTTP_CREATED, bytes(existing["response"]))
+            raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
+        if request.part_batch_selector.query_type != task.query_type:
+            raise invalid("query type does not match the task")
+        if request.agg_param != b"":
+            raise invalid("Prio3 takes an empty aggregation parameter")
+        ids = [p.report_share.report_metadata.report_id for p in request.prepare_inits]
+        if len(set(ids)) != len(ids):
+            raise invalid("duplicate report ids in the job")
+
+        now = self.clock.now()
+        vdaf = task.vdaf
+        errors: list[PrepareError | None] = []
+        candidates: list[int] = []
+        nonces: list[bytes] = []
+        public_shares: list[bytes] = []
+        input_shares: list[bytes] = []
+        inbound: list[bytes] = []
+        for i, prep_init in enumerate(request.prepare_inits):
+            error, payload = self._open_helper_share(task, prep_init.report_share, now)
+            errors.append(error)
+            if error is None and payload is not None:
+                candidates.append(i)
+                nonces.append(prep_init.report_share.report_metadata.report_id.value)
+                public_shares.append(prep_init.report_share.public_share)
+                input_shares.append(payload)
+                inbound.append(prep_init.payload)
+
+        batch, outbound = ping_pong.helper_init(
+            vdaf, task.verify_key, nonces, public_shares, input_shares, inbound
+        )
+        messages: dict[int, bytes] = {}
+        out_index: dict[int, int] = {}
+        for j, i in enumerate(candidates):
+            message = outbound[j]
+            if message is None:
+                errors[i] = (
+                    PrepareError.INVALID_MESSAGE
+                    if batch.status[j] == PrepStatus.DECODE_ERROR
+                    else PrepareError.VDAF_PREP_ERROR
+                )
+            else:
+                messages[i] = message
+                out_index[i] = j
+
+        batch_id = request.part_batch_selector.batch_id
+        outcomes = []
+        for i, prep_init in enumerate(request.prepare_inits):
+            metadata = prep_init.report_share.report_metadata
+            key = (
+                batch_id_key(batch_id)
+                if batch_id is not None
+                else bucket_key(metadata.time, task.time_precision)
+            )
+            outcomes.append(
+                ReportOutcome(
+                    metadata.report_id.value, metadata.time, key, errors[i], out_index.get(i)
+                )
+            )
+
+        def build_response(final: list[ReportOutcome]) -> bytes:
+            resps = []
+            for i, o in enumerate(final):
+                rid = ids[i]
+                if o.error is None:
+                    resps.append(PrepareResp.continued(rid, messages[i]))
+                else:
+                    resps.append(PrepareResp.rejected(rid, o.error))
+            return AggregationJobResp(tuple(resps)).encode()
+
+        result, response = self.ds.helper_init_job(
+            task.id.value,
+            job.value,
+            body,
+            None if batch_id is None else batch_id.value,
+            vdaf,
+            outcomes,
+            batch.out_shares,
+            task.max_batch_size,
+            build_response,
+            now,
+        )
+        if result == "conflict" or response is None:
+            raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
+        return Answer(HTTP_CREATED, response)
+
+    def _open_helper_share(
+        self, task: Task, report_share: Any, now: int
+    ) -> tuple[PrepareError | None, bytes | None]:
+        """Decrypt and validate one report share (DAP-09 §4.5.1.3-§4.5.1.4, in order)."""
+        metadata = report_share.report_metadata
+        ciphertext: HpkeCiphertext = report_share.encrypted_input_share
+        keypair = self.keypair(ciphertext.config_id)
+        if keypair is None:
+            return PrepareError.HPKE_UNKNOWN_CONFIG_ID, None
+        try:
+            plaintext = hpke.open(
+                keypair,
+                ciphertext.enc,
+                input_share_info(Role.HELPER),
+                input_share_aad(task.id, metadata, report_share.public_share),
+                ciphertext.payload,
+            )
+        except hpke.HpkeError:
+            return PrepareError.HPKE_DECRYPT_ERROR, None
+        try:
+            share = PlaintextInputShare.decode(plaintext)
+        except DecodeError:
+            return PrepareError.INVALID_MESSAGE, None
+        if metadata.time > now + self.settings.clock_skew_s:
+            return PrepareError.REPORT_TOO_EARLY, None
+        if task.task_expiration is not None and metadata.time > task.task_expiration:
+            return PrepareError.TASK_EXPIRED, None
+        if share.extensions:
+            # No extension type is defined in DAP-09, so any one is unrecognized.
+            return PrepareError.INVALID_MESSAGE, None
+        return None, share.payload
+
+    def helper_continue(
+        self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        """POST aggregation job (DAP-09 §4.5.2). One-round Prio3 finishes at init, so no report
+        ever waits for a continuation; the checks still run in the order §4.5.2.1 gives."""
+        task = self.task(task_id, "helper")
+        self.check_aggregator_auth(task, headers)
+
+        def problem(kind: ProblemType, detail: str) -> DapProblemError:
+            return DapProblemError(kind, detail, task_id=task.b64)
+
+        try:
+            job = AggregationJobId.from_b64url(job_id)
+            request = AggregationJobContinueReq.decode(body)
+        except DecodeError:
+            raise problem(ProblemType.INVALID_MESSAGE, "malformed continue request") from None
+        row = self.ds.aggregation_job(task.id.value, job.value)
+        if row is None or row["role"] != "helper" or row["state"] == "abandoned":
+            raise problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown aggregation job")
+        if request.step == 0:
+            raise problem(ProblemType.INVALID_MESSAGE, "step 0 is not a continuation")
+        if request.step != int(row["step"]) + 1:
+            raise problem(ProblemType.STEP_MISMATCH, f"the job is at step {row['step']}")
+        ids = [p.report_id for p in request.prepare_continues]
+        if len(set(ids)) != len(ids):
+            raise problem(ProblemType.INVALID_MESSAGE, "duplicate report ids")
+        waiting = {
+            bytes(r["report_id"])
+            for r in self.ds.report_aggregations(task.id.value, job.value)
+            if r["state"] == "waiting"
+        }
+        if any(rid.value not in waiting for rid in ids):
+            raise problem(
+                ProblemType.INVALID_MESSAGE, "a report has no preparation state to continue"
+            )
+        raise AssertionError("one-round Prio3 never leaves a report waiting")  # pragma: no cover
+
+    def helper_delete(self, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:
+        task = self.task(task_id, "helper")
+        self.check_aggregator_auth(task, headers)
+        try:
+            job = AggregationJobId.from_b64url(job_id)
+        except DecodeError:
+            raise DapProblemError(
+                ProblemType.INVALID_MESSAGE, "malformed job id", task_id=task.b64
+            ) from None
+        if not self.ds.abandon_helper_job(task.id.value, job.value):
+            raise DapProblemError(
+                ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown job", task_id=task.b64
+            )
+        return Answer(204)
+
+    # --- helper aggregate shares (DAP-09 §4.6.2) ---------------------------------------------
+
+    def helper_aggregate_share(
+        self, task_id: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        task = self.task(task_id, "helper")
+        self.check_aggregator_auth(task, headers)
+
+        def problem(kind: ProblemType, detail: str) -> DapProblemError:
+            return DapProblemError(kind, detail, task_id=task.b64)
+
+        try:
+            request = AggregateShareReq.decode(body)
+        except DecodeError:
+            raise problem(ProblemType.INVALID_MESSAGE, "malformed AggregateShareReq") from None
+        selector = request.batch_selector
+        if selector.query_type != task.query_type:
+            raise problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
+        if selector.batch_interval is not None and not interval_is_valid(
+            selector.batch_interval, task.time_precision
+        ):
+            raise problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
+        lo, hi = selector_key_range(selector)
+
+        def build_response(agg_share: FieldArray) -> bytes:
+            return AggregateShare(
+                seal_aggregate_share(task, Role.HELPER, selector, agg_share)
+            ).encode()
+
+        kind, response = self.ds.helper_aggregate_share(
+            task.id.value,
+            selector.encode(),
+            request.agg_param,
+            lo,
+            hi,
+            selector.query_type == QueryType.FIXED_SIZE,
+            request.report_count,
+            request.checksum,
+            task.min_batch_size,
+            task.max_batch_size,
+            task.max_batch_query_count,
+            task.vdaf,
+            build_response,
+            self.clock.now(),
+        )
+        if kind is not None or response is None:
+            raise problem(kind or ProblemType.INVALID_MESSAGE, "batch check failed")
+        return Answer(200, response)
+
+    # --- collection (leader, DAP-09 §4.6.1) --------------------------------------------------
+
+    def put_collection_job(
+        self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        task = self.task(task_id, "leader")
+        self.check_collector_auth(task, headers)
+
+        def problem(kind: ProblemType, detail: str, status: int | None = None) -> DapProblemError:
+            return DapProblemError(kind, detail, task_id=task.b64, status=status)
+
+        try:
+            job = CollectionJobId.from_b64url(job_id)
+            request = CollectionReq.decode(body)
+        except DecodeError:
+            raise problem(ProblemType.INVALID_MESSAGE, "malformed CollectionReq") from None
+        query = request.query
+        if query.query_type != task.query_type:
+            raise problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
+        interval: tuple[int, int] | None = None
+        batch_key: bytes | None = None
+        current = False
+        if query.batch_interval is not None:
+            if not interval_is_valid(query.batch_interval, task.time_precision):
+                raise problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
+            interval = (query.batch_interval.start, query.batch_interval.duration)
+        else:
+            assert query.fixed_size_query is not None
+            if query.fixed_size_query.query_type == FixedSizeQueryType.CURRENT_BATCH:
+                current = True
+            else:
+                assert query.fixed_size_query.batch_id is not None
+                batch_key = query.fixed_size_query.batch_id.value
+        result, kind = self.ds.put_collection_job(
+            task.id.value,
+            job.value,
+            body,
+            int(query.query_type),
+            current,
+            request.agg_param,
+            batch_key,
+            interval,
+            task.max_batch_query_count,
+            self.clock.now(),
+        )
+        if kind is not None:
+            raise problem(kind, "batch check failed")
+        if result == "conflict":
+            raise problem(
+                ProblemType.INVALID_MESSAGE,
+                "collection job exists with another request",
+                HTTP_CONFLICT,
+            )
+        return Answer(HTTP_CREATED)
+
+    def poll_collection_job(self, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:
+        task = self.task(task_id, "leader")
+        self.check_collector_auth(task, headers)
+        row = self._collection_row(task, job_id)
+        state = row["state"]
+        if state == COLLECTION_FINISHED:
+            return Answer(200, bytes(row["result"]))
+        if state == COLLECTION_DELETED:
+            return Answer(204)
+        if state == COLLECTION_FAILED:
+            kind = ProblemType(row["error"]) if row["error"] else ProblemType.BATCH_INVALID
+            raise DapProblemError(kind, "the collection failed", task_id=task.b64)
+        return Answer(202, headers={"Retry-After": str(self.settings.collection_retry_s)})
+
+    def delete_collection_job(
+        self, task_id: str, job_id: str, headers: Mapping[str, str]
+    ) -> Answer:
+        task = self.task(task_id, "leader")
+        self.check_collector_auth(task, headers)
+        self._collection_row(task, job_id)
+        self.ds.delete_collection_job(task.id.value, CollectionJobId.from_b64url(job_id).value)
+        return Answer(204)
+
+    def _collection_row(self, task: Task, job_id: str) -> dict[str, Any]:
+        try:
+            job = CollectionJobId.from_b64url(job_id)
+        except DecodeError:
+            raise DapProblemError(
+                ProblemType.INVALID_MESSAGE, "malformed collection job id", task_id=task.b64
+            ) from None
+        row = self.ds.collection_job(task.id.value, job.value)
+        if row is None:
+            raise HttpProblemError(404, "unknown collection job", task_id=task.b64)
+        return row
+
+
+def seal_aggregate_share(
+    task: Task, role: Role, selector: BatchSelector, agg_share: FieldArray
+) -> HpkeCiphertext:
+    """Encrypt an aggregate share to the collector (DAP-09 §4.6.4)."""
+    config = task.collector_config
+    enc, payload = hpke.seal(
+        config.public_key,
+        aggregate_share_info(role),
+        aggregate_share_aad(task.id, b"", selector),
+        task.vdaf.encode_agg_share(agg_share),
+    )
+    return HpkeCiphertext(config.id, enc, payload)
