@@ -14,7 +14,6 @@ Errors are RFC 9457 problem documents.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -25,9 +24,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.collector.clock import Clock, SystemClock, millis
 from services.collector.collect import (
     CollectionError,
     CollectQuery,
@@ -35,12 +32,19 @@ from services.collector.collect import (
     parse_query,
     query_json,
 )
-from services.collector.poller import CollectionPoller, PollerConfig
+from services.collector.poller import CollectionPoller, PollerConfig, millis
 from services.collector.settings import CollectorSettings
 from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
+from services.common.auth import hash_token, token_matches
+from services.common.clock import Clock, RealClock
+from services.common.problems import (
+    HttpProblemError,
+    install_http_problem_handler,
+    install_problem_handlers,
+    problem_response,
+)
 from shared import hpke
 from shared.codec import DecodeError
-from shared.constants import DAP_AUTH_HEADER, MEDIA_PROBLEM
 from shared.dap.ids import CollectionJobId, TaskId
 from shared.dap.messages import HpkeConfig
 from shared.dap.task import CollectorTask, b64url_encode
@@ -51,21 +55,6 @@ log = logging.getLogger(__name__)
 
 #: The collector's HPKE config id. One key pair per task, so a constant id is unambiguous.
 _CONFIG_ID = 1
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, title: str, detail: str | None = None) -> None:
-        super().__init__(title)
-        self.status = status
-        self.title = title
-        self.detail = detail
-
-
-def _problem(status: int, title: str, detail: str | None = None) -> Response:
-    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    return JSONResponse(body, status_code=status, media_type=MEDIA_PROBLEM)
 
 
 def _validation_detail(exc: ValidationError) -> str:
@@ -113,8 +102,9 @@ def create_app(
     run_poller: bool = True,
 ) -> FastAPI:
     """Build the app. `transport` (an httpx transport) and `clock` exist for tests."""
-    clock = clock or SystemClock()
-    admin_token = settings.admin_token.get_secret_value().encode()
+    clock = clock or RealClock()
+    # Only the hash is kept in memory beyond this point, as the aggregator does.
+    admin_hash = hash_token(settings.admin_token.get_secret_value())
     poller_config = PollerConfig(
         poll_interval=settings.poll_interval,
         max_backoff=settings.max_backoff,
@@ -128,7 +118,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = store
         if db is None:
-            db = await asyncio.to_thread(open_store, settings.database_url, millis(clock))
+            db = await asyncio.to_thread(open_store, settings.database_url)
         http = httpx.AsyncClient(
             transport=transport, timeout=settings.request_timeout, follow_redirects=False
         )
@@ -143,46 +133,42 @@ def create_app(
             if task is not None:
                 await task
             await http.aclose()
+            if store is None:  # opened here, so closed here
+                db.close()
 
     app = FastAPI(title="sagg collector", lifespan=lifespan, docs_url=None, redoc_url=None)
 
     def db() -> Store:
         value = state.get("store")
         if value is None:  # routes only run inside the lifespan
-            raise ApiError(503, "Service Unavailable", "store not open")
+            raise HttpProblemError(503, "store not open")
         assert isinstance(value, Store)
         return value
 
     def authorize(request: Request) -> None:
-        presented = request.headers.get(DAP_AUTH_HEADER)
-        auth = request.headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer ":
-            presented = auth[7:].strip()
-        if not presented:
-            raise ApiError(401, "Unauthorized", "missing bearer token")
-        if not hmac.compare_digest(presented.encode(), admin_token):
-            raise ApiError(403, "Forbidden", "invalid bearer token")
+        """The admin API takes `Authorization: Bearer <admin token>` (401 absent, 403 wrong)."""
+        auth = request.headers.get("authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not token:
+            raise HttpProblemError(401, "admin token required")
+        if not token_matches(admin_hash, token):
+            raise HttpProblemError(403, "wrong admin token")
 
     async def json_body(request: Request) -> Any:
         try:
             return json.loads(await request.body())
         except ValueError:
-            raise ApiError(400, "Bad Request", "body is not JSON") from None
+            raise HttpProblemError(400, "body is not JSON") from None
 
-    @app.exception_handler(ApiError)
-    async def _on_api_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
-        return _problem(exc.status, exc.title, exc.detail)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _on_http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        return _problem(exc.status_code, str(exc.detail))
+    install_problem_handlers(app)
+    install_http_problem_handler(app)
 
     @app.exception_handler(StoreError)
     async def _on_store_error(request: Request, exc: Exception) -> Response:
         log.error("store error on %s %s: %s", request.method, request.url.path, exc)
-        return _problem(503, "Service Unavailable", "the collector's database is unavailable")
+        return problem_response(
+            type_="about:blank", title="the collector's database is unavailable", status=503
+        )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -195,13 +181,13 @@ def create_app(
         try:
             TaskId.from_b64url(task_id)
         except DecodeError as exc:
-            raise ApiError(400, "Bad Request", str(exc)) from None
+            raise HttpProblemError(400, str(exc)) from None
         try:
             task = CollectorTask.model_validate(await json_body(request))
         except ValidationError as exc:
-            raise ApiError(400, "Bad Request", _validation_detail(exc)) from None
+            raise HttpProblemError(400, _validation_detail(exc)) from None
         if task.task_id != task_id:
-            raise ApiError(400, "Bad Request", "task_id in the body differs from the URL")
+            raise HttpProblemError(400, "task_id in the body differs from the URL")
 
         keypair = hpke.generate_keypair(_CONFIG_ID)
         config = HpkeConfig(
@@ -221,7 +207,7 @@ def create_app(
             lambda existing: CollectorTask.model_validate_json(existing) == task,
         )
         if outcome is PutTaskOutcome.CONFLICT:
-            raise ApiError(409, "Conflict", "a different task with this id exists")
+            raise HttpProblemError(409, "a different task with this id exists")
         if outcome is PutTaskOutcome.CREATED:
             log.info("task %s provisioned (%s)", task_id, task.vdaf.describe())
         return JSONResponse(
@@ -236,19 +222,21 @@ def create_app(
             body = _CollectRequest.model_validate(await json_body(request))
             query: CollectQuery = parse_query(body.query)
         except ValidationError as exc:
-            raise ApiError(400, "Bad Request", _validation_detail(exc)) from None
+            raise HttpProblemError(400, _validation_detail(exc)) from None
         stored = await asyncio.to_thread(db().load_task, body.task_id)
         if stored is None:
-            raise ApiError(404, "Not Found", f"unknown task {body.task_id}")
+            raise HttpProblemError(404, f"unknown task {body.task_id}")
         task = CollectorTask.model_validate_json(stored.definition)
         try:
             check_query(task, query)
         except CollectionError as exc:
-            raise ApiError(400, "Bad Request", str(exc)) from None
+            raise HttpProblemError(400, str(exc)) from None
         job_id = CollectionJobId.random().to_b64url()
-        await asyncio.to_thread(
+        created = await asyncio.to_thread(
             db().create_job, job_id, body.task_id, query_json(query), millis(clock)
         )
+        if not created:  # the task was deleted in between
+            raise HttpProblemError(404, f"unknown task {body.task_id}")
         log.info("collection job %s created for task %s", job_id, body.task_id)
         poller = state["poller"]
         assert isinstance(poller, CollectionPoller)
@@ -260,7 +248,7 @@ def create_app(
         authorize(request)
         job = await asyncio.to_thread(db().get_job, job_id)
         if job is None:
-            raise ApiError(404, "Not Found", f"unknown collection job {job_id}")
+            raise HttpProblemError(404, f"unknown collection job {job_id}")
         stored = await asyncio.to_thread(db().load_task, job.task_id)
         task = None if stored is None else CollectorTask.model_validate_json(stored.definition)
         return JSONResponse(job_view(job, task))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from services.collector.clock import Clock, millis
 from services.collector.collect import (
     CollectionError,
     collection_request,
@@ -45,13 +44,14 @@ from services.collector.leader import (
     Transient,
 )
 from services.collector.store import JobRow, JobState, JobUpdate, Store, StoredTask
+from services.common.clock import Clock
 from shared import hpke
 from shared.codec import DecodeError
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import Collection, HpkeConfig
 from shared.dap.task import CollectorTask, b64url_decode
 
-__all__ = ["CollectionPoller", "PollerConfig", "task_keypair"]
+__all__ = ["CollectionPoller", "PollerConfig", "millis", "task_keypair"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ class PollerConfig:
     lease_seconds: float = 60.0
     max_transient_failures: int = 30
     batch_size: int = 16
+
+
+def millis(clock: Clock) -> int:
+    """The clock in milliseconds, the unit the store schedules in."""
+    return int(clock.now() * 1000)
 
 
 def task_keypair(stored: StoredTask) -> hpke.HpkeKeyPair:

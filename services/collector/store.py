@@ -1,8 +1,8 @@
 """The collector's datastore: every SQL statement the collector runs lives in this module.
 
-Two backends share one schema and one interface: SQLite (`sqlite:///path`, the default for a
-local deployment) and PostgreSQL (`postgresql://...`, for several collector processes sharing
-state). The schema is created and upgraded by numbered migrations recorded in
+It runs on `services.common.db.Database`: SQLite (`sqlite:///path`, the default for a local
+deployment) or PostgreSQL (`postgresql://...`, for several collector processes sharing state),
+serializable transactions retried on conflicts, and numbered migrations recorded in
 `schema_migrations`, so a newer collector can open an older database.
 
 What is stored (DAP-09 §4.2: the collector alone holds the HPKE secret key of a task):
@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TypeVar
 
 import psycopg
+
+from services.common.db import Database, Migration, Row, TransientDbError, Tx
 
 __all__ = [
     "JobRow",
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -123,218 +124,110 @@ _JOB_COLUMNS = (
     "lease_expiry_ms, report_count, interval_start, interval_duration, batch_id, result, "
     "created_at_ms, updated_at_ms"
 )
+_TASK_COLUMNS = "task_id, definition, hpke_config, hpke_private_key, created_at_ms"
 
-# Migrations: (version, statements). Append only; never edit one that has shipped.
-_MIGRATIONS: list[tuple[int, list[str]]] = [
-    (
+# Append only; never edit a migration that has shipped.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
         1,
-        [
+        "initial collector schema",
+        (
             """CREATE TABLE tasks (
-                task_id TEXT PRIMARY KEY,
-                definition TEXT NOT NULL,
-                hpke_config TEXT NOT NULL,
-                hpke_private_key TEXT NOT NULL,
-                created_at_ms BIGINT NOT NULL
+                task_id {text} PRIMARY KEY,
+                definition {text} NOT NULL,
+                hpke_config {text} NOT NULL,
+                hpke_private_key {text} NOT NULL,
+                created_at_ms {bigint} NOT NULL
             )""",
             """CREATE TABLE collection_jobs (
-                job_id TEXT PRIMARY KEY,
-                task_id TEXT NOT NULL REFERENCES tasks (task_id),
-                query TEXT NOT NULL,
-                state TEXT NOT NULL,
-                error TEXT,
-                attempts INTEGER NOT NULL DEFAULT 0,
-                failures INTEGER NOT NULL DEFAULT 0,
-                next_attempt_ms BIGINT NOT NULL,
-                lease_owner TEXT,
-                lease_expiry_ms BIGINT,
-                report_count BIGINT,
-                interval_start BIGINT,
-                interval_duration BIGINT,
-                batch_id TEXT,
-                result TEXT,
-                created_at_ms BIGINT NOT NULL,
-                updated_at_ms BIGINT NOT NULL
+                job_id {text} PRIMARY KEY,
+                task_id {text} NOT NULL REFERENCES tasks (task_id),
+                query {text} NOT NULL,
+                state {text} NOT NULL,
+                error {text},
+                attempts {bigint} NOT NULL DEFAULT 0,
+                failures {bigint} NOT NULL DEFAULT 0,
+                next_attempt_ms {bigint} NOT NULL,
+                lease_owner {text},
+                lease_expiry_ms {bigint},
+                report_count {bigint},
+                interval_start {bigint},
+                interval_duration {bigint},
+                batch_id {text},
+                result {text},
+                created_at_ms {bigint} NOT NULL,
+                updated_at_ms {bigint} NOT NULL
             )""",
             "CREATE INDEX collection_jobs_runnable ON collection_jobs (state, next_attempt_ms)",
-        ],
+        ),
     ),
-]
+)
 
 
-class _Tx(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-class _Backend(Protocol):
-    def transaction(self, name: str) -> Any: ...
-
-
-class _SqliteTx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(sql, tuple(params)).rowcount
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._conn.execute(sql, tuple(params)).fetchall())
-
-
-class _SqliteBackend:
-    """One short-lived connection per transaction: safe across threads and processes."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
-            # WAL lets readers proceed while the poller writes; it persists in the file.
-            conn.execute("PRAGMA journal_mode=WAL")
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, timeout=30.0, isolation_level=None)
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=30000")
-        return conn
-
-    @contextmanager
-    def transaction(self, name: str) -> Iterator[_Tx]:
-        conn = self._connect()
-        try:
-            # IMMEDIATE takes the write lock up front, so a read-then-update (lease
-            # acquisition) cannot interleave with another process's.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SqliteTx(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"{name}: {exc}") from exc
-        finally:
-            conn.close()
-
-
-class _PostgresTx:
-    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        self._conn = conn
-
-    @staticmethod
-    def _sql(sql: str) -> str:
-        # The module writes qmark placeholders; psycopg wants %s. No statement here contains
-        # a literal '?' or '%'.
-        return sql.replace("?", "%s")
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cur = self._conn.execute(self._sql(sql), tuple(params))
-        return cur.rowcount
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cur = self._conn.execute(self._sql(sql), tuple(params))
-        return list(cur.fetchall())
-
-
-class _PostgresBackend:
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    @contextmanager
-    def transaction(self, name: str) -> Iterator[_Tx]:
-        try:
-            conn = psycopg.connect(self._url, connect_timeout=10)
-        except psycopg.Error as exc:
-            raise StoreError(f"{name}: cannot connect to PostgreSQL: {exc}") from exc
-        try:
-            with conn.transaction():
-                yield _PostgresTx(conn)
-        except psycopg.Error as exc:
-            raise StoreError(f"{name}: {exc}") from exc
-        finally:
-            conn.close()
-
-
-def _backend_for(url: str) -> _Backend:
-    if url.startswith("sqlite:///"):
-        return _SqliteBackend(Path(url.removeprefix("sqlite:///")))
-    if url.startswith(("postgresql://", "postgres://")):
-        return _PostgresBackend(url)
-    raise StoreError("database URL must start with sqlite:/// or postgresql://")
-
-
-def _job(row: tuple[Any, ...]) -> JobRow:
-    (
-        job_id,
-        task_id,
-        query,
-        state,
-        error,
-        attempts,
-        failures,
-        next_attempt_ms,
-        lease_owner,
-        lease_expiry_ms,
-        report_count,
-        interval_start,
-        interval_duration,
-        batch_id,
-        result,
-        created_at_ms,
-        updated_at_ms,
-    ) = row
+def _job(row: Row) -> JobRow:
     return JobRow(
-        job_id=job_id,
-        task_id=task_id,
-        query=query,
-        state=JobState(state),
-        error=error,
-        attempts=int(attempts),
-        failures=int(failures),
-        next_attempt_ms=int(next_attempt_ms),
-        lease_owner=lease_owner,
-        lease_expiry_ms=None if lease_expiry_ms is None else int(lease_expiry_ms),
-        report_count=None if report_count is None else int(report_count),
-        interval_start=None if interval_start is None else int(interval_start),
-        interval_duration=None if interval_duration is None else int(interval_duration),
-        batch_id=batch_id,
-        result=result,
-        created_at_ms=int(created_at_ms),
-        updated_at_ms=int(updated_at_ms),
+        job_id=row["job_id"],
+        task_id=row["task_id"],
+        query=row["query"],
+        state=JobState(row["state"]),
+        error=row["error"],
+        attempts=int(row["attempts"]),
+        failures=int(row["failures"]),
+        next_attempt_ms=int(row["next_attempt_ms"]),
+        lease_owner=row["lease_owner"],
+        lease_expiry_ms=_opt_int(row["lease_expiry_ms"]),
+        report_count=_opt_int(row["report_count"]),
+        interval_start=_opt_int(row["interval_start"]),
+        interval_duration=_opt_int(row["interval_duration"]),
+        batch_id=row["batch_id"],
+        result=row["result"],
+        created_at_ms=int(row["created_at_ms"]),
+        updated_at_ms=int(row["updated_at_ms"]),
+    )
+
+
+def _task(row: Row) -> StoredTask:
+    return StoredTask(
+        row["task_id"],
+        row["definition"],
+        row["hpke_config"],
+        row["hpke_private_key"],
+        int(row["created_at_ms"]),
     )
 
 
 class Store:
     """The collector's tables behind named transactions (see the module docstring)."""
 
-    def __init__(self, backend: _Backend) -> None:
-        self._backend = backend
-        self._migrate_lock = threading.Lock()
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def _run(self, name: str, body: Callable[[Tx], T]) -> T:
+        """`Database.run`, with engine errors turned into `StoreError` for the callers."""
+        try:
+            return self._db.run(name, body)
+        except (TransientDbError, psycopg.Error, sqlite3.Error) as exc:
+            raise StoreError(f"{name}: {type(exc).__name__}: {exc}") from exc
 
     # --- schema -----------------------------------------------------------------------------
 
-    def migrate(self, now_ms: int) -> int:
+    def migrate(self) -> int:
         """Apply every migration not yet recorded; returns the schema version."""
-        with self._migrate_lock, self._backend.transaction("migrate") as tx:
-            tx.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at_ms BIGINT NOT NULL)"
-            )
-            done = {int(v) for (v,) in tx.query("SELECT version FROM schema_migrations")}
-            for version, statements in _MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    tx.execute(statement)
-                tx.execute(
-                    "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?, ?)",
-                    (version, now_ms),
-                )
-                log.info("collector store: applied migration %d", version)
-            return max(v for v, _ in _MIGRATIONS)
+        try:
+            self._db.migrate(MIGRATIONS)
+        except (TransientDbError, psycopg.Error, sqlite3.Error) as exc:
+            raise StoreError(f"migrate: {type(exc).__name__}: {exc}") from exc
+        return MIGRATIONS[-1].version
 
     def ping(self) -> None:
-        with self._backend.transaction("ping") as tx:
-            tx.query("SELECT 1")
+        self._run("ping", lambda tx: tx.query("SELECT 1 AS one"))
+
+    def close(self) -> None:
+        self._db.close()
 
     # --- tasks ------------------------------------------------------------------------------
 
@@ -345,87 +238,130 @@ class Store:
         hpke_config: str,
         hpke_private_key: str,
         now_ms: int,
-        same_definition: Any,
+        same_definition: Callable[[str], bool],
     ) -> tuple[PutTaskOutcome, StoredTask]:
         """Insert a task unless one with this id exists; then compare definitions.
 
-        `same_definition(stored_json) -> bool` decides whether an existing row is the same
-        task (tasks are immutable, DAP-09 §4.2, so a different one is a conflict). The key
-        pair passed in is discarded when the task already exists.
+        `same_definition(stored_json)` decides whether an existing row is the same task (tasks
+        are immutable, DAP-09 §4.2, so a different one is a conflict). The key pair passed in
+        is discarded when the task already exists: clients may already encrypt to the old one.
         """
-        with self._backend.transaction("put_task") as tx:
+
+        def body(tx: Tx) -> tuple[bool, StoredTask]:
             inserted = tx.execute(
                 "INSERT INTO tasks (task_id, definition, hpke_config, hpke_private_key, "
-                "created_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO NOTHING",
-                (task_id, definition, hpke_config, hpke_private_key, now_ms),
+                "created_at_ms) VALUES (:id, :definition, :config, :key, :now) "
+                "ON CONFLICT (task_id) DO NOTHING",
+                {
+                    "id": task_id,
+                    "definition": definition,
+                    "config": hpke_config,
+                    "key": hpke_private_key,
+                    "now": now_ms,
+                },
             )
-            row = tx.query(
-                "SELECT task_id, definition, hpke_config, hpke_private_key, created_at_ms "
-                "FROM tasks WHERE task_id = ?",
-                (task_id,),
-            )[0]
-        stored = StoredTask(row[0], row[1], row[2], row[3], int(row[4]))
-        if inserted == 1:
+            row = tx.query_one(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = :id", {"id": task_id}
+            )
+            assert row is not None
+            return inserted == 1, _task(row)
+
+        created, stored = self._run("put_task", body)
+        if created:
             return PutTaskOutcome.CREATED, stored
         if same_definition(stored.definition):
             return PutTaskOutcome.IDENTICAL, stored
         return PutTaskOutcome.CONFLICT, stored
 
     def load_task(self, task_id: str) -> StoredTask | None:
-        with self._backend.transaction("load_task") as tx:
-            rows = tx.query(
-                "SELECT task_id, definition, hpke_config, hpke_private_key, created_at_ms "
-                "FROM tasks WHERE task_id = ?",
-                (task_id,),
-            )
-        if not rows:
-            return None
-        row = rows[0]
-        return StoredTask(row[0], row[1], row[2], row[3], int(row[4]))
+        row = self._run(
+            "load_task",
+            lambda tx: tx.query_one(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = :id", {"id": task_id}
+            ),
+        )
+        return None if row is None else _task(row)
 
     # --- collection jobs --------------------------------------------------------------------
 
-    def create_job(self, job_id: str, task_id: str, query: str, now_ms: int) -> None:
-        with self._backend.transaction("create_job") as tx:
-            tx.execute(
-                "INSERT INTO collection_jobs (job_id, task_id, query, state, attempts, "
-                "next_attempt_ms, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
-                (job_id, task_id, query, JobState.NEW.value, now_ms, now_ms, now_ms),
-            )
+    def create_job(self, job_id: str, task_id: str, query: str, now_ms: int) -> bool:
+        """Record a new job; False if the task does not exist.
+
+        The existence check is part of the INSERT because SQLite does not enforce the foreign
+        key unless asked per connection.
+        """
+        inserted = self._run(
+            "create_job",
+            lambda tx: tx.execute(
+                "INSERT INTO collection_jobs (job_id, task_id, query, state, attempts, failures, "
+                "next_attempt_ms, created_at_ms, updated_at_ms) "
+                "SELECT :job, :task, :query, :state, 0, 0, :now, :now, :now "
+                "WHERE EXISTS (SELECT 1 FROM tasks WHERE task_id = :task)",
+                {
+                    "job": job_id,
+                    "task": task_id,
+                    "query": query,
+                    "state": JobState.NEW.value,
+                    "now": now_ms,
+                },
+            ),
+        )
+        return inserted == 1
 
     def get_job(self, job_id: str) -> JobRow | None:
-        with self._backend.transaction("get_job") as tx:
-            rows = tx.query(
-                f"SELECT {_JOB_COLUMNS} FROM collection_jobs WHERE job_id = ?", (job_id,)
-            )
-        return _job(rows[0]) if rows else None
+        row = self._run(
+            "get_job",
+            lambda tx: tx.query_one(
+                f"SELECT {_JOB_COLUMNS} FROM collection_jobs WHERE job_id = :job", {"job": job_id}
+            ),
+        )
+        return None if row is None else _job(row)
 
     def acquire_jobs(self, owner: str, now_ms: int, lease_ms: int, limit: int) -> list[JobRow]:
         """Lease up to `limit` runnable jobs (due, unfinished, not leased by a live owner).
 
-        Each lease is taken with a conditional UPDATE, which is atomic per row on both
-        backends, so two processes racing for one job cannot both win it.
+        The lease is a conditional UPDATE inside a serializable transaction (and, on
+        PostgreSQL, rows are claimed with SKIP LOCKED), so two processes racing for one job
+        cannot both win it.
         """
-        with self._backend.transaction("acquire_jobs") as tx:
+
+        def body(tx: Tx) -> list[JobRow]:
             candidates = tx.query(
-                "SELECT job_id FROM collection_jobs WHERE state IN (?, ?) "
-                "AND next_attempt_ms <= ? AND (lease_expiry_ms IS NULL OR lease_expiry_ms <= ?) "
-                "ORDER BY next_attempt_ms LIMIT ?",
-                (JobState.NEW.value, JobState.POLLING.value, now_ms, now_ms, limit),
+                "SELECT job_id FROM collection_jobs WHERE state IN (:new, :polling) "
+                "AND next_attempt_ms <= :now "
+                "AND (lease_expiry_ms IS NULL OR lease_expiry_ms <= :now) "
+                f"ORDER BY next_attempt_ms LIMIT :limit {tx.dialect.skip_locked}",
+                {
+                    "new": JobState.NEW.value,
+                    "polling": JobState.POLLING.value,
+                    "now": now_ms,
+                    "limit": limit,
+                },
             )
             leased: list[JobRow] = []
-            for (job_id,) in candidates:
+            for candidate in candidates:
+                params = {
+                    "owner": owner,
+                    "expiry": now_ms + lease_ms,
+                    "job": candidate["job_id"],
+                    "now": now_ms,
+                }
                 won = tx.execute(
-                    "UPDATE collection_jobs SET lease_owner = ?, lease_expiry_ms = ? "
-                    "WHERE job_id = ? AND (lease_expiry_ms IS NULL OR lease_expiry_ms <= ?)",
-                    (owner, now_ms + lease_ms, job_id, now_ms),
+                    "UPDATE collection_jobs SET lease_owner = :owner, lease_expiry_ms = :expiry "
+                    "WHERE job_id = :job "
+                    "AND (lease_expiry_ms IS NULL OR lease_expiry_ms <= :now)",
+                    params,
                 )
                 if won == 1:
-                    rows = tx.query(
-                        f"SELECT {_JOB_COLUMNS} FROM collection_jobs WHERE job_id = ?", (job_id,)
+                    row = tx.query_one(
+                        f"SELECT {_JOB_COLUMNS} FROM collection_jobs WHERE job_id = :job",
+                        {"job": candidate["job_id"]},
                     )
-                    leased.append(_job(rows[0]))
+                    assert row is not None
+                    leased.append(_job(row))
             return leased
+
+        return self._run("acquire_jobs", body)
 
     def release_job(self, job_id: str, owner: str, update: JobUpdate, now_ms: int) -> bool:
         """Write the outcome of one step and drop the lease, only if `owner` still holds it.
@@ -433,34 +369,49 @@ class Store:
         False means the lease expired and another process took the job over; this process's
         result is then discarded (the other one redoes the idempotent step).
         """
-        with self._backend.transaction("release_job") as tx:
-            changed = tx.execute(
-                "UPDATE collection_jobs SET state = ?, error = ?, attempts = ?, failures = ?, "
-                "next_attempt_ms = ?, report_count = ?, interval_start = ?, "
-                "interval_duration = ?, batch_id = ?, result = ?, updated_at_ms = ?, "
-                "lease_owner = NULL, lease_expiry_ms = NULL "
-                "WHERE job_id = ? AND lease_owner = ?",
-                (
-                    update.state.value,
-                    update.error,
-                    update.attempts,
-                    update.failures,
-                    update.next_attempt_ms,
-                    update.report_count,
-                    update.interval_start,
-                    update.interval_duration,
-                    update.batch_id,
-                    update.result,
-                    now_ms,
-                    job_id,
-                    owner,
-                ),
-            )
-        return bool(changed == 1)
+        params = {
+            "state": update.state.value,
+            "error": update.error,
+            "attempts": update.attempts,
+            "failures": update.failures,
+            "next": update.next_attempt_ms,
+            "count": update.report_count,
+            "start": update.interval_start,
+            "duration": update.interval_duration,
+            "batch": update.batch_id,
+            "result": update.result,
+            "now": now_ms,
+            "job": job_id,
+            "owner": owner,
+        }
+        changed = self._run(
+            "release_job",
+            lambda tx: tx.execute(
+                "UPDATE collection_jobs SET state = :state, error = :error, "
+                "attempts = :attempts, failures = :failures, next_attempt_ms = :next, "
+                "report_count = :count, interval_start = :start, "
+                "interval_duration = :duration, batch_id = :batch, result = :result, "
+                "updated_at_ms = :now, lease_owner = NULL, lease_expiry_ms = NULL "
+                "WHERE job_id = :job AND lease_owner = :owner",
+                params,
+            ),
+        )
+        return changed == 1
 
 
-def open_store(url: str, now_ms: int) -> Store:
+def open_store(url: str) -> Store:
     """Open (creating if needed) and migrate the store at `url`."""
-    store = Store(_backend_for(url))
-    store.migrate(now_ms)
+    if url.startswith("sqlite:///"):
+        # SQLite creates the file but not its directory.
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db = Database.open(url, pool_size=4)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    store = Store(db)
+    try:
+        store.migrate()
+    except StoreError:
+        db.close()
+        raise
     return store

@@ -1,4 +1,4 @@
-"""Test doubles for the collector: a clock, and a leader whose answers are real DAP-09 math.
+"""Test doubles for the collector: a leader whose answers are real DAP-09 math.
 
 `aggregate_shares` runs the VDAF for real: it shards measurements as a client would, prepares
 them as leader and helper would (ping-pong, VDAF-08 §5.8), sums the output shares into the two
@@ -32,17 +32,6 @@ from shared.dap.messages import (
 from shared.dap.problems import ProblemType
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import Prio3
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.value = start
-
-    def now(self) -> float:
-        return self.value
-
-    def advance(self, seconds: float) -> None:
-        self.value += seconds
 
 
 def aggregate_shares(vdaf: Prio3, measurements: list[Any]) -> tuple[bytes, bytes]:

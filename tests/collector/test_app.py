@@ -85,7 +85,7 @@ def test_auth_and_bad_input(api: Api) -> None:
     assert _put_task(api, task, headers={}).status_code == 401
     assert _put_task(api, task, headers={"Authorization": "Bearer wrong-token"}).status_code == 403
     bad = api.client.put(f"/internal/tasks/{task.task_id}", content=b"{", headers=HEADERS)
-    assert bad.status_code == 400 and "JSON" in bad.json()["detail"]
+    assert bad.status_code == 400 and "JSON" in bad.json()["title"]
     mismatch = api.client.put(
         f"/internal/tasks/{make_task().task_id}", content=task.model_dump_json(), headers=HEADERS
     )
@@ -95,7 +95,7 @@ def test_auth_and_bad_input(api: Api) -> None:
         json={**task.model_dump(mode="json"), "vdaf": {"type": "Prio3Sum"}},
         headers=HEADERS,
     )
-    assert invalid.status_code == 400 and "bits" in invalid.json()["detail"]
+    assert invalid.status_code == 400 and "bits" in invalid.json()["title"]
     assert api.client.post("/collections", json={}, headers={}).status_code == 401
     unknown = api.client.post(
         "/collections",
@@ -121,7 +121,7 @@ def test_collection_runs_to_completion(api: Api) -> None:
         },
         headers=HEADERS,
     )
-    assert misaligned.status_code == 400 and "multiples" in misaligned.json()["detail"]
+    assert misaligned.status_code == 400 and "multiples" in misaligned.json()["title"]
     wrong_type = api.client.post(
         "/collections",
         json={"task_id": task.task_id, "query": {"type": "current_batch"}},

