@@ -1,0 +1,92 @@
+"""Settings and the `python -m services.token_issuer` entry point."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from services.token_issuer.__main__ import main
+from services.token_issuer.devices import ManufacturerCA
+from services.token_issuer.settings import TokenIssuerSettings
+from shared.privacypass.constants import ISSUER_DIRECTORY_PATH, MEDIA_ISSUER_DIRECTORY
+from shared.privacypass.directory import IssuerDirectory
+from tests.conftest import REPO_ROOT
+
+
+def test_roles_need_their_settings() -> None:
+    with pytest.raises(ValidationError):
+        TokenIssuerSettings(role="issuer")
+    with pytest.raises(ValidationError):
+        TokenIssuerSettings(role="attester", attester_secret="s" * 20)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        TokenIssuerSettings(attester_secret="short")  # type: ignore[arg-type]
+    s = TokenIssuerSettings(attester_secret="s" * 20)  # type: ignore[arg-type]
+    assert "s" * 20 not in repr(s)
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGG_TOKEN_ISSUER_QUOTA_TOKENS", "7")
+    monkeypatch.setenv("SAGG_TOKEN_ISSUER_ROLE", "issuer")
+    monkeypatch.setenv("SAGG_TOKEN_ISSUER_ATTESTER_SECRET", "x" * 16)
+    s = TokenIssuerSettings()
+    assert s.quota_tokens == 7 and s.role == "issuer"
+
+
+def test_main_reports_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SAGG_TOKEN_ISSUER_ROLE", "nonsense")
+    assert main() == 2
+    assert "SAGG_TOKEN_ISSUER_ROLE" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+def test_python_m_serves(tmp_path: Path) -> None:
+    ca = ManufacturerCA.generate()
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_text(ca.certificate_pem())
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        {
+            "SAGG_TOKEN_ISSUER_PORT": str(port),
+            "SAGG_TOKEN_ISSUER_ISSUER_DATABASE_URL": f"sqlite:///{tmp_path / 'i.db'}",
+            "SAGG_TOKEN_ISSUER_ATTESTER_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}",
+            "SAGG_TOKEN_ISSUER_MANUFACTURER_CA_FILES": f'["{ca_file}"]',
+            "SAGG_TOKEN_ISSUER_LOG_LEVEL": "warning",
+        }
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "services.token_issuer"], cwd=REPO_ROOT, env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.get(base + "/healthz", timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert r.json() == {"status": "ok", "role": "joint"}
+        r = httpx.get(base + ISSUER_DIRECTORY_PATH, timeout=10)
+        assert r.headers["content-type"] == MEDIA_ISSUER_DIRECTORY
+        assert len(IssuerDirectory.decode(r.content).token_keys) >= 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
