@@ -21,10 +21,11 @@ from collections.abc import Iterable
 
 from shared.codec import DecodeError
 from shared.privacypass import rsabssa
+from shared.privacypass.headers import HeaderError, parse_authorization
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import Token
 
-__all__ = ["InvalidTokenError", "verify_token"]
+__all__ = ["InvalidTokenError", "verify_authorization", "verify_token"]
 
 
 class InvalidTokenError(ValueError):
@@ -55,3 +56,17 @@ def verify_token(
     except rsabssa.InvalidSignatureError:
         raise InvalidTokenError("invalid token authenticator") from None
     return token
+
+
+def verify_authorization(
+    header_value: str,
+    issuer_public_keys: Iterable[TokenKey],
+    expected_challenge_digest: bytes,
+) -> Token:
+    """`verify_token` on the token of an ``Authorization: PrivateToken token="…"`` value
+    (RFC 9577 §2.2.1); a malformed header is an `InvalidTokenError` too."""
+    try:
+        encoded = parse_authorization(header_value)
+    except HeaderError as exc:
+        raise InvalidTokenError(f"malformed authorization: {exc}") from None
+    return verify_token(encoded, issuer_public_keys, expected_challenge_digest)

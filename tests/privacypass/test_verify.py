@@ -10,10 +10,11 @@ from cryptography.hazmat.primitives.asymmetric import padding
 from shared.codec import DecodeError
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.constants import TOKEN_TYPE_BLIND_RSA, TOKEN_TYPE_VOPRF
+from shared.privacypass.headers import format_authorization
 from shared.privacypass.issuance import IssuanceError, IssuerKey, issue
 from shared.privacypass.messages import Token, TokenChallenge, TokenRequest, TokenResponse
 from shared.privacypass.rsabssa import InvalidSignatureError, blind_sign
-from shared.privacypass.verify import InvalidTokenError, verify_token
+from shared.privacypass.verify import InvalidTokenError, verify_authorization, verify_token
 
 CHALLENGE = TokenChallenge(TOKEN_TYPE_BLIND_RSA, b"issuer.sagg", bytes(range(32)), b"leader,helper")
 
@@ -148,3 +149,11 @@ def test_client_state_repr_hides_secrets(key: IssuerKey) -> None:
     _, state = create_token_request(CHALLENGE, key.token_key)
     text = repr(state)
     assert state.nonce.hex() not in text and str(state.inv.value) not in text
+
+
+def test_verify_authorization_header(key: IssuerKey, token: bytes) -> None:
+    header = format_authorization(token)
+    assert verify_authorization(header, [key.token_key], CHALLENGE.digest()).encode() == token
+    for bad in ('Bearer token="x"', header[:-3] + '"', format_authorization(token[:-1])):
+        with pytest.raises(InvalidTokenError):
+            verify_authorization(bad, [key.token_key], CHALLENGE.digest())
