@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from deploy.launcher import free_port
 from deploy.upload import ClientTask, upload_reports
@@ -67,8 +70,38 @@ def _kill_leftovers(data_dir: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def _postgres_base() -> str | None:
+    """A fresh base URL on the test server, or None when no server answers."""
+    base = os.environ.get("SAGG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    try:
+        psycopg.connect(base, connect_timeout=5).close()
+    except psycopg.Error:
+        return None
+    return f"{base.rpartition('/')[0]}/sagg_e2e_{secrets.token_hex(4)}"
+
+
+def _drop_databases(base_url: str) -> None:
+    server, _, name = base_url.rpartition("/")
+    with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=5) as conn:
+        for role in ("leader", "helper", "collector"):
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(f"{name}_{role}")
+                )
+            )
+
+
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
+def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Up]:
+    """`sagg up` on free ports; `request.param` picks the store (sqlite or postgres)."""
+    store = getattr(request, "param", "sqlite")
+    store_args: list[str] = []
+    postgres_base = None
+    if store == "postgres":
+        postgres_base = _postgres_base()
+        if postgres_base is None:
+            pytest.skip("no PostgreSQL server for the postgres deployment")
+        store_args = ["--store", "postgres", "--postgres-url", postgres_base]
     data_dir = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
     env["PYTHONPATH"] = str(REPO)
@@ -90,6 +123,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
             ports[2],
             "--startup-timeout",
             "60",
+            *store_args,
         ],
         env=env,
         cwd=tmp_path,
@@ -117,6 +151,8 @@ def up(tmp_path: Path) -> Iterator[Up]:
                 process.kill()
                 process.wait(timeout=10)
         _kill_leftovers(data_dir)
+        if postgres_base is not None:
+            _drop_databases(postgres_base)
 
 
 def _collect(up: Up, task_id: str, start: int, fmt: str) -> str:
@@ -138,6 +174,7 @@ def _collect(up: Up, task_id: str, start: int, fmt: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("up", ["sqlite", "postgres"], indirect=True)
 def test_up_create_upload_collect_teardown(up: Up) -> None:
     created = up.sagg(
         "task",
@@ -195,3 +232,35 @@ def test_up_create_upload_collect_teardown(up: Up) -> None:
     assert up.process.wait(timeout=30) == 0
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", leader_port), timeout=1):
         pass
+
+
+@pytest.mark.slow
+def test_fixed_size_task_from_a_config_file(up: Up, tmp_path: Path) -> None:
+    config = tmp_path / "task.toml"
+    config.write_text(
+        'query_type = "fixed_size"\n'
+        "min_batch_size = 40\n"
+        "max_batch_size = 60\n"
+        "time_precision = 60\n"
+        '[vdaf]\ntype = "Prio3Sum"\nbits = 4\n'
+    )
+    created = up.sagg("task", "create", "--config", str(config))
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["query_type"] == "fixed_size" and info["max_batch_size"] == 60
+
+    measurements = [i % 16 for i in range(50)]
+    result = upload_reports(ClientTask.model_validate(info), measurements)
+    assert (result.uploaded, result.rejected) == (50, [])
+    done = up.sagg(
+        "collect", "--task", info["task_id"], "--current-batch", "--format", "json", "--wait", "60"
+    )
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["result"] == sum(measurements) and body["report_count"] == 50
+    # The batch the leader picked can be collected again by its id.
+    again = up.sagg(
+        "collect", "--task", info["task_id"], "--batch-id", body["batch_id"], "--format", "csv"
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["result", str(sum(measurements))]
