@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +54,7 @@ __all__ = [
     "IssuerChannel",
     "IssuerUnavailableError",
     "LocalIssuerChannel",
+    "MAX_OUTSTANDING_NONCES",
     "QuotaExceededError",
 ]
 
@@ -80,8 +82,21 @@ MIGRATIONS = [
             " PRIMARY KEY (device_id, period))",
             "CREATE INDEX IF NOT EXISTS pp_attester_quota_period ON pp_attester_quota (period)",
         ],
-    )
+    ),
+    Migration(
+        2002,
+        "attester nonces by device",
+        [
+            "CREATE INDEX IF NOT EXISTS pp_attester_nonces_device"
+            " ON pp_attester_nonces (device_id, expires)",
+        ],
+    ),
 ]
+
+
+#: Outstanding (issued, unused, unexpired) nonces kept per device.
+MAX_OUTSTANDING_NONCES = 16
+_SWEEP_INTERVAL = 60
 
 
 class QuotaExceededError(Exception):
@@ -177,6 +192,8 @@ class AttesterService:
         self._quota = quota_tokens
         self._window = quota_window_seconds
         self._nonce_ttl = nonce_ttl_seconds
+        self._sweep_lock = threading.Lock()
+        self._last_sweep = -_SWEEP_INTERVAL
 
     def migrate(self) -> None:
         self._db.migrate(MIGRATIONS)
@@ -230,18 +247,47 @@ class AttesterService:
                 "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
             ):
                 return False
-            # Housekeeping rides along: expired nonces and finished quota windows.
-            tx.execute("DELETE FROM pp_attester_nonces WHERE expires <= :now", {"now": now})
-            tx.execute("DELETE FROM pp_attester_quota WHERE period < :p", {"p": period})
+            # Only this device's rows: a global sweep here would make every pair of concurrent
+            # challenges conflict under SERIALIZABLE.
+            tx.execute(
+                "DELETE FROM pp_attester_nonces WHERE device_id = :d AND expires <= :now",
+                {"d": device_id, "now": now},
+            )
+            row = tx.query_one(
+                "SELECT COUNT(*) AS n FROM pp_attester_nonces WHERE device_id = :d",
+                {"d": device_id},
+            )
+            excess = (int(row["n"]) if row else 0) - (MAX_OUTSTANDING_NONCES - 1)
+            if excess > 0:
+                # Bounded storage per device: the oldest outstanding nonces give way.
+                tx.execute(
+                    "DELETE FROM pp_attester_nonces WHERE nonce IN (SELECT nonce FROM"
+                    " pp_attester_nonces WHERE device_id = :d ORDER BY expires LIMIT :k)",
+                    {"d": device_id, "k": excess},
+                )
             tx.execute(
                 "INSERT INTO pp_attester_nonces (nonce, device_id, expires) VALUES (:n, :d, :e)",
                 {"n": nonce, "d": device_id, "e": expires},
             )
             return True
 
+        self._housekeeping(now, period)
         if not self._db.run("attester.challenge", create):
             raise DeviceAuthError("unknown device")
         return AttesterChallenge(nonce, expires)
+
+    def _housekeeping(self, now: int, period: int) -> None:
+        """Drop expired nonces and finished quota windows, at most once a minute per process."""
+        with self._sweep_lock:
+            if now - self._last_sweep < _SWEEP_INTERVAL:
+                return
+            self._last_sweep = now
+
+        def sweep(tx: Tx) -> None:
+            tx.execute("DELETE FROM pp_attester_nonces WHERE expires <= :now", {"now": now})
+            tx.execute("DELETE FROM pp_attester_quota WHERE period < :p", {"p": period})
+
+        self._db.run("attester.sweep", sweep)
 
     def _public_key(self, device_id: bytes) -> bytes:
         row = self._db.run(

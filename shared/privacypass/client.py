@@ -15,8 +15,10 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
+from shared.codec import DecodeError
 from shared.privacypass import rsabssa
-from shared.privacypass.constants import NONCE_SIZE
+from shared.privacypass.constants import NONCE_SIZE, TOKEN_TYPE_BLIND_RSA
+from shared.privacypass.headers import PrivateTokenChallenge, parse_www_authenticate
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import (
     Token,
@@ -26,7 +28,7 @@ from shared.privacypass.messages import (
     authenticator_input,
 )
 
-__all__ = ["TokenRequestState", "create_token_request", "finalize_token"]
+__all__ = ["TokenRequestState", "create_token_request", "finalize_token", "select_challenge"]
 
 #: Token type 2 is RSABSSA-SHA384-PSS-Deterministic (RFC 9578 §6): the 32-byte nonce inside
 #: token_input supplies the message entropy that the Randomized variants' prefix would.
@@ -86,3 +88,21 @@ def finalize_token(state: TokenRequestState, response: TokenResponse | bytes) ->
         state.token_key.public_key, state.token_input, response.blind_sig, state.inv, VARIANT
     )
     return Token(state.nonce, state.challenge_digest, state.token_key.token_key_id, authenticator)
+
+
+def select_challenge(www_authenticate: str) -> PrivateTokenChallenge | None:
+    """The challenge a client answers: the first token type 2 ``PrivateToken`` challenge of a
+    WWW-Authenticate value whose TokenChallenge parses (origins list their preferred one
+    first, RFC 9577 §2.1.2.1). Other and greased token types, and challenges with a bad
+    redemption context, are ignored as RFC 9577 §2.1.1 requires; None if nothing is left.
+    A malformed header raises `HeaderError`.
+    """
+    for candidate in parse_www_authenticate(www_authenticate):
+        if len(candidate.challenge) < 2 or candidate.token_type != TOKEN_TYPE_BLIND_RSA:
+            continue
+        try:
+            candidate.token_challenge()
+        except DecodeError:
+            continue
+        return candidate
+    return None

@@ -46,6 +46,7 @@ _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _B64URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _WS: Final = " \t"
+_DIGITS: Final = re.compile(r"[0-9]{1,10}")
 
 
 def b64url_encode(data: bytes) -> str:
@@ -219,7 +220,7 @@ def parse_www_authenticate(value: str) -> list[PrivateTokenChallenge]:
             raise HeaderError("PrivateToken challenge without a challenge parameter")
         token_key = params.get("token-key")
         max_age = params.get("max-age")
-        if max_age is not None and not max_age.isdigit():
+        if max_age is not None and not _DIGITS.fullmatch(max_age):
             raise HeaderError("max-age is not a non-negative integer")
         found.append(
             PrivateTokenChallenge(

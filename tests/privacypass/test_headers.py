@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from shared.codec import DecodeError
+from shared.privacypass.client import select_challenge
 from shared.privacypass.headers import (
     HeaderError,
     PrivateTokenChallenge,
@@ -92,6 +93,7 @@ def test_other_schemes_are_skipped() -> None:
         'PrivateToken challenge="AAB"',  # non-canonical trailing bits
         'PrivateToken challenge="AAAA", challenge="AAAA"',  # repeated parameter
         'PrivateToken challenge="AAAA", max-age="-1"',
+        'PrivateToken challenge="AAAA", max-age="\u00b2"',  # a digit to str.isdigit only
         'PrivateToken challenge="AAAA',  # unterminated
         'PrivateToken challenge="AAAA" x',
         "=",
@@ -142,3 +144,19 @@ def test_b64url() -> None:
         assert b64url_decode(b64url_encode(data).rstrip("=")) == data
     with pytest.raises(HeaderError):
         b64url_decode("AA=")  # padding of the wrong length
+
+
+def test_select_challenge(header_vectors: list[dict[str, Any]]) -> None:
+    """Vectors 1 and 2 offer a type 2 challenge first; vector 3 only grease and type 1."""
+    for v in header_vectors[:2]:
+        chosen = select_challenge(v["WWW-Authenticate"])
+        assert chosen is not None
+        assert chosen.challenge == h(v["token-challenge-0"])
+        assert chosen.token_key == h(v["token-key-0"])
+    assert select_challenge(header_vectors[2]["WWW-Authenticate"]) is None
+    # A type 2 challenge with a 5-byte redemption context is skipped for the next one.
+    bad = b"\x00\x02\x00\x01i\x05" + bytes(5) + b"\x00\x00"
+    good = b"\x00\x02\x00\x01i\x00\x00\x00"
+    value = format_www_authenticate([PrivateTokenChallenge(bad), PrivateTokenChallenge(good)])
+    chosen = select_challenge(value)
+    assert chosen is not None and chosen.challenge == good

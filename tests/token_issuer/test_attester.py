@@ -17,6 +17,7 @@ from services.common.clock import Clock, TestClock
 from services.common.db import Database
 from services.token_issuer.app import DEVICE_ID_HEADER, create_app
 from services.token_issuer.attester import (
+    MAX_OUTSTANDING_NONCES,
     AttesterService,
     HttpIssuerChannel,
     QuotaExceededError,
@@ -237,7 +238,7 @@ def test_quota_holds_under_concurrency(
     db_factory: DbFactory, clock: TestClock, manufacturer: ManufacturerCA
 ) -> None:
     """Threads racing for one device (each with its own nonce) get exactly N tokens."""
-    n_tokens, n_threads = 5, 24
+    n_tokens, n_threads = 5, MAX_OUTSTANDING_NONCES
     db = Database.open(db_factory())
     channel = _CountingChannel()
     attester = AttesterService(
@@ -386,3 +387,53 @@ def test_split_model(
 
 def test_issuance_error_type_is_shared() -> None:
     assert issubclass(IssuanceError, ValueError)
+
+
+def test_outstanding_nonces_are_bounded(
+    client: TestClient, clock: TestClock, device: SimulatedDevice
+) -> None:
+    """A device (or anyone knowing its id) cannot pile up nonces: the oldest give way."""
+    enroll(client, device)
+    key = current_key(client, clock.now())
+    nonces = []
+    for _ in range(MAX_OUTSTANDING_NONCES + 1):
+        nonces.append(nonce(client, device))
+        clock.advance(1)
+    body = create_token_request(CHALLENGE, key)[0].encode()
+    assert post_request(client, device, body, nonce_value=nonces[0]).status_code == 401
+    assert post_request(client, device, body, nonce_value=nonces[1]).status_code == 200
+    assert post_request(client, device, body, nonce_value=nonces[-1]).status_code == 200
+
+
+def test_housekeeping_drops_old_windows_and_nonces(
+    sqlite_url: str, clock: TestClock, manufacturer: ManufacturerCA
+) -> None:
+    db = Database.open(sqlite_url)
+    attester = AttesterService(
+        db,
+        clock,
+        [manufacturer.certificate],
+        _CountingChannel(),
+        quota_tokens=2,
+        quota_window_seconds=100,
+        nonce_ttl_seconds=10,
+    )
+
+    def count(table: str) -> int:
+        row = db.run("t", lambda tx: tx.query_one(f"SELECT COUNT(*) AS n FROM {table}"))
+        assert row is not None
+        return int(row["n"])
+
+    try:
+        attester.migrate()
+        device = SimulatedDevice.manufacture(manufacturer)
+        attester.enroll(device.certificate_pem().encode())
+        n = attester.challenge(device.device_id).nonce
+        attester.token_request(device.device_id, n, device.sign(n, b"x"), b"x")
+        attester.challenge(device.device_id)  # left unused
+        assert (count("pp_attester_quota"), count("pp_attester_nonces")) == (1, 1)
+        clock.advance(200)
+        attester.challenge(device.device_id)
+        assert (count("pp_attester_quota"), count("pp_attester_nonces")) == (0, 1)
+    finally:
+        db.close()
