@@ -164,6 +164,7 @@ class Cluster:
         return services
 
     def start(self) -> Deployment:
+        self._check_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         self.services = self._plan()
@@ -225,11 +226,28 @@ class Cluster:
 
     @staticmethod
     def _log_tail(service: _Service) -> str:
+        """The most telling log line: the last one mentioning an error, else the last one."""
         try:
             lines = service.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return "no log"
-        return lines[-1] if lines else f"see {service.log_path}"
+        errors = [line for line in lines if "error" in line.lower()]
+        pick = errors[-1] if errors else (lines[-1] if lines else "")
+        return f"{pick.strip()} (log: {service.log_path})" if pick else f"see {service.log_path}"
+
+    def _check_ports(self) -> None:
+        o = self.options
+        ports = {"leader": o.leader_port, "helper": o.helper_port, "collector": o.collector_port}
+        if len(set(ports.values())) != len(ports):
+            raise LaunchError("leader, helper and collector need three different ports")
+        for name, port in ports.items():
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((o.host, port))
+                except OSError as exc:
+                    raise LaunchError(
+                        f"cannot use {o.host}:{port} for the {name}: {exc.strerror}"
+                    ) from None
 
     def dead(self) -> list[str]:
         """Names of services that have exited."""

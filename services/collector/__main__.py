@@ -38,10 +38,13 @@ def main() -> int:
     try:
         settings = CollectorSettings()  # type: ignore[call-arg]  # fields come from the env
     except ValidationError as exc:
-        missing = ", ".join(
-            "SAGG_COLLECTOR_" + str(e["loc"][0]).upper() for e in exc.errors() if e["loc"]
+        # Names and messages only: the offending values may be secrets.
+        problems = "; ".join(
+            (f"SAGG_COLLECTOR_{str(e['loc'][0]).upper()}: " if e["loc"] else "")
+            + str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
         )
-        print(f"collector: invalid or missing settings: {missing}", file=sys.stderr)
+        print(f"collector: invalid settings: {problems}", file=sys.stderr)
         return 2
     serve(settings)
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["CollectorSettings"]
@@ -33,3 +33,10 @@ class CollectorSettings(BaseSettings):
     max_transient_failures: int = Field(default=30, ge=1)
     #: Jobs leased per poller pass.
     batch_size: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _timeouts_fit_the_lease(self) -> CollectorSettings:
+        # A request still running when the lease ends could race the process that takes over.
+        if self.request_timeout >= self.lease_seconds:
+            raise ValueError("request_timeout must be shorter than lease_seconds")
+        return self

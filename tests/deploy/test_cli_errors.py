@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,27 @@ def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.strip() == "sagg: no collector URL: pass --collector or run `sagg up` first"
     assert "Traceback" not in done.stderr
+
+
+def test_sagg_up_refuses_busy_ports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        code, err = _run(
+            capsys,
+            "up",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--leader-port",
+            port,
+            "--helper-port",
+            str(free_port()),
+            "--collector-port",
+            str(free_port()),
+        )
+    assert code == 1 and f"cannot use 127.0.0.1:{port} for the leader" in err
+    code, err = _run(
+        capsys, "up", "--data-dir", str(tmp_path / "d"), "--leader-port", "9", "--helper-port", "9"
+    )
+    assert code == 1 and "three different ports" in err
