@@ -27,7 +27,7 @@ them in the clear and aggregate per row instead -- not done here. SFP is two CMS
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,7 +131,7 @@ def encode_cms(cms: CountMeanSketch, reports: CmsReports) -> list[list[int]]:
     return [list(map(int, r)) for r in out]
 
 
-def cms_sketch_from_aggregate(cms: CountMeanSketch, aggregate: Sequence[int]) -> np.ndarray:
+def cms_sketch_from_aggregate(cms: CountMeanSketch, aggregate: npt.ArrayLike) -> np.ndarray:
     """The k x m CMS sketch from the summed measurements (ones per cell, reports per row)."""
     agg = np.asarray(aggregate, dtype=np.float64)
     ones = agg[: cms.k * cms.m].reshape(cms.k, cms.m)
@@ -150,7 +150,7 @@ def encode_hcms(hcms: HadamardCountMeanSketch, reports: HcmsReports) -> list[int
 
 
 def hcms_sketch_from_aggregate(
-    hcms: HadamardCountMeanSketch, aggregate: Sequence[int]
+    hcms: HadamardCountMeanSketch, aggregate: npt.ArrayLike
 ) -> np.ndarray:
     agg = np.asarray(aggregate, dtype=np.float64).reshape(hcms.k, hcms.m, 2)
     raw = hcms.k * hcms.c * (agg[..., 0] - agg[..., 1])
@@ -165,7 +165,7 @@ def encode_bit_pushing(reports: BitReports) -> list[int]:
     return [int(i) for i in 2 * reports.j + reports.bit]
 
 
-def bit_tallies_from_aggregate(bp: BitPushing, aggregate: Sequence[int]) -> BitTallies:
+def bit_tallies_from_aggregate(bp: BitPushing, aggregate: npt.ArrayLike) -> BitTallies:
     agg = np.asarray(aggregate, dtype=np.int64).reshape(bp.bits, 2)
     return BitTallies(agg.sum(axis=1), agg[:, 1].copy())
 

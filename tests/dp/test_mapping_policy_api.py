@@ -1,0 +1,130 @@
+"""VDAF mappings (004 §6.1), the DP policy's trust models (004 §3.3, §5), the CLI functions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from shared.dp import api
+from shared.dp import vdaf_mapping as vm
+from shared.dp.policy import (
+    DpPolicy,
+    TrustModel,
+    aggregator_randomization,
+    client_randomization,
+)
+from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
+from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
+from shared.dp.randomizers.onehot import asymmetric_one_hot, symmetric_rappor
+
+
+@pytest.mark.parametrize(("d", "eps0"), [(1000, 5.0), (1000, 6.5), (1000, 7.0), (64, 1.0)])
+def test_multihot_bound_matches_004_poc_formula(d, eps0):
+    # 004's proof-of-concept: m = round(binom.isf(p_fp, d-1, q)) + 1.
+    q = 1 / (math.exp(eps0) + 1)
+    expected = round(stats.binom.isf(vm.DEFAULT_P_FAIL, d - 1, q)) + 1
+    spec = vm.one_hot_spec(symmetric_rappor(eps0, d))
+    assert spec.type == "Prio3MultiHotHistogram"
+    m = spec.max_count
+    assert m is not None
+    assert m == min(expected, d)
+    # Honest clients exceed the bound with probability <= p_fail, and m - 1 would not do.
+    assert stats.binom.sf(m - 1, d - 1, q) <= vm.DEFAULT_P_FAIL
+    assert stats.binom.sf(m - 2, d - 1, q) > vm.DEFAULT_P_FAIL
+
+
+def test_one_hot_reports_encode_into_their_vdaf():
+    rng = np.random.default_rng(1)
+    for rand in (symmetric_rappor(3.0, 40), asymmetric_one_hot(3.0, 40)):
+        spec = vm.one_hot_spec(rand, p_fail=1e-6)
+        vdaf = spec.instance()
+        reports = rand.randomize(rng.integers(0, 40, 50), rng)
+        for meas in vm.encode_one_hot(reports):
+            assert len(vdaf.valid.encode(meas)) == vdaf.flp.MEAS_LEN
+        size = vm.report_size(spec)
+        assert size.leader_input_share == vdaf.input_share_len(0)
+        assert size.total > size.leader_input_share
+
+
+def test_plain_histogram_spec_and_size():
+    spec = vm.histogram_spec(100)
+    assert spec.describe() == "Prio3Histogram(length=100, chunk_length=10)"
+    assert vm.report_size(spec).helper_input_share == spec.instance().input_share_len(1)
+
+
+def test_cms_round_trip_through_the_aggregate():
+    rng = np.random.default_rng(2)
+    cms = CountMeanSketch(3.0, 4, 16)
+    keys = item_keys(rng.integers(0, 30, 300))
+    reports = cms.randomize(keys, rng)
+    measurements = vm.encode_cms(cms, reports)
+    spec = vm.cms_spec(cms, p_fail=1e-9)
+    vdaf = spec.instance()
+    for meas in measurements[:20]:
+        vdaf.valid.encode(meas)
+    aggregate = np.sum(measurements, axis=0)
+    assert np.allclose(vm.cms_sketch_from_aggregate(cms, aggregate), cms.sketch(reports))
+
+
+def test_hcms_and_bit_pushing_round_trip():
+    rng = np.random.default_rng(3)
+    hcms = HadamardCountMeanSketch(3.0, 4, 16)
+    reports = hcms.randomize(item_keys(rng.integers(0, 30, 500)), rng)
+    idx = vm.encode_hcms(hcms, reports)
+    spec = vm.hcms_spec(hcms)
+    assert spec.length == 2 * 4 * 16
+    agg = np.bincount(idx, minlength=spec.length)
+    assert np.allclose(vm.hcms_sketch_from_aggregate(hcms, agg), hcms.sketch(reports))
+
+    bp = BitPushing(12, eps=1.0)
+    reports_b = bp.randomize(rng.integers(0, 4096, 500), weighted_probabilities(12, 0.5), rng)
+    idx_b = vm.encode_bit_pushing(reports_b)
+    spec_b = vm.bit_pushing_spec(bp)
+    tallies = vm.bit_tallies_from_aggregate(bp, np.bincount(idx_b, minlength=2 * 12))
+    assert spec_b.length == 2 * 12
+    direct = bp.tally(reports_b)
+    assert np.array_equal(tallies.reports, direct.reports)
+    assert np.array_equal(tallies.ones, direct.ones)
+
+
+def test_policy_guarantees_per_trust_model():
+    policy = DpPolicy(
+        client_randomization(5.0, 0.317, 1e-9, "sym_rappor_rdp"),
+        aggregator_randomization(0.317, 1e-9),
+    )
+    oc = policy.guarantee(TrustModel.OC)
+    assert oc is not None and oc.eps == 10.0  # per-bit 5.0 is 10.0 under replacement
+    oamc = policy.guarantee(TrustModel.OAMC)
+    assert oamc is not None and oamc.eps <= 0.317
+    assert policy.client is not None and policy.client.min_batch <= 100_000
+    oaoc = policy.guarantee(TrustModel.OAOC)
+    assert oaoc is not None and oaoc.basis == "aggregator noise"
+    # The discrete mechanism at the continuous AGM sigma: dp-notes' 1.0016e-9 order.
+    assert oaoc.delta == pytest.approx(1.0e-9, rel=2e-3)
+    assert policy.aggregator is not None
+    assert policy.aggregator.total_std(2) == pytest.approx(33.0788, rel=5e-5)
+
+    client_only = DpPolicy(client=client_randomization(2.0, 1.0, 1e-8))
+    only = client_only.guarantee(TrustModel.OAOC)
+    assert only is not None and only.eps == 2.0
+    assert DpPolicy().guarantee(TrustModel.OAMC) is None
+
+
+def test_cli_functions_return_numbers():
+    res = api.amplification(4.0, 10_000, 1e-10)
+    assert round(res.eps, 2) == 0.61 and res.closed_form is None
+    res_cf = api.amplification(1.0, 100_000, 1e-6, "clones")
+    assert res_cf.closed_form is not None and res_cf.eps <= res_cf.closed_form
+    b = api.batch_size(3.0, 1.0, 1e-6)
+    assert b == 736
+    e0 = api.max_eps0(b, 1.0, 1e-6)
+    assert 3.0 <= e0 < 3.01
+    assert api.sampling(0.61, 1e-10, 0.02)[0] < 0.02
+    g = api.gaussian_sigma(0.906, 1e-9, honest_aggregators=2)
+    assert g.sigma == pytest.approx(8.5402, rel=2e-5)
+    assert g.total_std == pytest.approx(12.0777, rel=3e-5)
+    assert g.discrete_delta == pytest.approx(9.88e-10, rel=1e-3)
+    assert api.gaussian_sigma(1.0, 1e-6, sensitivity=3.0).discrete_delta is None
