@@ -17,7 +17,7 @@ Attester routes (roles ``joint`` and ``attester``), for devices:
 - ``POST /attester/challenge``: ``{"device_id": "…"}`` -> ``{"nonce": "…", "expires": t}``.
 - ``POST /attester/token-request``: a TokenRequest body as above, plus the headers
   ``Sagg-Device-Id``, ``Sagg-Attester-Nonce`` and ``Sagg-Device-Signature`` (base64url; see
-  `services.token_issuer.devices.auth_message`). 401 when authentication fails, 429 with
+  `shared.privacypass.attestation`). 401 when authentication fails, 429 with
   Retry-After when the device's quota is used up, 422 when the issuer refuses the request.
 
 ``GET /healthz`` answers 200 when the stores answer. Errors are RFC 9457 problem documents.
@@ -54,6 +54,14 @@ from services.token_issuer.devices import DeviceAuthError
 from services.token_issuer.issuer import IssuanceError, IssuerService
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.privacypass.attestation import (
+    ATTESTER_CHALLENGE_PATH,
+    ATTESTER_ENROLL_PATH,
+    ATTESTER_TOKEN_REQUEST_PATH,
+    DEVICE_ID_HEADER,
+    NONCE_HEADER,
+    SIGNATURE_HEADER,
+)
 from shared.privacypass.constants import (
     ISSUER_DIRECTORY_PATH,
     MEDIA_ISSUER_DIRECTORY,
@@ -62,19 +70,10 @@ from shared.privacypass.constants import (
 )
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 
-__all__ = [
-    "DEVICE_ID_HEADER",
-    "NONCE_HEADER",
-    "SIGNATURE_HEADER",
-    "create_app",
-    "load_trust_anchors",
-]
+__all__ = ["create_app", "load_trust_anchors"]
 
 log = logging.getLogger(__name__)
 
-DEVICE_ID_HEADER = "Sagg-Device-Id"
-NONCE_HEADER = "Sagg-Attester-Nonce"
-SIGNATURE_HEADER = "Sagg-Device-Signature"
 
 #: A TokenRequest is 259 bytes; anything much larger is refused before it is read whole.
 _MAX_BODY = 4096
@@ -239,7 +238,7 @@ def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSet
 
 
 def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
-    @app.post("/attester/enroll")
+    @app.post(ATTESTER_ENROLL_PATH)
     async def enroll(request: Request) -> Response:
         raw = await _read_body(request)
         parsed = _parse_json(_EnrollBody, raw) if raw is not None else None
@@ -254,7 +253,7 @@ def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
             status_code=201 if result.created else 200,
         )
 
-    @app.post("/attester/challenge")
+    @app.post(ATTESTER_CHALLENGE_PATH)
     async def challenge(request: Request) -> Response:
         raw = await _read_body(request)
         parsed = _parse_json(_ChallengeBody, raw) if raw is not None else None
@@ -267,7 +266,7 @@ def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
             return _problem(401, "Unknown device")
         return JSONResponse({"nonce": b64url_encode(result.nonce), "expires": result.expires})
 
-    @app.post("/attester/token-request")
+    @app.post(ATTESTER_TOKEN_REQUEST_PATH)
     async def token_request(request: Request) -> Response:
         if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
             return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")

@@ -5,12 +5,8 @@ certificate for it issued by a manufacturer CA the attester trusts (RFC 9576 §3
 validity" attestation, simulated). The device's stable identifier is
 ``device_id = SHA-256(DER SubjectPublicKeyInfo of the device key)``.
 
-To ask for a token, the device fetches a single-use attester nonce and signs::
-
-    "sagg-attester-token-request-v1" || 0x00 || device_id || nonce || SHA-256(body)
-
-where `body` is the exact TokenRequest it sends. Binding the body stops a captured signature
-from being spent on another request; the nonce being consumed on use stops replays.
+To ask for a token, the device fetches a single-use attester nonce and signs
+`shared.privacypass.attestation.auth_message` over it and the exact TokenRequest it sends.
 
 This module also carries the simulation's side of that: `ManufacturerCA` and `SimulatedDevice`.
 """
@@ -29,6 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import NameOID
 
+from shared.privacypass import attestation
+
 __all__ = [
     "DeviceAuthError",
     "DeviceKind",
@@ -40,9 +38,7 @@ __all__ = [
     "verify_device_signature",
 ]
 
-_LABEL: Final = b"sagg-attester-token-request-v1\x00"
-DEVICE_ID_SIZE: Final = 32
-NONCE_SIZE: Final = 32
+NONCE_SIZE: Final = attestation.NONCE_SIZE
 
 DevicePublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
 DeviceKind = Literal["ed25519", "ecdsa-p256", "ecdsa-p384"]
@@ -64,10 +60,11 @@ def device_id_of(public_key: DevicePublicKey) -> bytes:
 
 
 def auth_message(device_id: bytes, nonce: bytes, body: bytes) -> bytes:
-    """The bytes a device signs to authenticate one token request."""
-    if len(device_id) != DEVICE_ID_SIZE or len(nonce) != NONCE_SIZE:
-        raise DeviceAuthError("device id and nonce are 32 bytes each")
-    return _LABEL + device_id + nonce + hashlib.sha256(body).digest()
+    """`shared.privacypass.attestation.auth_message`, failing as a `DeviceAuthError`."""
+    try:
+        return attestation.auth_message(device_id, nonce, body)
+    except ValueError as exc:
+        raise DeviceAuthError(str(exc)) from None
 
 
 def verify_device_signature(public_key: DevicePublicKey, message: bytes, signature: bytes) -> None:

@@ -8,6 +8,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 
 from shared.codec import DecodeError
+from shared.privacypass.attestation import auth_message
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.constants import TOKEN_TYPE_BLIND_RSA, TOKEN_TYPE_VOPRF
 from shared.privacypass.headers import format_authorization
@@ -160,3 +161,15 @@ def test_verify_authorization_header(key: IssuerKey, token: bytes) -> None:
     for bad in ('Bearer token="x"', header[:-3] + '"', format_authorization(token[:-1])):
         with pytest.raises(InvalidTokenError):
             verify_authorization(bad, [key.token_key], CHALLENGE.digest())
+
+
+def test_attestation_message_binds_everything() -> None:
+
+    base = auth_message(bytes(32), bytes(32), b"body")
+    assert base.startswith(b"sagg-attester-token-request-v1\x00")
+    assert len(base) == 31 + 32 + 32 + 32
+    assert auth_message(b"\x01" + bytes(31), bytes(32), b"body") != base
+    assert auth_message(bytes(32), b"\x01" + bytes(31), b"body") != base
+    assert auth_message(bytes(32), bytes(32), b"bodY") != base
+    with pytest.raises(ValueError):
+        auth_message(bytes(31), bytes(32), b"")

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from services.common.clock import Clock, TestClock
 from services.common.db import Database
-from services.token_issuer.app import DEVICE_ID_HEADER, create_app
+from services.token_issuer.app import create_app
 from services.token_issuer.attester import (
     MAX_OUTSTANDING_NONCES,
     AttesterService,
@@ -25,6 +25,7 @@ from services.token_issuer.attester import (
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.privacypass.attestation import DEVICE_ID_HEADER
 from shared.privacypass.client import create_token_request
 from shared.privacypass.constants import (
     ISSUER_DIRECTORY_PATH,
