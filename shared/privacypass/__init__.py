@@ -10,5 +10,6 @@ Pure code, no I/O. Modules, one concept each:
 - `directory`: the issuer directory JSON (RFC 9578 §4).
 - `client`: building a TokenRequest and finalizing a Token (RFC 9578 §6.1, §6.3).
 - `issuance`: validating and blind-signing a TokenRequest (RFC 9578 §6.2).
-- `verify`: `verify_token` for origins (RFC 9577 §2.2.3, RFC 9578 §6.4).
+- `verify`: `verify_token` / `verify_authorization` for origins (RFC 9577 §2.2.3, RFC 9578 §6.4).
+- `attestation`: what a device signs for sagg's attester (not an RFC; RFC 9576 §3.5.1).
 """

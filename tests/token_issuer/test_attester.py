@@ -26,15 +26,22 @@ from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.attestation import DEVICE_ID_HEADER
-from shared.privacypass.client import create_token_request
+from shared.privacypass.client import create_token_request, select_challenge
 from shared.privacypass.constants import (
     ISSUER_DIRECTORY_PATH,
     MEDIA_TOKEN_REQUEST,
     MEDIA_TOKEN_RESPONSE,
 )
+from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.headers import (
+    PrivateTokenChallenge,
+    format_authorization,
+    format_www_authenticate,
+)
 from shared.privacypass.issuance import IssuanceError
+from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import TokenChallenge
-from shared.privacypass.verify import verify_token
+from shared.privacypass.verify import InvalidTokenError, verify_authorization, verify_token
 from tests.token_issuer.conftest import DbFactory
 from tests.token_issuer.helpers import current_key, enroll, nonce, obtain_token, post_request
 
@@ -438,3 +445,33 @@ def test_housekeeping_drops_old_windows_and_nonces(
         assert (count("pp_attester_quota"), count("pp_attester_nonces")) == (0, 1)
     finally:
         db.close()
+
+
+def test_full_redemption_flow(
+    client: TestClient, clock: TestClock, device: SimulatedDevice
+) -> None:
+    """Origin challenge -> device picks it -> token via attester/issuer -> Authorization ->
+    origin verifies with the issuer directory's keys (RFC 9576 §3.1)."""
+    enroll(client, device)
+    directory_keys = [
+        k.token_key_object()
+        for k in IssuerDirectory.decode(client.get(ISSUER_DIRECTORY_PATH).content).token_keys
+    ]
+    origin_challenge = TokenChallenge(
+        2, b"issuer.sagg.test", bytes(range(32, 64)), b"leader.test,helper.test"
+    )
+    www_authenticate = format_www_authenticate(
+        [PrivateTokenChallenge(origin_challenge.encode(), directory_keys[0].spki, 60)]
+    )
+
+    chosen = select_challenge(www_authenticate)
+    assert chosen is not None and chosen.token_key is not None
+    key = TokenKey.from_spki(chosen.token_key)
+    r, token = obtain_token(client, device, key, chosen.token_challenge())
+    assert r.status_code == 200 and token is not None
+    authorization = format_authorization(token.encode())
+
+    verified = verify_authorization(authorization, directory_keys, origin_challenge.digest())
+    assert verified.token_key_id == key.token_key_id
+    with pytest.raises(InvalidTokenError):
+        verify_authorization(authorization, directory_keys, CHALLENGE.digest())
