@@ -1,0 +1,139 @@
+"""Sequence Fragment Puzzle (002 §4.3, Algorithms 8-10): heavy hitters over an unknown dictionary.
+
+Client (string s padded / truncated to `length` with the pad character): a small puzzle hash
+h(s) in [256]; a fragment start l uniform among 0, f, 2f, ... (002's 1, 3, 5, 7, 9 for length 10,
+f = 2, written 1-based); the fragment r = h(s) || s[l : l + f] sent through CMS(eps', k', m') with
+l, and s itself through CMS(eps, k, m). The report is (eps + eps')-LDP by basic composition
+(002 §4.3). Deployed: (m, m') = (1024, 1024), (k, k') = (2048, 2048), (eps, eps') = (2, 6).
+
+Server (Algorithm 10): a word sketch over all reports and one fragment sketch per position (over
+the reports that chose it); per position keep the T (hash, fragment) pairs with the largest
+estimates; for every hash value w, the Cartesian product of the kept fragments carrying w gives
+candidate words; candidates are scored with the word sketch (`heavy_hitters.sfp_heavy_hitters`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.dp.estimators import FloatArray
+from shared.dp.randomizers.cms import CmsReports, CountMeanSketch, IntArray, item_keys
+
+PUZZLE_RANGE = 256
+
+
+def puzzle_hash(words: list[str]) -> IntArray:
+    """The 8-bit puzzle piece h(s) (keyed BLAKE2b, separate from the sketch hashes)."""
+    return np.asarray(
+        [hashlib.blake2b(w.encode(), digest_size=1, key=b"sagg-sfp").digest()[0] for w in words],
+        dtype=np.int64,
+    )
+
+
+def fragment_record(w: int, fragment: str) -> bytes:
+    return bytes([w]) + fragment.encode()
+
+
+@functools.lru_cache(maxsize=8)
+def _all_fragments(alphabet: str, size: int) -> tuple[list[tuple[int, str]], IntArray]:
+    """Every (puzzle value, fragment) pair over the alphabet, and their sketch keys."""
+    frags = ["".join(t) for t in itertools.product(alphabet, repeat=size)]
+    pairs = [(w, f) for w in range(PUZZLE_RANGE) for f in frags]
+    return pairs, item_keys(fragment_record(w, f) for w, f in pairs)
+
+
+@dataclass(frozen=True)
+class SfpReports:
+    position: IntArray
+    fragments: CmsReports
+    words: CmsReports
+
+
+@dataclass(frozen=True)
+class SequenceFragmentPuzzle:
+    alphabet: str
+    word_sketch: CountMeanSketch
+    fragment_sketch: CountMeanSketch
+    length: int = 10
+    fragment: int = 2
+    pad: str = " "
+
+    def __post_init__(self) -> None:
+        if self.pad not in self.alphabet or len(self.pad) != 1:
+            raise ValueError("the pad character must be one character of the alphabet")
+        if self.length % self.fragment:
+            raise ValueError("length must be a multiple of the fragment size")
+
+    @property
+    def eps(self) -> float:
+        """Total local epsilon: word and fragment reports compose."""
+        return self.word_sketch.eps + self.fragment_sketch.eps
+
+    @property
+    def starts(self) -> range:
+        return range(0, self.length, self.fragment)
+
+    def normalise(self, word: str) -> str:
+        if any(ch not in self.alphabet for ch in word):
+            raise ValueError(f"{word!r} has characters outside the alphabet")
+        return word[: self.length].ljust(self.length, self.pad)
+
+    def randomize(self, words: list[str], rng: np.random.Generator) -> SfpReports:
+        padded = [self.normalise(w) for w in words]
+        puzzles = puzzle_hash(padded)
+        position = np.asarray(rng.integers(0, len(self.starts), len(padded)), dtype=np.int64)
+        records = [
+            fragment_record(int(h), s[self.starts[p] : self.starts[p] + self.fragment])
+            for s, h, p in zip(padded, puzzles, position, strict=True)
+        ]
+        return SfpReports(
+            position,
+            self.fragment_sketch.randomize(item_keys(records), rng),
+            self.word_sketch.randomize(item_keys(padded), rng),
+        )
+
+    def fragment_sketches(self, reports: SfpReports) -> list[tuple[FloatArray, int]]:
+        """Per position: (sketch, number of reports that chose it)."""
+        out = []
+        for p in range(len(self.starts)):
+            mask = reports.position == p
+            sub = CmsReports(reports.fragments.signs[mask], reports.fragments.j[mask])
+            out.append((self.fragment_sketch.sketch(sub), int(mask.sum())))
+        return out
+
+    def top_fragments(self, sketch: FloatArray, n: int, top: int) -> list[tuple[int, str]]:
+        """The `top` (puzzle value, fragment) pairs with the largest estimated counts."""
+        pairs, keys = _all_fragments(self.alphabet, self.fragment)
+        est = self.fragment_sketch.estimate_counts(sketch, n, keys)
+        best = np.argpartition(-est, min(top, est.size - 1))[:top]
+        return [pairs[i] for i in best[np.argsort(-est[best])]]
+
+    def candidates(self, reports: SfpReports, top: int) -> list[str]:
+        """Algorithm 10 lines 7-14: the dictionary of puzzle-anchored Cartesian products."""
+        by_position: list[dict[int, list[str]]] = []
+        for sketch, n in self.fragment_sketches(reports):
+            kept: dict[int, list[str]] = {}
+            for w, frag in self.top_fragments(sketch, n, top):
+                kept.setdefault(w, []).append(frag)
+            by_position.append(kept)
+        common = set(by_position[0]).intersection(*by_position[1:])
+        words = {
+            "".join(parts)
+            for w in sorted(common)
+            for parts in itertools.product(*(pos[w] for pos in by_position))
+        }
+        return sorted(words)
+
+    def word_estimates(self, reports: SfpReports, words: list[str]) -> FloatArray:
+        sketch = self.word_sketch.sketch(reports.words)
+        n = int(reports.position.size)
+        return self.word_sketch.estimate_counts(sketch, n, item_keys(words))
+
+    def report_bits(self) -> int:
+        pos_bits = max(1, (len(self.starts) - 1).bit_length())
+        return pos_bits + self.fragment_sketch.report_bits + self.word_sketch.report_bits
