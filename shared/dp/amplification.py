@@ -32,11 +32,15 @@ from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 import numpy as np
-import numpy.typing as npt
 from scipy import stats
 
 from shared.dp.composition import ALPHA_GRID, rdp_to_dp
-from shared.dp.divergences import hockey_stick_1d, hockey_stick_product, renyi_divergence
+from shared.dp.divergences import (
+    FloatArray,
+    hockey_stick_1d,
+    hockey_stick_product,
+    renyi_divergence,
+)
 
 Analysis = Literal[
     "closed_form",
@@ -53,8 +57,6 @@ EPS_TOL = 1e-7
 #: Binomial tail mass left out of the numerical sums, as a fraction of the target delta; it is
 #: added back to delta, so truncation only makes the bound more conservative.
 _TAIL_FRACTION = 1e-6
-
-FloatArray = npt.NDArray[np.float64]
 
 
 # --- closed form (000 Theorem 3.1) -------------------------------------------------------------

@@ -47,6 +47,20 @@ def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0) 
     return hi
 
 
+def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Smallest eps with gaussian_delta(sigma, eps) <= delta (bisection; errs large by <= 1e-12)."""
+    lo, hi = 0.0, 1.0
+    while gaussian_delta(sigma, hi, sensitivity) > delta:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        if gaussian_delta(sigma, mid, sensitivity) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _support(sigma2: float, extra: int = 0) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
     half = int(_SUPPORT_SDS * math.sqrt(sigma2)) + 2 + extra
     return np.arange(-half, half + 1, dtype=np.int64)

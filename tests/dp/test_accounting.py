@@ -17,6 +17,7 @@ from shared.dp.composition import (
     pure_dp_rdp,
     rdp_to_dp,
 )
+from shared.dp.gaussian import analytic_gaussian_sigma, gaussian_epsilon
 
 N_004 = 100_000
 DELTA_004 = 1e-9
@@ -37,6 +38,18 @@ def test_001_example_4_and_6_stronger_clones_then_sampling():
     assert eps_q == pytest.approx(math.log(1 + 0.02 * (math.exp(0.61) - 1)))
     assert delta_q == pytest.approx(2e-12)
     assert amp.poisson_sampling(eps_strong, 1e-10, 0.02)[0] < 0.02
+
+
+def test_001_examples_3_and_5_gaussian_per_step():
+    # Example 3: with the analytic Gaussian bounds [10], sigma = 5.1 gives (1, 1e-8) for unit
+    # L2 sensitivity (exact: sigma 5.1001 for eps 1; eps 1.00006 at sigma 5.1).
+    assert round(analytic_gaussian_sigma(1.0, 1e-8, 1.0), 1) == 5.1
+    eps = gaussian_epsilon(5.1, 1e-8)
+    assert eps == pytest.approx(1.0, abs=1e-4)
+    # Example 5: sampled at q = 0.02 that step is (0.034, 1e-8)-DP (delta becomes 2e-10).
+    eps_step, delta_step = amp.poisson_sampling(eps, 1e-8, 0.02)
+    assert round(eps_step, 3) == 0.034
+    assert delta_step <= 1e-8
 
 
 def test_000_figure_1_eps0_3_reaches_1_near_n_1000():
