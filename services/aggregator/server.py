@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+from types import FrameType
 
 import uvicorn
 
@@ -13,6 +15,16 @@ from services.aggregator.settings import AggregatorSettings
 log = logging.getLogger(__name__)
 
 
+class _Server(uvicorn.Server):
+    """Uvicorn re-raises SIGTERM/SIGINT after its own shutdown, which would kill the process
+    before the drivers are stopped; here a signal only asks for a graceful exit."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+
+
 def serve(settings: AggregatorSettings) -> None:
     """Run until SIGINT/SIGTERM; the drivers stop after their current step."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -20,10 +32,11 @@ def serve(settings: AggregatorSettings) -> None:
     runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
     if runner is not None:
         runner.start()
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port))
+    server = _Server(uvicorn.Config(app, host=settings.host, port=settings.port))
     try:
         server.run()
     finally:
         if runner is not None:
             runner.stop()
         app.state.aggregator.ds.db.close()
+        log.info("aggregator stopped")

@@ -622,7 +622,13 @@ class Aggregator:
         if state == COLLECTION_DELETED:
             return Answer(204)
         if state == COLLECTION_FAILED:
-            kind = ProblemType(row["error"]) if row["error"] else ProblemType.BATCH_INVALID
+            try:
+                kind = ProblemType(row["error"])
+            except ValueError:
+                # Not a protocol failure: the helper could not be reached in time.
+                raise HttpProblemError(
+                    502, "the collection failed: helper unavailable", task_id=task.b64
+                ) from None
             raise DapProblemError(kind, "the collection failed", task_id=task.b64)
         return Answer(202, headers={"Retry-After": str(self.settings.collection_retry_s)})
 

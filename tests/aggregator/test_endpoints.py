@@ -186,7 +186,7 @@ def test_upload_too_early_and_expired(env: Env) -> None:
     skew = env.leader_agg.settings.clock_skew_s
     assert env.upload(env.report(1, NOW + skew)).status_code == 201
     assert_problem(env.upload(env.report(1, NOW + skew + 1)), ProblemType.REPORT_TOO_EARLY, env.tid)
-    env.clock.advance(11 * 86400)
+    env.advance(11 * 86400)
     late = env.report(1, NOW + 10 * 86400 + 1)
     assert_problem(env.upload(late), ProblemType.REPORT_REJECTED, env.tid)
 
@@ -372,7 +372,7 @@ def test_helper_init_per_report_errors(env: Env) -> None:
     _, response = put_job(env, [good, init(env)])
     assert states(response) == [PrepareError.REPORT_REPLAYED, PrepareRespState.CONTINUE]
     # Once the clock passes the task's expiration, reports after it are refused.
-    env.clock.advance(11 * 86400)
+    env.advance(11 * 86400)
     _, response = put_job(env, [init(env, time=NOW + 10 * 86400 + 1), too_early])
     assert states(response) == [PrepareError.TASK_EXPIRED, PrepareRespState.CONTINUE]
 
@@ -580,7 +580,7 @@ def test_leader_collection_checks(db_factory: Any, clock: TestClock) -> None:
     pending = env.poll(job)
     assert pending.status_code == 202 and pending.headers["retry-after"] == "1"
     assert env.upload(env.report(1, start + 1)).status_code == 201
-    env.clock.advance(2)
+    env.advance(2)
     env.drive()
     done = env.poll(job)
     assert done.status_code == 200, done.text
@@ -605,5 +605,5 @@ def test_leader_collection_fails_on_helper_mismatch(env: Env) -> None:
     job = env.start_collection(Query.time_interval(Interval(start, TP)))
     for _ in range(5):
         env.drive()
-        env.clock.advance(2)
+        env.advance(2)
     assert_problem(env.poll(job), ProblemType.BATCH_MISMATCH, env.tid)

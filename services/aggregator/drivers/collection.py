@@ -40,6 +40,9 @@ from shared.dap.problems import ProblemType
 
 log = logging.getLogger(__name__)
 
+#: Stored as a collection job's error when the helper stayed unreachable; not a DAP type.
+HELPER_UNAVAILABLE = "helperUnavailable"
+
 
 class CollectionJobDriver:
     def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
@@ -89,7 +92,7 @@ class CollectionJobDriver:
             helper_share = self._send(task, request.encode())
         except HelperUnavailableError as exc:
             if lease.attempts >= s.max_job_attempts:
-                agg.ds.fail_collection(lease, ProblemType.BATCH_MISMATCH.value)
+                agg.ds.fail_collection(lease, HELPER_UNAVAILABLE)
                 return
             delay = backoff(s, lease.attempts)
             log.info("helper unavailable (%s); retrying the collection in %ds", exc, delay)
