@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from bench import field, hpke, vdaf
+from bench import field, hpke, privacypass, vdaf
 from bench.common import Result, print_table
 
 
 def main() -> None:
     results: list[Result] = []
-    for module in (field, hpke, vdaf):
+    for module in (field, hpke, privacypass, vdaf):
         results += module.run()
     print_table(results, "Summary of all benchmarks")
 

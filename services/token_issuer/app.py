@@ -54,6 +54,12 @@ from services.token_issuer.devices import DeviceAuthError
 from services.token_issuer.issuer import IssuanceError, IssuerService
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.constants import (
+    ISSUER_DIRECTORY_PATH,
+    MEDIA_ISSUER_DIRECTORY,
+    MEDIA_TOKEN_REQUEST,
+    MEDIA_TOKEN_RESPONSE,
+)
 from shared.privacypass.attestation import (
     ATTESTER_CHALLENGE_PATH,
     ATTESTER_ENROLL_PATH,
@@ -61,12 +67,6 @@ from shared.privacypass.attestation import (
     DEVICE_ID_HEADER,
     NONCE_HEADER,
     SIGNATURE_HEADER,
-)
-from shared.privacypass.constants import (
-    ISSUER_DIRECTORY_PATH,
-    MEDIA_ISSUER_DIRECTORY,
-    MEDIA_TOKEN_REQUEST,
-    MEDIA_TOKEN_RESPONSE,
 )
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 

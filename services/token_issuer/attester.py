@@ -43,7 +43,7 @@ from services.token_issuer.devices import (
     verify_device_signature,
 )
 from services.token_issuer.issuer import IssuerService
-from shared.privacypass.constants import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
+from shared.constants import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
 from shared.privacypass.issuance import IssuanceError
 
 __all__ = [

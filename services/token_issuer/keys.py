@@ -32,8 +32,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from services.common.clock import Clock
 from services.common.db import Database, Migration, Tx
+from shared.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass import rsabssa
-from shared.privacypass.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass.directory import DirectoryKey, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
 

@@ -16,8 +16,8 @@ import secrets
 from dataclasses import dataclass, field
 
 from shared.codec import DecodeError
+from shared.constants import TOKEN_NONCE_SIZE, TOKEN_TYPE_BLIND_RSA
 from shared.privacypass import rsabssa
-from shared.privacypass.constants import NONCE_SIZE, TOKEN_TYPE_BLIND_RSA
 from shared.privacypass.headers import PrivateTokenChallenge, parse_www_authenticate
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import (
@@ -67,7 +67,7 @@ def create_token_request(
         parsed = TokenChallenge.decode(challenge)
     challenge_digest = parsed.digest()
     if nonce is None:
-        nonce = secrets.token_bytes(NONCE_SIZE)
+        nonce = secrets.token_bytes(TOKEN_NONCE_SIZE)
     token_input = authenticator_input(nonce, challenge_digest, token_key.token_key_id)
     blinded_msg, inv = rsabssa.blind(token_key.public_key, token_input, VARIANT, salt=salt, r=blind)
     request = TokenRequest(token_key.truncated_token_key_id, blinded_msg)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.privacypass.constants import TOKEN_TYPE_BLIND_RSA
+from shared.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 from shared.privacypass.keys import InvalidKeyError, TokenKey
 

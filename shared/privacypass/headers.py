@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from shared.privacypass.constants import AUTH_SCHEME
+from shared.constants import PRIVATE_TOKEN_AUTH_SCHEME
 from shared.privacypass.messages import TokenChallenge
 
 __all__ = [
@@ -214,7 +214,7 @@ def parse_www_authenticate(value: str) -> list[PrivateTokenChallenge]:
     """
     found: list[PrivateTokenChallenge] = []
     for scheme, params in _parse(value):
-        if scheme.lower() != AUTH_SCHEME.lower():
+        if scheme.lower() != PRIVATE_TOKEN_AUTH_SCHEME.lower():
             continue
         if not isinstance(params, dict) or "challenge" not in params:
             raise HeaderError("PrivateToken challenge without a challenge parameter")
@@ -243,7 +243,7 @@ def format_www_authenticate(challenges: Iterable[PrivateTokenChallenge]) -> str:
             if ch.max_age < 0:
                 raise ValueError("max-age must be non-negative")
             params.append(f'max-age="{ch.max_age}"')
-        parts.append(f"{AUTH_SCHEME} " + ", ".join(params))
+        parts.append(f"{PRIVATE_TOKEN_AUTH_SCHEME} " + ", ".join(params))
     if not parts:
         raise ValueError("at least one challenge is needed")
     return ", ".join(parts)
@@ -251,7 +251,7 @@ def format_www_authenticate(challenges: Iterable[PrivateTokenChallenge]) -> str:
 
 def format_authorization(token: bytes) -> str:
     """``PrivateToken token="<base64url(Token)>"`` (RFC 9577 §2.2.1)."""
-    return f'{AUTH_SCHEME} token="{b64url_encode(token)}"'
+    return f'{PRIVATE_TOKEN_AUTH_SCHEME} token="{b64url_encode(token)}"'
 
 
 def parse_authorization(value: str) -> bytes:
@@ -264,7 +264,7 @@ def parse_authorization(value: str) -> bytes:
     if len(parsed) != 1:
         raise HeaderError("expected exactly one credential")
     scheme, params = parsed[0]
-    if scheme.lower() != AUTH_SCHEME.lower():
+    if scheme.lower() != PRIVATE_TOKEN_AUTH_SCHEME.lower():
         raise HeaderError("not a PrivateToken credential")
     if not isinstance(params, dict) or "token" not in params:
         raise HeaderError("PrivateToken credential without a token parameter")

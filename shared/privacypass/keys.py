@@ -20,7 +20,7 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
-from shared.privacypass.constants import BLIND_RSA_NK, TOKEN_KEY_ID_SIZE
+from shared.constants import BLIND_RSA_NK, TOKEN_KEY_ID_SIZE
 from shared.privacypass.rsabssa import RsaPublicKey
 
 __all__ = ["InvalidKeyError", "TokenKey", "decode_spki", "encode_spki", "token_key_id"]

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Self
 
 from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
-from shared.privacypass.constants import (
+from shared.constants import (
     BLIND_RSA_NK,
     CHALLENGE_DIGEST_SIZE,
-    NONCE_SIZE,
     REDEMPTION_CONTEXT_SIZE,
     TOKEN_KEY_ID_SIZE,
+    TOKEN_NONCE_SIZE,
     TOKEN_TYPE_BLIND_RSA,
 )
 
@@ -150,7 +150,7 @@ def authenticator_input(
     also the token_input the client blinds (RFC 9578 §6.1)."""
     enc = Encoder()
     enc.u16(token_type, "token_type")
-    enc.fixed(nonce, NONCE_SIZE, "nonce")
+    enc.fixed(nonce, TOKEN_NONCE_SIZE, "nonce")
     enc.fixed(challenge_digest, CHALLENGE_DIGEST_SIZE, "challenge_digest")
     enc.fixed(key_id, TOKEN_KEY_ID_SIZE, "token_key_id")
     return enc.to_bytes()
@@ -177,7 +177,7 @@ class Token(TlsStruct):
 
     def _encode_into(self, enc: Encoder) -> None:
         enc.u16(self.token_type, "Token.token_type")
-        enc.fixed(self.nonce, NONCE_SIZE, "Token.nonce")
+        enc.fixed(self.nonce, TOKEN_NONCE_SIZE, "Token.nonce")
         enc.fixed(self.challenge_digest, CHALLENGE_DIGEST_SIZE, "Token.challenge_digest")
         enc.fixed(self.token_key_id, TOKEN_KEY_ID_SIZE, "Token.token_key_id")
         enc.fixed(self.authenticator, BLIND_RSA_NK, "Token.authenticator")
@@ -185,7 +185,7 @@ class Token(TlsStruct):
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
         token_type = _require_type(dec, "Token")
-        nonce = dec.fixed(NONCE_SIZE, "Token.nonce")
+        nonce = dec.fixed(TOKEN_NONCE_SIZE, "Token.nonce")
         digest = dec.fixed(CHALLENGE_DIGEST_SIZE, "Token.challenge_digest")
         key_id = dec.fixed(TOKEN_KEY_ID_SIZE, "Token.token_key_id")
         authenticator = dec.fixed(BLIND_RSA_NK, "Token.authenticator")

@@ -36,7 +36,7 @@ from typing import Any, Final
 import gmpy2
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from shared.privacypass.constants import RSABSSA_PREFIX_LEN
+from shared.constants import RSABSSA_PREFIX_LEN
 
 __all__ = [
     "PSSZERO_DETERMINISTIC",

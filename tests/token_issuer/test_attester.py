@@ -25,13 +25,13 @@ from services.token_issuer.attester import (
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.privacypass.attestation import DEVICE_ID_HEADER
-from shared.privacypass.client import create_token_request, select_challenge
-from shared.privacypass.constants import (
+from shared.constants import (
     ISSUER_DIRECTORY_PATH,
     MEDIA_TOKEN_REQUEST,
     MEDIA_TOKEN_RESPONSE,
 )
+from shared.privacypass.attestation import DEVICE_ID_HEADER
+from shared.privacypass.client import create_token_request, select_challenge
 from shared.privacypass.directory import IssuerDirectory
 from shared.privacypass.headers import (
     PrivateTokenChallenge,

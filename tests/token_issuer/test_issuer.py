@@ -15,13 +15,13 @@ from services.common.db import Database
 from services.token_issuer.app import create_app
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.constants import (
+from shared.constants import (
     ISSUER_DIRECTORY_PATH,
     MEDIA_ISSUER_DIRECTORY,
     MEDIA_TOKEN_REQUEST,
     MEDIA_TOKEN_RESPONSE,
 )
+from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.directory import IssuerDirectory
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import Token, TokenChallenge
