@@ -4,6 +4,7 @@
     sagg serve aggregator|collector
     sagg task create --vdaf JSON [--query-type ...] ... [--leader U --helper U --collector U]
     sagg task create --config FILE
+    sagg upload --task-file FILE (--measurements JSON | --random N [--seed S]) [--time T]
     sagg collect --task ID (--interval-start S --interval-duration D | --batch-id B |
                             --current-batch) [--format table|json|csv] [--wait SECONDS]
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import runpy
 import sys
 import tomllib
@@ -31,7 +33,13 @@ from deploy.config import DEFAULT_DATA_DIR, Deployment, DeploymentError, load_de
 from deploy.demo import run_demo
 from deploy.launcher import Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.tasks import ProvisionError, TaskParams, create_task
-from deploy.upload import UploadError
+from deploy.upload import (
+    ClientTask,
+    UploadError,
+    expected_aggregate,
+    random_measurements,
+    upload_reports,
+)
 
 __all__ = ["main"]
 
@@ -189,7 +197,8 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         ("helper", "SAGG_HELPER_URL"),
         ("collector", "SAGG_COLLECTOR_URL"),
     ):
-        url = _url(getattr(args, role), env, deployment, role) or values.get(role)
+        # A flag wins, then the config file, then the environment and the deployment file.
+        url = getattr(args, role) or values.get(role) or _url(None, env, deployment, role)
         if url is None:
             raise CliError(f"no {role} URL: pass --{role} or run `sagg up` first")
         values[role] = url
@@ -201,6 +210,42 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         raise CliError(f"invalid task: {_validation_message(exc)}") from None
     info = create_task(params, _admin_token(deployment))
     print(json.dumps(info, indent=2))
+    return 0
+
+
+# --- sagg upload ------------------------------------------------------------------------------
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    """Upload reports for a task described by `sagg task create`'s output."""
+    try:
+        raw = Path(args.task_file).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {args.task_file}: {exc.strerror}") from None
+    try:
+        task = ClientTask.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CliError(f"{args.task_file}: {_validation_message(exc)}") from None
+    if args.random is not None:
+        measurements = random_measurements(task.vdaf, args.random, random.Random(args.seed))
+    else:
+        try:
+            measurements = json.loads(args.measurements)
+        except ValueError:
+            raise CliError("--measurements must be a JSON array, e.g. [0,3,1]") from None
+        if not isinstance(measurements, list) or not measurements:
+            raise CliError("--measurements must be a non-empty JSON array")
+    result = upload_reports(task, measurements, report_time=args.time)
+    summary: dict[str, Any] = {
+        "task_id": task.task_id,
+        "uploaded": result.uploaded,
+        "rejected": len(result.rejected),
+    }
+    if not result.rejected:
+        summary["expected_aggregate"] = expected_aggregate(task.vdaf, measurements)
+    print(json.dumps(summary))
+    if result.rejected:
+        raise CliError(f"{len(result.rejected)} reports rejected, e.g. {result.rejected[0]}")
     return 0
 
 
@@ -306,6 +351,15 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--helper")
     create.add_argument("--collector")
     create.set_defaults(func=cmd_task_create)
+
+    upload = sub.add_parser("upload", help="shard, encrypt and upload reports (a DAP client)")
+    upload.add_argument("--task-file", required=True, help="JSON printed by `sagg task create`")
+    what = upload.add_mutually_exclusive_group(required=True)
+    what.add_argument("--measurements", help="JSON array, e.g. [0,3,1]")
+    what.add_argument("--random", type=_positive, metavar="N", help="N random measurements")
+    upload.add_argument("--seed", type=int, help="seed for --random")
+    upload.add_argument("--time", type=_epoch, help="report time (default now)")
+    upload.set_defaults(func=cmd_upload)
 
     collect = sub.add_parser("collect", help="collect a batch and print the aggregate")
     collect.add_argument("--task", required=True, help="task id (base64url)")

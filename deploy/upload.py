@@ -9,6 +9,7 @@ PUT to the leader as `application/dap-report` (DAP-09 §4.4.2).
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from collections.abc import Sequence
@@ -35,7 +36,15 @@ from shared.dap.messages import (
 )
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["ClientTask", "UploadError", "UploadResult", "fetch_hpke_config", "upload_reports"]
+__all__ = [
+    "ClientTask",
+    "UploadError",
+    "UploadResult",
+    "expected_aggregate",
+    "fetch_hpke_config",
+    "random_measurements",
+    "upload_reports",
+]
 
 
 class UploadError(Exception):
@@ -173,3 +182,39 @@ def upload_reports(
     finally:
         if own:
             client.close()
+
+
+def random_measurements(vdaf: VdafSpec, count: int, rng: random.Random) -> list[Any]:
+    """`count` valid measurements for `vdaf`, uniformly drawn (for demos and load tests)."""
+    if vdaf.type == "Prio3Count":
+        return [rng.randrange(2) for _ in range(count)]
+    if vdaf.type == "Prio3Sum":
+        assert vdaf.bits is not None
+        return [rng.randrange(2**vdaf.bits) for _ in range(count)]
+    if vdaf.type == "Prio3Histogram":
+        assert vdaf.length is not None
+        return [rng.randrange(vdaf.length) for _ in range(count)]
+    if vdaf.type in ("Prio3SumVec", "Prio3SumVecField64Multiproof"):
+        assert vdaf.length is not None and vdaf.bits is not None
+        bits, length = vdaf.bits, vdaf.length
+        return [[rng.randrange(2**bits) for _ in range(length)] for _ in range(count)]
+    assert vdaf.length is not None and vdaf.max_count is not None  # MultiHotHistogram
+    length, max_count = vdaf.length, vdaf.max_count
+    out = []
+    for _ in range(count):
+        hot = set(rng.sample(range(length), rng.randint(0, max_count)))
+        out.append([int(i in hot) for i in range(length)])
+    return out
+
+
+def expected_aggregate(vdaf: VdafSpec, measurements: Sequence[Any]) -> int | list[int]:
+    """What collecting exactly these measurements must give (the plain-text aggregate)."""
+    if vdaf.type in ("Prio3Count", "Prio3Sum"):
+        return sum(int(m) for m in measurements)
+    assert vdaf.length is not None
+    if vdaf.type == "Prio3Histogram":
+        counts = [0] * vdaf.length
+        for m in measurements:
+            counts[int(m)] += 1
+        return counts
+    return [sum(int(m[i]) for m in measurements) for i in range(vdaf.length)]

@@ -240,10 +240,14 @@ class CollectionPoller:
         )
 
     def _due(self, exponent: int, retry_after: float | None) -> int:
-        """When to try again: Retry-After when given, else exponential backoff."""
+        """When to try again: Retry-After when given, else exponential backoff.
+
+        Retry-After is a lower bound from the leader; `poll_interval` stays the floor so a
+        "Retry-After: 0" cannot turn the poller into a busy loop.
+        """
         cfg = self._config
         if retry_after is not None:
-            delay = min(max(retry_after, 0.0), _MAX_RETRY_AFTER)
+            delay = min(max(retry_after, cfg.poll_interval), _MAX_RETRY_AFTER)
         else:
             delay = min(cfg.poll_interval * 2 ** min(exponent, 30), cfg.max_backoff)
         return millis(self._clock) + int(delay * 1000)

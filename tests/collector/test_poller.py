@@ -177,6 +177,7 @@ def test_restart_resumes_and_takes_over_expired_leases(tmp_path: Path) -> None:
     assert rig.run(fresh) == 0
     rig.clock.advance(61)
     assert rig.run(fresh) == 1  # PUT + pending poll
+    rig.clock.advance(1)  # Retry-After: 0 is floored at poll_interval
     # Restart again mid-poll: a new process (new owner) finishes from the stored state.
     assert rig.run(rig.poller("after-restart")) == 1
     assert rig.job().state is JobState.COMPLETE

@@ -62,6 +62,9 @@ USAGE_ERRORS = [
     ["task", "destroy"],
     ["serve", "everything"],
     ["up", "--store", "oracle"],
+    ["upload", "--task-file", "t.json"],
+    ["upload", "--task-file", "t.json", "--random", "0"],
+    ["upload", "--task-file", "t.json", "--random", "3", "--measurements", "[1]"],
 ]
 
 
@@ -100,6 +103,7 @@ FAILURES = [
     (["task", "create", "--vdaf", VDAF, *URLS, "--collector", "ftp://c"], "http://"),
     (["task", "create", "--config", "missing.toml"], "cannot read missing.toml"),
     (["up", "--store", "postgres"], "--postgres-url"),
+    (["upload", "--task-file", "none.json", "--random", "3"], "cannot read none.json"),
     (
         ["--deployment", "nowhere.json", "collect", "--task", "t", "--current-batch"],
         "does not exist",
@@ -202,3 +206,23 @@ def test_sagg_up_refuses_busy_ports(capsys: pytest.CaptureFixture[str], tmp_path
         capsys, "up", "--data-dir", str(tmp_path / "d"), "--leader-port", "9", "--helper-port", "9"
     )
     assert code == 1 and "three different ports" in err
+
+
+def test_upload_checks_its_inputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps({"task_id": "x", "leader": "http://l", "helper": "http://h"}))
+    code, err = _run(capsys, "upload", "--task-file", str(task), "--random", "2")
+    assert code == 1 and "vdaf" in err
+    good = {
+        "task_id": "A" * 43,
+        "leader": f"http://127.0.0.1:{free_port()}",
+        "helper": "http://127.0.0.1:1",
+        "vdaf": {"type": "Prio3Count"},
+        "time_precision": 60,
+    }
+    task.write_text(json.dumps(good))
+    for bad in ("{", "[]", "3"):
+        code, err = _run(capsys, "upload", "--task-file", str(task), "--measurements", bad)
+        assert code == 1 and "--measurements must be" in err
+    code, err = _run(capsys, "upload", "--task-file", str(task), "--measurements", "[1]")
+    assert code == 1 and "cannot reach http://127.0.0.1" in err

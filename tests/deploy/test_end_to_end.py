@@ -249,18 +249,22 @@ def test_fixed_size_task_from_a_config_file(up: Up, tmp_path: Path) -> None:
     info = json.loads(created.stdout)
     assert info["query_type"] == "fixed_size" and info["max_batch_size"] == 60
 
-    measurements = [i % 16 for i in range(50)]
-    result = upload_reports(ClientTask.model_validate(info), measurements)
-    assert (result.uploaded, result.rejected) == (50, [])
+    task_file = tmp_path / "task.json"
+    task_file.write_text(created.stdout)
+    uploaded = up.sagg("upload", "--task-file", str(task_file), "--random", "50", "--seed", "7")
+    assert uploaded.returncode == 0, uploaded.stderr
+    summary = json.loads(uploaded.stdout)
+    assert (summary["uploaded"], summary["rejected"]) == (50, 0)
+    expected = summary["expected_aggregate"]
     done = up.sagg(
         "collect", "--task", info["task_id"], "--current-batch", "--format", "json", "--wait", "60"
     )
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
-    assert body["result"] == sum(measurements) and body["report_count"] == 50
+    assert body["result"] == expected and body["report_count"] == 50
     # The batch the leader picked can be collected again by its id.
     again = up.sagg(
         "collect", "--task", info["task_id"], "--batch-id", body["batch_id"], "--format", "csv"
     )
     assert again.returncode == 0, again.stderr
-    assert again.stdout.split() == ["result", str(sum(measurements))]
+    assert again.stdout.split() == ["result", str(expected)]

@@ -8,6 +8,7 @@ that the output shares add up to the measurements.
 from __future__ import annotations
 
 import json
+import random
 import secrets
 from typing import Any
 
@@ -15,7 +16,13 @@ import httpx
 import pytest
 
 from deploy.collect import format_result
-from deploy.upload import ClientTask, UploadError, upload_reports
+from deploy.upload import (
+    ClientTask,
+    UploadError,
+    expected_aggregate,
+    random_measurements,
+    upload_reports,
+)
 from shared import hpke
 from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
 from shared.dap.hpke_context import input_share_aad, input_share_info
@@ -175,3 +182,34 @@ def test_result_formats() -> None:
         and "batch         B" in table
         and "VDAF          Prio3Count" in table
     )
+
+
+@pytest.mark.parametrize(
+    "vdaf",
+    [
+        {"type": "Prio3Count"},
+        {"type": "Prio3Sum", "bits": 3},
+        {"type": "Prio3Histogram", "length": 4, "chunk_length": 2},
+        {"type": "Prio3SumVec", "length": 3, "bits": 2, "chunk_length": 2},
+        {"type": "Prio3MultiHotHistogram", "length": 5, "max_count": 2, "chunk_length": 2},
+    ],
+)
+def test_random_measurements_are_valid_and_expected_matches_the_vdaf(vdaf: dict[str, Any]) -> None:
+    spec = VdafSpec.model_validate(vdaf)
+    measurements = random_measurements(spec, 12, random.Random(5))
+    assert len(measurements) == 12
+    prio3 = spec.instance()
+    nonces = [secrets.token_bytes(16) for _ in measurements]
+    rands = [secrets.token_bytes(prio3.RAND_SIZE) for _ in measurements]
+    sharded = prio3.shard_batch(measurements, nonces, rands)  # ValueError if any is invalid
+    verify_key = secrets.token_bytes(16)
+    publics = [p for p, _ in sharded]
+    leader, out = ping_pong.leader_init(
+        prio3, verify_key, nonces, publics, [s[1][0] for s in sharded]
+    )
+    helper, back = ping_pong.helper_init(
+        prio3, verify_key, nonces, publics, [s[1][1] for s in sharded], [m or b"" for m in out]
+    )
+    assert ping_pong.leader_continued(prio3, leader, back).all()
+    shares = [prio3.encode_agg_share(prio3.aggregate(b.out_shares)) for b in (leader, helper)]
+    assert prio3.unshard(shares, len(measurements)) == expected_aggregate(spec, measurements)
