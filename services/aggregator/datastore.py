@@ -186,7 +186,7 @@ COLLECTION_DELETED = "deleted"
 class TaskRecord:
     task_id: bytes
     role: str
-    definition: dict[str, Any]
+    definition: dict[str, Any] = field(repr=False)
     aggregator_token_hash: bytes
     collector_token_hash: bytes | None
     helper_token: str | None = field(repr=False)

@@ -20,7 +20,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.aggregator.batches import (
@@ -78,6 +78,8 @@ from shared.vdaf.spec import VdafSpec
 
 #: How long the in-memory copy of the HPKE key list is trusted before re-reading the store.
 _KEY_CACHE_S = 5.0
+#: How long a parsed task is reused before the store is asked again.
+_TASK_CACHE_S = 5.0
 
 HTTP_CREATED = 201
 HTTP_CONFLICT = 409
@@ -91,7 +93,7 @@ class Task:
     role: str
     query_type: QueryType
     vdaf: Prio3
-    verify_key: bytes
+    verify_key: bytes = field(repr=False)
     min_batch_size: int
     max_batch_size: int | None
     time_precision: int
@@ -151,7 +153,7 @@ class Aggregator:
         self.clock = clock
         self.settings = settings
         self._lock = threading.Lock()
-        self._tasks: dict[bytes, tuple[str, Task]] = {}
+        self._tasks: dict[bytes, tuple[float, Task]] = {}
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
         self._key_list: list[HpkeConfig] = []
         self._keys_loaded = 0.0
@@ -172,19 +174,19 @@ class Aggregator:
         return task
 
     def task_by_id(self, task_id: bytes) -> Task | None:
-        record = self.ds.get_task(task_id)
-        if record is None:
-            return None
-        # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused as long as
-        # the stored definition is the same.
-        stamp = repr(sorted(record.definition.items()))
+        # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused for a few
+        # seconds; a task deleted through another process stops answering within that time.
         with self._lock:
             cached = self._tasks.get(task_id)
-        if cached is not None and cached[0] == stamp:
+        if cached is not None and time.monotonic() - cached[0] < _TASK_CACHE_S:
             return cached[1]
+        record = self.ds.get_task(task_id)
+        if record is None:
+            self.forget_task(task_id)
+            return None
         task = task_from_record(record)
         with self._lock:
-            self._tasks[task_id] = (stamp, task)
+            self._tasks[task_id] = (time.monotonic(), task)
         return task
 
     def forget_task(self, task_id: bytes) -> None:

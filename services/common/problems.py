@@ -8,6 +8,7 @@ from the path: divviup-ts fails with a TypeError on DAP problems without it.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,6 +20,15 @@ from shared.constants import MEDIA_PROBLEM
 from shared.dap.problems import ProblemType
 
 log = logging.getLogger(__name__)
+
+
+_TASK_PATH = re.compile(r"^/tasks/([A-Za-z0-9_-]+)(?:/|$)")
+
+
+def _path_task_id(path: str) -> str | None:
+    """The task id of a DAP resource path, for problems the framework raises (405, 404)."""
+    match = _TASK_PATH.match(path)
+    return match.group(1) if match else None
 
 
 class DapProblemError(Exception):
@@ -103,10 +113,16 @@ def install_problem_handlers(app: FastAPI) -> None:
             title=str(exc.detail),
             status=exc.status_code,
             headers=dict(exc.headers) if exc.headers else None,
+            task_id=_path_task_id(request.url.path),
         )
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
-        return problem_response(type_="about:blank", title="Bad Request", status=400)
+        return problem_response(
+            type_="about:blank",
+            title="Bad Request",
+            status=400,
+            task_id=_path_task_id(request.url.path),
+        )
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # The exception text may quote request data; log only its type and the route.

@@ -607,3 +607,13 @@ def test_leader_collection_fails_on_helper_mismatch(env: Env) -> None:
         env.drive()
         env.advance(2)
     assert_problem(env.poll(job), ProblemType.BATCH_MISMATCH, env.tid)
+
+
+def test_framework_errors_are_problem_documents_with_task_id(env: Env) -> None:
+    response = env.leader.get(f"/tasks/{env.tid}/reports")
+    assert response.status_code == 405
+    assert response.headers["content-type"] == MEDIA_PROBLEM
+    assert response.json()["taskid"] == env.tid
+    shown = repr(env.leader_agg.task(env.tid))
+    assert helpers.b64(env.params.verify_key) not in shown
+    assert repr(env.params.verify_key) not in shown
