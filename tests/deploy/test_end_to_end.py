@@ -106,6 +106,15 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Up]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
     env["PYTHONPATH"] = str(REPO)
     env["SAGG_DEPLOYMENT"] = str(data_dir / "deployment.json")
+    # Inherited by the services: shorter driver waits keep the test quick (defaults are tuned
+    # for throughput, not for a 300-report batch).
+    env.update(
+        SAGG_AGGREGATOR_MAX_REPORT_WAIT_S="1",
+        SAGG_AGGREGATOR_DRIVER_POLL_S="0.2",
+        SAGG_AGGREGATOR_COLLECTION_RETRY_S="1",
+        SAGG_COLLECTOR_POLL_INTERVAL="0.5",
+        SAGG_COLLECTOR_MAX_BACKOFF="1",
+    )
     ports = [str(free_port()) for _ in range(3)]
     process = subprocess.Popen(
         [
