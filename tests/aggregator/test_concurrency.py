@@ -20,7 +20,7 @@ from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.service import Aggregator
 from services.common.clock import RealClock, TestClock
-from shared.dap.messages import BatchSelector, Interval, Query
+from shared.dap.messages import BatchSelector, Collection, Interval, Query
 from tests.aggregator import helpers
 from tests.aggregator.env import Env
 from tests.aggregator.helpers import TaskParams
@@ -120,35 +120,98 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_module_entry_point_serves(tmp_path: Path) -> None:
-    port = _free_port()
+def _spawn(tmp_path: Path, name: str, port: int, **extra: str) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
-        SAGG_AGGREGATOR_DATABASE_URL=f"sqlite:///{tmp_path / 'agg.db'}",
+        SAGG_AGGREGATOR_DATABASE_URL=f"sqlite:///{tmp_path / f'{name}.db'}",
         SAGG_AGGREGATOR_PORT=str(port),
         SAGG_AGGREGATOR_ADMIN_TOKEN=helpers.ADMIN_TOKEN,
+        **extra,
     )
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "services.aggregator"],
         env=env,
         cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 30
-        health = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        assert health is not None and health.json() == {"status": "ok"}
-        configs = httpx.get(f"http://127.0.0.1:{port}/hpke_config", timeout=5)
-        assert configs.status_code == 200
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=20)
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            health = httpx.get(f"{base}/healthz", timeout=1)
+            assert health.json() == {"status": "ok"}
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise AssertionError("aggregator did not become healthy")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> bytes:
+    proc.terminate()
+    _, err = proc.communicate(timeout=20)
+    # SIGTERM ends the process cleanly: drivers stopped, exit status 0.
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert helpers.AGGREGATOR_TOKEN.encode() not in err
+    return err
+
+
+def test_two_real_processes_over_http(tmp_path: Path) -> None:
+    """`python -m services.aggregator` twice, real sockets: provision, upload, collect."""
+    leader_port, helper_port = _free_port(), _free_port()
+    leader_base = f"http://127.0.0.1:{leader_port}"
+    helper_base = f"http://127.0.0.1:{helper_port}"
+    fast = {
+        "SAGG_AGGREGATOR_MAX_REPORT_WAIT_S": "0",
+        "SAGG_AGGREGATOR_DRIVER_POLL_S": "0.1",
+        "SAGG_AGGREGATOR_COLLECTION_RETRY_S": "1",
+    }
+    leader = _spawn(tmp_path, "leader", leader_port, **fast)
+    helper = _spawn(tmp_path, "helper", helper_port, **fast)
+    try:
+        _wait_healthy(leader, leader_base)
+        _wait_healthy(helper, helper_base)
+        params = TaskParams(vdaf=dict(helpers.VDAFS["sum"]), min_batch_size=5)
+        with (
+            httpx.Client(base_url=leader_base, timeout=10) as lc,
+            httpx.Client(base_url=helper_base, timeout=10) as hc,
+        ):
+            for client, role in ((lc, "leader"), (hc, "helper")):
+                definition = params.definition(role)
+                definition["leader_endpoint"] = leader_base + "/"
+                definition["helper_endpoint"] = helper_base
+                response = client.put(
+                    f"/internal/tasks/{params.task_id.to_b64url()}",
+                    json=definition,
+                    headers=helpers.admin_headers(),
+                )
+                assert response.status_code == 201, response.text
+            leader_config = helpers.hpke_config(lc, params.task_id)
+            helper_config = helpers.hpke_config(hc, params.task_id)
+            now = int(time.time())
+            start = now - now % TP
+            values = [3, 200, 0, 17, 255]
+            for v in values:
+                report = helpers.make_report(params, leader_config, helper_config, v, now)
+                assert helpers.upload(lc, params, report).status_code == 201
+            env = Env(params, RealClock(), lc, hc, None, leader_config, helper_config)  # type: ignore[arg-type]
+            job = env.start_collection(Query.time_interval(Interval(start, TP)))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                response = env.poll(job)
+                if response.status_code == 200:
+                    break
+                assert response.status_code == 202, response.text
+                time.sleep(0.2)
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "application/dap-collection"
+            collection = Collection.decode(response.content)
+            selector = BatchSelector.time_interval(Interval(start, TP))
+            assert collection.report_count == 5
+            assert unshard(env, collection, selector) == sum(values)
+    finally:
+        errs = [_stop(leader), _stop(helper)]
+    for err in errs:
+        assert helpers.AGGREGATOR_TOKEN.encode() not in err
+        assert helpers.COLLECTOR_TOKEN.encode() not in err
