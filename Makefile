@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint bench up clean
+.PHONY: install test lint bench up demo clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,13 @@ lint:
 
 bench:
 	$(BIN)/python -m bench
+
+# Leader, helper and collector as local processes on SQLite (UP_ARGS="--store postgres" for PostgreSQL).
+up:
+	$(BIN)/sagg up $(UP_ARGS)
+
+demo:
+	$(BIN)/sagg up --demo $(UP_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
