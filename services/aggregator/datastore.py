@@ -36,7 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from services.aggregator.batches import EMPTY_CHECKSUM, report_checksum, xor_bytes
+from services.aggregator.batches import (
+    EMPTY_CHECKSUM,
+    MAX_STORED_TIME,
+    report_checksum,
+    xor_bytes,
+)
 from services.common.db import Database, Migration, Row, Tx
 from shared import hpke
 from shared.dap.messages import PrepareError
@@ -978,6 +983,10 @@ class Datastore:
                 check_saturation=max_batch_size if batch_id is not None else None,
             )
             response = build_response(final)
+            # Times beyond the signed 64-bit range only occur on reports refused as too early;
+            # they are clamped so the record of the refusal fits the database.
+            for o in final:
+                o.client_time = min(o.client_time, MAX_STORED_TIME)
             times = [o.client_time for o in final]
             tx.execute(
                 "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id,"

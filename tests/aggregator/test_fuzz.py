@@ -1,0 +1,168 @@
+"""Malformed input never yields a 500: truncated, bit-flipped and extreme messages get DAP
+problem documents or per-report rejections. (TestClient re-raises any server exception.)"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from services.common.clock import TestClock
+from shared.constants import (
+    MEDIA_AGGREGATE_SHARE_REQ,
+    MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
+    MEDIA_COLLECT_REQ,
+    MEDIA_PROBLEM,
+    MEDIA_REPORT,
+)
+from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId
+from shared.dap.messages import (
+    AggregateShareReq,
+    AggregationJobContinueReq,
+    AggregationJobInitReq,
+    AggregationJobResp,
+    BatchSelector,
+    CollectionReq,
+    Interval,
+    PartialBatchSelector,
+    PrepareContinue,
+    PrepareError,
+    Query,
+    Report,
+    ReportMetadata,
+)
+from tests.aggregator.env import Env, aggregator_auth, collector_auth, make_env
+from tests.aggregator.helpers import TaskParams, prepare_init
+
+NOW = 1_700_006_400
+U64_MAX = 2**64 - 1
+
+
+def mutations(data: bytes, rng: random.Random) -> list[bytes]:
+    out = [b"", data[:1], data[: len(data) // 2], data[:-1], data + b"\x00"]
+    for _ in range(12):
+        flipped = bytearray(data)
+        i = rng.randrange(len(flipped))
+        flipped[i] ^= 1 << rng.randrange(8)
+        out.append(bytes(flipped))
+    return out
+
+
+def check(response: Any) -> None:
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        assert response.headers["content-type"] == MEDIA_PROBLEM
+
+
+@pytest.fixture
+def env(db_factory: Any, clock: TestClock) -> Env:
+    return make_env(db_factory, clock, TaskParams(vdaf={"type": "Prio3Sum", "bits": 4}))
+
+
+def test_fuzzed_requests(env: Env) -> None:
+    rng = random.Random(7)
+    report = env.report(3, NOW).encode()
+    for body in mutations(report, rng):
+        check(
+            env.leader.put(
+                f"/tasks/{env.tid}/reports", content=body, headers={"Content-Type": MEDIA_REPORT}
+            )
+        )
+    init = AggregationJobInitReq(
+        b"",
+        PartialBatchSelector.time_interval(),
+        (prepare_init(env.params, env.helper_config, 3, NOW),),
+    ).encode()
+    for body in mutations(init, rng):
+        check(
+            env.helper.put(
+                f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
+                content=body,
+                headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
+            )
+        )
+    cont = AggregationJobContinueReq(1, (PrepareContinue(ReportId.random(), b""),)).encode()
+    for body in mutations(cont, rng):
+        check(
+            env.helper.post(
+                f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
+                content=body,
+                headers={"Content-Type": MEDIA_AGGREGATION_JOB_CONTINUE_REQ, **aggregator_auth()},
+            )
+        )
+    share = AggregateShareReq(
+        BatchSelector.time_interval(Interval(NOW, 3600)), b"", 1, bytes(32)
+    ).encode()
+    for body in mutations(share, rng):
+        check(
+            env.helper.post(
+                f"/tasks/{env.tid}/aggregate_shares",
+                content=body,
+                headers={"Content-Type": MEDIA_AGGREGATE_SHARE_REQ, **aggregator_auth()},
+            )
+        )
+    collect = CollectionReq(Query.time_interval(Interval(NOW, 3600)), b"").encode()
+    for body in mutations(collect, rng):
+        check(
+            env.leader.put(
+                f"/tasks/{env.tid}/collection_jobs/{CollectionJobId.random().to_b64url()}",
+                content=body,
+                headers={"Content-Type": MEDIA_COLLECT_REQ, **collector_auth()},
+            )
+        )
+    for path in ("not-base64!", "AAAA", "A" * 43):
+        check(
+            env.leader.put(
+                f"/tasks/{path}/reports", content=report, headers={"Content-Type": MEDIA_REPORT}
+            )
+        )
+        check(env.leader.post(f"/tasks/{env.tid}/collection_jobs/{path}", headers=collector_auth()))
+        check(
+            env.helper.delete(
+                f"/tasks/{env.tid}/aggregation_jobs/{path}", headers=aggregator_auth()
+            )
+        )
+
+
+def test_extreme_times_and_intervals(env: Env) -> None:
+    far = env.report(3, U64_MAX)
+    check(env.upload(far))
+    assert env.upload(far).json()["type"].endswith("reportTooEarly")
+    pi = prepare_init(env.params, env.helper_config, 3, U64_MAX)
+    body = AggregationJobInitReq(b"", PartialBatchSelector.time_interval(), (pi,)).encode()
+    response = env.helper.put(
+        f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
+        content=body,
+        headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
+    )
+    assert response.status_code == 201
+    (resp,) = AggregationJobResp.decode(response.content).prepare_resps
+    assert resp.prepare_error == PrepareError.REPORT_TOO_EARLY
+    huge = Interval(U64_MAX - U64_MAX % 3600 - 3600, 3600)
+    check(
+        env.helper.post(
+            f"/tasks/{env.tid}/aggregate_shares",
+            content=AggregateShareReq(
+                BatchSelector.time_interval(huge), b"", 1, bytes(32)
+            ).encode(),
+            headers={"Content-Type": MEDIA_AGGREGATE_SHARE_REQ, **aggregator_auth()},
+        )
+    )
+    check(
+        env.leader.put(
+            f"/tasks/{env.tid}/collection_jobs/{CollectionJobId.random().to_b64url()}",
+            content=CollectionReq(Query.time_interval(huge), b"").encode(),
+            headers={"Content-Type": MEDIA_COLLECT_REQ, **collector_auth()},
+        )
+    )
+    # A report whose metadata was tampered with after sealing fails decryption, not the server.
+    report = env.report(3, NOW)
+    moved = Report(
+        ReportMetadata(report.report_metadata.report_id, NOW - 3600),
+        report.public_share,
+        report.leader_encrypted_input_share,
+        report.helper_encrypted_input_share,
+    )
+    assert env.upload(moved).json()["type"].endswith("reportRejected")
