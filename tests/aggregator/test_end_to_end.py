@@ -20,6 +20,7 @@ from shared.dap.messages import (
     CollectionReq,
     FixedSizeQuery,
     Interval,
+    PrepareError,
     Query,
     QueryType,
     Role,
@@ -246,3 +247,17 @@ def _only_job(env: Env) -> bytes:
     )
     assert len(rows) == 1
     return bytes(rows[0]["job_id"])
+
+
+def test_job_abandoned_after_max_attempts(db_factory: Any, clock: TestClock) -> None:
+    env = make_env(db_factory, clock, TaskParams(min_batch_size=1), max_job_attempts=3)
+    down = FlakyHelper(env.helper, failures=10**6)
+    env.runner.aggregation.http = down  # type: ignore[assignment]
+    assert env.upload(env.report(1, NOW)).status_code == 201
+    for _ in range(5):
+        env.drive()
+        clock.advance(120)
+    # Three attempts, then the job is given up (no DELETE: the helper is unreachable).
+    assert down.calls == 3
+    rows = env.leader_agg.ds.report_aggregations(env.params.task_id.value, _only_job(env))
+    assert [(r["state"], r["error"]) for r in rows] == [("failed", PrepareError.REPORT_DROPPED)]
