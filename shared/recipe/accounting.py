@@ -1,0 +1,129 @@
+"""Does a recipe's (q, B) deliver the (epsilon, delta) it claims? Which VDAF must its task use?
+
+Privacy accounting (000 §3 and §4.3 check 3; 001 §4.1 and Theorem 4), with the analyses of
+`shared.dp.amplification`:
+
+1. Aggregation: B reports, each eps0-LDP, aggregated (shuffled) are (eps_a, delta_a)-DP with
+   eps_a = shuffle_epsilon(eps0, B, delta_a, analysis). eps0 is the randomizer's replacement
+   epsilon for the generic analyses and the per-bit epsilon of symmetric RAPPOR for the
+   ``sym_rappor_*`` ones.
+2. Sampling: with q < 1 each device contributes with probability q (Poisson), which gives
+   (ln(1 + q (e^eps_a - 1)), q delta_a). The recipe's delta is split as delta_a = delta / q
+   (capped at `MAX_AGGREGATION_DELTA`, which keeps the analyses in their tested regime): any
+   delta_a <= delta / q meets the claim.
+
+The claim holds iff eps_a <= ln(1 + (e^epsilon - 1) / q) at that delta_a; the smallest B for
+which it does is `required_batch_size`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shared.dp import amplification as amp
+from shared.dp.randomizers.bitpushing import BitPushing
+from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch
+from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
+from shared.dp.vdaf_mapping import bit_pushing_spec, cms_spec, hcms_spec, one_hot_spec
+from shared.recipe.model import (
+    BitPushingRandomizer,
+    CmsRandomizer,
+    Encoding,
+    HcmsRandomizer,
+    IntegerFeature,
+    OneHotRandomizer,
+    PrivacyClaim,
+    Randomizer,
+)
+from shared.vdaf.spec import VdafSpec
+
+__all__ = [
+    "MAX_AGGREGATION_DELTA",
+    "PrivacyAssessment",
+    "aggregate_guarantee",
+    "analysis_epsilon",
+    "assess_privacy",
+    "expected_vdaf",
+    "required_batch_size",
+]
+
+MAX_AGGREGATION_DELTA = 1e-2
+
+
+def analysis_epsilon(randomizer: Randomizer, analysis: amp.Analysis) -> float:
+    """The eps0 that `analysis` takes for this randomizer."""
+    if analysis.startswith("sym_rappor"):
+        if not (isinstance(randomizer, OneHotRandomizer) and randomizer.symmetric):
+            raise ValueError(f"{analysis} applies to symmetric one_hot only")
+        return randomizer.eps0
+    return randomizer.local_epsilon
+
+
+def _aggregation_target(claim: PrivacyClaim, q: float) -> tuple[float, float]:
+    """(eps_a, delta_a) the aggregation must reach so that sampling at q gives the claim."""
+    if q >= 1:
+        return claim.epsilon, claim.delta
+    return math.log1p(math.expm1(claim.epsilon) / q), min(claim.delta / q, MAX_AGGREGATION_DELTA)
+
+
+def aggregate_guarantee(
+    randomizer: Randomizer, batch_size: int, q: float, claim: PrivacyClaim
+) -> tuple[float, float]:
+    """(epsilon, delta) of a batch of `batch_size` reports sampled at rate q, at the claim's
+    delta split; epsilon is +inf where the analysis does not apply (closed form out of range)."""
+    _, delta_a = _aggregation_target(claim, q)
+    eps0 = analysis_epsilon(randomizer, claim.analysis)
+    if claim.analysis == "closed_form" and not amp.closed_form_valid(eps0, batch_size, delta_a):
+        return math.inf, claim.delta
+    eps_a = amp.shuffle_epsilon(eps0, batch_size, delta_a, claim.analysis)
+    if q >= 1:
+        return eps_a, delta_a
+    return amp.poisson_sampling(eps_a, delta_a, q)
+
+
+def required_batch_size(randomizer: Randomizer, q: float, claim: PrivacyClaim) -> int | None:
+    """Smallest B meeting the claim (None if no B up to 10^9 does)."""
+    eps_a, delta_a = _aggregation_target(claim, q)
+    eps0 = analysis_epsilon(randomizer, claim.analysis)
+    try:
+        return amp.min_batch_size(eps0, eps_a, delta_a, claim.analysis)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class PrivacyAssessment:
+    epsilon: float
+    delta: float
+    claim_met: bool
+    #: The smallest B that meets the claim (None: none does).
+    required_batch_size: int | None
+
+
+def assess_privacy(
+    randomizer: Randomizer, batch_size: int, q: float, claim: PrivacyClaim
+) -> PrivacyAssessment:
+    eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim)
+    # The analyses' bisections overshoot by at most EPS_TOL, so compare with that slack: a B
+    # the library's own min_batch_size returns must pass.
+    met = eps <= claim.epsilon + amp.EPS_TOL and delta <= claim.delta * (1 + 1e-12)
+    needed = batch_size if met else required_batch_size(randomizer, q, claim)
+    return PrivacyAssessment(eps, delta, met, needed)
+
+
+def expected_vdaf(randomizer: Randomizer, encoding: Encoding) -> VdafSpec:
+    """The Prio3 instance reports of this randomizer take (`shared.dp.vdaf_mapping`)."""
+    if isinstance(randomizer, OneHotRandomizer):
+        return one_hot_spec(DpOneHot(randomizer.eps0, encoding.dimension, randomizer.symmetric))
+    if isinstance(randomizer, CmsRandomizer):
+        cms = CountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
+        return cms_spec(cms)
+    if isinstance(randomizer, HcmsRandomizer):
+        return hcms_spec(
+            HadamardCountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
+        )
+    assert isinstance(randomizer, BitPushingRandomizer)
+    feature = encoding.features[0]
+    assert isinstance(feature, IntegerFeature)
+    return bit_pushing_spec(BitPushing(feature.bits, randomizer.eps0))

@@ -1,0 +1,120 @@
+"""Recipe model: 000 appendix B's example, validation messages, encoding, VDAF and privacy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from shared.dp import amplification as amp
+from shared.recipe.accounting import assess_privacy, expected_vdaf, required_batch_size
+from shared.recipe.model import PrivacyClaim, RecipeDraft
+from tests.recipe.helpers import KNOWN, draft_json, example_recipe
+
+
+def test_appendix_b_dimension() -> None:
+    recipe = example_recipe()
+    # 000 appendix B counts (1 + 7) x (1 + 3 x (1 + 1 + 9)) bins; its age boundaries 20..80
+    # make six intervals, so here OOV + 6 = 7 age buckets.
+    assert recipe.encoding.dimension == (1 + 6) * (1 + 3 * (1 + 1 + 9))
+    ages, ngrams = recipe.encoding.features
+    assert ages.size == 7  # OOV + 6 intervals from 7 boundaries
+    assert ngrams.size == 1 + 3 * (1 + 1 + len(KNOWN))
+    assert recipe.encoding.dimension == ages.size * ngrams.size
+
+
+def test_one_hot_index() -> None:
+    enc = example_recipe().encoding
+    n = enc.features[1].size
+    assert enc.index({"age": 25, "typed_ngrams": ["hello", "world", "a"]}) == 1 * n + 3
+    assert enc.index({"age": 79.5, "typed_ngrams": ["i", "got"]}) == 6 * n + 1 + 11  # end token
+    assert enc.index({"age": 80, "typed_ngrams": ["i", "got", "zebra"]}) == 0 * n + 1 + 11 + 1
+    assert enc.index({"age": 19, "typed_ngrams": ["not", "known", "a"]}) == 0
+    assert enc.index({}) == 0
+    seen = {
+        enc.index({"age": a, "typed_ngrams": [*p, t]})
+        for a in (10, 25, 35, 45, 55, 65, 75)
+        for p in (["hello", "world"], ["i", "got"], ["how", "are"])
+        for t in [*KNOWN, "oov"]
+    }
+    assert max(seen) < enc.dimension
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"sampling_rate": 0}, "sampling_rate"),
+        ({"sampling_rate": 1.5}, "sampling_rate"),
+        ({"min_batch_size": 0}, "min_batch_size"),
+        ({"randomizer": {"name": "one_hot", "eps0": 0}}, "eps0"),
+        ({"privacy": {"epsilon": 1, "delta": 0.01}}, "delta"),
+        ({"privacy": {"epsilon": 1, "delta": 0}}, "delta"),
+        ({"recipe_id": "Bad Id"}, "recipe_id"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_parameters_name_the_field(override: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        RecipeDraft.model_validate(draft_json(**override))
+    assert field in str(info.value)
+
+
+def test_structural_consistency() -> None:
+    doc = draft_json()
+    doc["query"]["fields"] = ["typed_ngrams"]  # the age feature reads an unqueried field
+    with pytest.raises(ValidationError, match=r"not in query\.fields"):
+        RecipeDraft.model_validate(doc)
+    doc = draft_json()
+    doc["query"]["selection"]["n"] = 2
+    with pytest.raises(ValidationError, match="same n"):
+        RecipeDraft.model_validate(doc)
+    doc = draft_json(cohorts=[{"field": "age", "values": ["x"]}])
+    with pytest.raises(ValidationError, match="cohort field"):
+        RecipeDraft.model_validate(doc)
+    doc = draft_json(randomizer={"name": "cms", "eps0": 2, "k": 4, "m": 16})
+    doc["privacy"]["analysis"] = "sym_rappor_exact"
+    with pytest.raises(ValidationError, match="symmetric one_hot"):
+        RecipeDraft.model_validate(doc)
+
+
+def test_expected_vdaf_per_randomizer() -> None:
+    recipe = example_recipe()
+    spec = expected_vdaf(recipe.randomizer, recipe.encoding)
+    assert spec.type == "Prio3MultiHotHistogram" and spec.length == recipe.encoding.dimension
+    hcms = RecipeDraft.model_validate(
+        draft_json(randomizer={"name": "hcms", "eps0": 2, "k": 4, "m": 8})
+    )
+    assert expected_vdaf(hcms.randomizer, hcms.encoding).length == 2 * 4 * 8
+    bp = draft_json(
+        randomizer={"name": "bit_pushing", "eps0": 1},
+        encoding={"features": [{"kind": "integer", "field": "age", "bits": 8}]},
+    )
+    bp["query"] = {"stream": "profile", "fields": ["age"], "selection": {"kind": "latest"}}
+    bp_draft = RecipeDraft.model_validate(bp)
+    assert expected_vdaf(bp_draft.randomizer, bp_draft.encoding).length == 16
+
+
+def test_privacy_claim_against_the_library() -> None:
+    recipe = example_recipe()
+    claim = recipe.privacy
+    needed = required_batch_size(recipe.randomizer, recipe.sampling_rate, claim)
+    assert needed is not None
+    # Independently: aggregation at delta/q must reach ln(1 + (e^eps - 1)/q).
+    q = recipe.sampling_rate
+
+    target = math.log1p(math.expm1(claim.epsilon) / q)
+    direct = amp.min_batch_size(2.0, target, claim.delta / q, "stronger_clones")
+    assert needed == direct
+    assert assess_privacy(recipe.randomizer, needed, q, claim).claim_met
+    below = assess_privacy(recipe.randomizer, needed - 1, q, claim)
+    assert not below.claim_met and below.required_batch_size == needed
+    # Sampling helps: without it a larger batch is needed.
+    unsampled = required_batch_size(recipe.randomizer, 1.0, claim)
+    assert unsampled is not None and unsampled > needed
+
+
+def test_closed_form_outside_its_regime_is_not_met() -> None:
+    recipe = example_recipe()
+    claim = PrivacyClaim(epsilon=1.0, delta=1e-8, analysis="closed_form")
+    assert not assess_privacy(recipe.randomizer, 10, 1.0, claim).claim_met
