@@ -581,10 +581,10 @@ class Datastore:
                 "now": now,
             },
         )
-        for ord_, r in enumerate(chunk):
-            tx.execute(
-                "INSERT INTO report_aggregations (task_id, job_id, ord, report_id, client_time,"
-                " state, error) VALUES (:t, :j, :o, :r, :time, :s, NULL)",
+        tx.execute_many(
+            "INSERT INTO report_aggregations (task_id, job_id, ord, report_id, client_time,"
+            " state, error) VALUES (:t, :j, :o, :r, :time, :s, NULL)",
+            [
                 {
                     "t": task_id,
                     "j": job_id,
@@ -592,13 +592,15 @@ class Datastore:
                     "r": r["report_id"],
                     "time": r["client_time"],
                     "s": RA_START,
-                },
-            )
-            tx.execute(
-                "UPDATE client_reports SET aggregation_started = 1"
-                " WHERE task_id = :t AND report_id = :r",
-                {"t": task_id, "r": r["report_id"]},
-            )
+                }
+                for ord_, r in enumerate(chunk)
+            ],
+        )
+        tx.execute_many(
+            "UPDATE client_reports SET aggregation_started = 1"
+            " WHERE task_id = :t AND report_id = :r",
+            [{"t": task_id, "r": r["report_id"]} for r in chunk],
+        )
 
     # --- leases ------------------------------------------------------------------------------
 
@@ -732,23 +734,25 @@ class Datastore:
             failed_in_batch = sum(1 for o in final if o.error is not None)
             if job["batch_id"] is not None and failed_in_batch:
                 self._unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
-            for ord_, o in enumerate(final):
-                tx.execute(
-                    "UPDATE report_aggregations SET state = :s, error = :e"
-                    " WHERE task_id = :t AND job_id = :j AND ord = :o",
+            tx.execute_many(
+                "UPDATE report_aggregations SET state = :s, error = :e"
+                " WHERE task_id = :t AND job_id = :j AND ord = :o",
+                [
                     {
                         "s": RA_FAILED if o.error is not None else RA_FINISHED,
                         "e": None if o.error is None else int(o.error),
                         "t": lease.task_id,
                         "j": lease.job_id,
                         "o": ord_,
-                    },
-                )
-                tx.execute(
-                    "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
-                    " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
-                    {"t": lease.task_id, "r": o.report_id},
-                )
+                    }
+                    for ord_, o in enumerate(final)
+                ],
+            )
+            tx.execute_many(
+                "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
+                " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
+                [{"t": lease.task_id, "r": o.report_id} for o in final],
+            )
             tx.execute(
                 "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"
                 " WHERE task_id = :t AND job_id = :j",
@@ -956,24 +960,37 @@ class Datastore:
                     " ON CONFLICT (task_id, batch_key) DO NOTHING",
                     {"t": task_id, "k": batch_id, "now": now},
                 )
-            checked: list[ReportOutcome] = []
-            for o in outcomes:
-                if o.error == PrepareError.REPORT_TOO_EARLY:
-                    # The leader may offer it again later (DAP-09 §4.5.1.1): not a replay then.
-                    checked.append(o)
-                    continue
-                fresh = tx.execute(
-                    "INSERT INTO client_reports (task_id, report_id, client_time,"
-                    " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
-                    " ON CONFLICT (task_id, report_id) DO NOTHING",
-                    {"t": task_id, "r": o.report_id, "time": o.client_time, "now": now},
+            # The leader may offer a too-early report again later (DAP-09 §4.5.1.1): it is not
+            # recorded, so that is not a replay.
+            remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
+            seen = self._known_report_ids(tx, task_id, [o.report_id for o in remembered])
+            tx.execute_many(
+                "INSERT INTO client_reports (task_id, report_id, client_time,"
+                " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
+                " ON CONFLICT (task_id, report_id) DO NOTHING",
+                [
+                    {
+                        "t": task_id,
+                        "r": o.report_id,
+                        "time": min(o.client_time, MAX_STORED_TIME),
+                        "now": now,
+                    }
+                    for o in remembered
+                    if o.report_id not in seen
+                ],
+            )
+            checked = [
+                ReportOutcome(
+                    o.report_id,
+                    o.client_time,
+                    o.batch_key,
+                    PrepareError.REPORT_REPLAYED
+                    if o.error is None and o.report_id in seen
+                    else o.error,
+                    o.out_index,
                 )
-                error = o.error
-                if not fresh and error is None:
-                    error = PrepareError.REPORT_REPLAYED
-                checked.append(
-                    ReportOutcome(o.report_id, o.client_time, o.batch_key, error, o.out_index)
-                )
+                for o in outcomes
+            ]
             final = self._add_outcomes(
                 tx,
                 task_id,
@@ -1006,10 +1023,10 @@ class Datastore:
                     "now": now,
                 },
             )
-            for ord_, o in enumerate(final):
-                tx.execute(
-                    "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
-                    " client_time, state, error) VALUES (:t, :j, :o, :r, :time, :s, :e)",
+            tx.execute_many(
+                "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
+                " client_time, state, error) VALUES (:t, :j, :o, :r, :time, :s, :e)",
+                [
                     {
                         "t": task_id,
                         "j": job_id,
@@ -1018,11 +1035,28 @@ class Datastore:
                         "time": o.client_time,
                         "s": RA_FAILED if o.error is not None else RA_FINISHED,
                         "e": None if o.error is None else int(o.error),
-                    },
-                )
+                    }
+                    for ord_, o in enumerate(final)
+                ],
+            )
             return "created", response
 
         return self.db.run("helper_init_job", body)
+
+    def _known_report_ids(self, tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[bytes]:
+        """Which of these report ids the task has seen (the anti-replay set)."""
+        known: set[bytes] = set()
+        for start in range(0, len(report_ids), 500):
+            chunk = report_ids[start : start + 500]
+            names = {f"r{i}": rid for i, rid in enumerate(chunk)}
+            placeholders = ", ".join(f":{name}" for name in names)
+            rows = tx.query(
+                "SELECT report_id FROM client_reports WHERE task_id = :t"
+                f" AND report_id IN ({placeholders})",
+                {"t": task_id, **names},
+            )
+            known |= {bytes(r["report_id"]) for r in rows}
+        return known
 
     def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:
         """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests.

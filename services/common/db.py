@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import random
@@ -56,7 +57,13 @@ class Dialect:
     def translate(self, sql: str) -> str:
         if self.name == "sqlite":
             return sql
-        return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+        return _to_pyformat(sql)
+
+
+@functools.lru_cache(maxsize=512)
+def _to_pyformat(sql: str) -> str:
+    """``:name`` to psycopg's ``%(name)s``; statements are few and reused, so memoized."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
 SQLITE = Dialect(
@@ -74,15 +81,28 @@ POSTGRES = Dialect(
 class Tx:
     """One open transaction; only valid inside `Database.transaction` / `Database.run`."""
 
-    def __init__(self, name: str, dialect: Dialect, execute: Callable[[str, Params], Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        dialect: Dialect,
+        execute: Callable[[str, Params], Any],
+        execute_many: Callable[[str, Sequence[Params]], Any],
+    ) -> None:
         self.name = name
         self.dialect = dialect
         self._execute = execute
+        self._execute_many = execute_many
 
     def execute(self, sql: str, params: Params | None = None) -> int:
         """Run a statement; the number of rows it changed."""
         cur = self._execute(self.dialect.translate(sql), params or {})
         return int(cur.rowcount)
+
+    def execute_many(self, sql: str, params: Sequence[Params]) -> None:
+        """One statement over many parameter sets (pipelined on PostgreSQL): per-report rows
+        of a job cost one round trip, not hundreds."""
+        if params:
+            self._execute_many(self.dialect.translate(sql), params)
 
     def query(self, sql: str, params: Params | None = None) -> list[Row]:
         cur = self._execute(self.dialect.translate(sql), params or {})
@@ -143,7 +163,7 @@ class _SqliteEngine(_Engine):
         except sqlite3.OperationalError as exc:
             raise TransientDbError(str(exc)) from exc
         try:
-            yield Tx(name, self.dialect, conn.execute)
+            yield Tx(name, self.dialect, conn.execute, conn.executemany)
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK")
             if _sqlite_busy(exc):
@@ -212,7 +232,7 @@ class _PostgresEngine(_Engine):
             with self._lease() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
                 try:
-                    yield Tx(name, self.dialect, conn.execute)
+                    yield Tx(name, self.dialect, conn.execute, conn.cursor().executemany)
                 except BaseException:
                     if not conn.broken:
                         conn.execute("ROLLBACK")
