@@ -1,0 +1,261 @@
+"""FastAPI application of the recipe server.
+
+Analysts (``Authorization: Bearer <analyst token>``):
+
+- ``POST /recipes``: a `RecipeDraft` as JSON -> 201 (200 when the same draft was published
+  before) with the signed recipe, its leaf index, the new tree head and the inclusion proof;
+  401 without a known token, 403 for an analysis id the analyst does not own, 409 when the
+  id and version hold another draft, 422 for an invalid draft (``errors``: field and message
+  each, e.g. the batch size a privacy claim needs), 502 when a DAP party refuses the task.
+
+Devices (no authentication; all answers are verifiable against the server's key):
+
+- ``GET /recipes``: the latest signed tree head and the logged recipes.
+- ``GET /recipes/{recipe_id}?version=&tree_size=``: the signed recipe (latest version by
+  default), its leaf index, the tree head of `tree_size` (default: latest) and the inclusion
+  proof against it.
+- ``GET /log/sth``: the latest signed tree head; ``GET /log/sth/{tree_size}``: an older one.
+- ``GET /log/consistency?first=&second=``: RFC 9162 consistency proof.
+- ``GET /log/inclusion?leaf_index=&tree_size=`` or ``?leaf_hash=`` (base64url): inclusion proof.
+- ``GET /keys``: the Ed25519 public key (raw, base64url) and its key id.
+- ``GET /healthz``.
+
+Hashes, proofs and signatures are unpadded base64url. Errors are RFC 9457 problem documents.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from services.common.auth import hash_token, presented_token
+from services.common.clock import Clock, RealClock
+from services.common.db import Database
+from services.common.problems import install_problem_handlers, problem_response
+from services.recipe_server.keys import load_signer
+from services.recipe_server.provision import DapProvisioner, Provisioner
+from services.recipe_server.service import (
+    Analyst,
+    ConflictError,
+    ForbiddenError,
+    InvalidDraftError,
+    NotFoundError,
+    ProvisioningFailedError,
+    RecipeService,
+)
+from services.recipe_server.settings import RecipeServerSettings
+from services.recipe_server.store import RecipeStore
+from shared.dap.task import b64url_decode, b64url_encode
+from shared.recipe.constants import SIGNATURE_ALGORITHM
+from shared.recipe.model import RecipeDraft, TokenIssuerRef
+from shared.recipe.signing import RecipeSigner
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+#: Drafts carry prefix trees and vocabularies, but nothing near this.
+_MAX_DRAFT = 8 * 1024 * 1024
+_T = TypeVar("_T")
+
+
+def _problem(status: int, title: str, **extra: Any) -> Response:
+    if not extra:
+        return problem_response(type_="about:blank", title=title, status=status)
+    body = {"type": "about:blank", "title": title, "status": status, **extra}
+    return JSONResponse(body, status_code=status, media_type="application/problem+json")
+
+
+def _analysts(settings: RecipeServerSettings) -> dict[bytes, Analyst]:
+    table: dict[bytes, Analyst] = {}
+    if settings.analyst_token is not None:
+        table[hash_token(settings.analyst_token.get_secret_value())] = Analyst("analyst")
+    for grant in settings.analysts:
+        table[bytes.fromhex(grant.token_sha256)] = Analyst(grant.name, grant.analysis_prefixes)
+    return table
+
+
+def _default_issuer(settings: RecipeServerSettings) -> TokenIssuerRef | None:
+    if settings.token_issuer_url is None:
+        return None
+    return TokenIssuerRef(url=settings.token_issuer_url, key_ids=tuple(settings.token_key_ids))
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise NotFoundError(f"{name} must be a non-negative integer")
+    return int(raw)
+
+
+def create_app(
+    settings: RecipeServerSettings,
+    *,
+    clock: Clock | None = None,
+    provisioner: Provisioner | None = None,
+    signer: RecipeSigner | None = None,
+    http: httpx.Client | None = None,
+) -> FastAPI:
+    """The application. Tests inject `clock`, `provisioner` (or the `http` client the real one
+    uses, e.g. routed to in-process aggregators) and `signer`."""
+    clock = clock or RealClock()
+    signer = signer or load_signer(settings)
+    db = Database.open(settings.database_url, pool_size=settings.pg_pool_size)
+    own_http: httpx.Client | None = None
+    if provisioner is None:
+        if http is None:
+            own_http = http = httpx.Client(timeout=settings.request_timeout)
+        provisioner = DapProvisioner(
+            settings.leader_url,
+            settings.helper_url,
+            settings.collector_url,
+            settings.admin_token.get_secret_value() if settings.admin_token else None,
+            http,
+        )
+    service = RecipeService(RecipeStore(db), signer, provisioner, clock, _default_issuer(settings))
+    service.start()
+    analysts = _analysts(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if own_http is not None:
+                own_http.close()
+            db.close()
+
+    app = FastAPI(title="sagg recipe server", lifespan=lifespan, openapi_url=None)
+    app.state.service = service
+    install_problem_handlers(app)
+
+    async def call(fn: Callable[..., _T], *args: Any) -> _T:
+        return await run_in_threadpool(fn, *args)
+
+    def errors(exc: ValidationError) -> list[dict[str, str]]:
+        return [
+            {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
+            for e in exc.errors()
+        ]
+
+    @app.exception_handler(NotFoundError)
+    async def on_not_found(_: Request, exc: Exception) -> Response:
+        return _problem(404, str(exc))
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        await call(db.schema_version)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/keys")
+    async def keys() -> Response:
+        return JSONResponse(
+            {
+                "keys": [
+                    {
+                        "key_id": signer.key_id,
+                        "algorithm": SIGNATURE_ALGORITHM,
+                        "public_key": b64url_encode(signer.public_key),
+                    }
+                ]
+            }
+        )
+
+    @app.post("/recipes")
+    async def publish(request: Request) -> Response:
+        token = presented_token(request.headers)
+        analyst = analysts.get(hash_token(token)) if token else None
+        if analyst is None:
+            # Unknown and missing tokens look alike: nothing tells a prober which tokens exist.
+            return problem_response(
+                type_="about:blank",
+                title="Unauthorized",
+                status=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        raw = await request.body()
+        if len(raw) > _MAX_DRAFT:
+            return _problem(413, "draft too large")
+        try:
+            draft = RecipeDraft.model_validate_json(raw)
+        except ValidationError as exc:
+            return _problem(422, "Invalid recipe draft", errors=errors(exc))
+        try:
+            result = await call(service.publish, draft, analyst)
+        except ForbiddenError as exc:
+            return _problem(403, str(exc))
+        except ConflictError as exc:
+            return _problem(409, str(exc))
+        except InvalidDraftError as exc:
+            problems = [{"field": f, "message": m} for f, m in exc.problems]
+            return _problem(422, "Invalid recipe draft", errors=problems)
+        except ProvisioningFailedError as exc:
+            return _problem(502, f"Task provisioning failed: {exc}")
+        if result.created:
+            log.info(
+                "published %s v%d at leaf %d",
+                result.record.recipe_id,
+                result.record.version,
+                result.record.leaf_index,
+            )
+        body = await call(
+            service.recipe_with_proof,
+            result.record.recipe_id,
+            result.record.version,
+            result.record.leaf_index + 1,
+        )
+        return JSONResponse(body, status_code=201 if result.created else 200)
+
+    @app.get("/recipes")
+    async def list_recipes() -> Response:
+        return JSONResponse(await call(service.listing))
+
+    @app.get("/recipes/{recipe_id}")
+    async def get_recipe(recipe_id: str, request: Request) -> Response:
+        version = _int_param(request, "version")
+        tree_size = _int_param(request, "tree_size")
+        return JSONResponse(await call(service.recipe_with_proof, recipe_id, version, tree_size))
+
+    @app.get("/log/sth")
+    async def sth() -> Response:
+        head = await call(service.latest_head)
+        return JSONResponse(head.signed().model_dump())
+
+    @app.get("/log/sth/{tree_size}")
+    async def sth_at(tree_size: int) -> Response:
+        head = await call(service._head_for, tree_size)
+        return JSONResponse(head.signed().model_dump())
+
+    @app.get("/log/consistency")
+    async def consistency(request: Request) -> Response:
+        first = _int_param(request, "first")
+        if first is None:
+            raise NotFoundError("first is required")
+        return JSONResponse(await call(service.consistency, first, _int_param(request, "second")))
+
+    @app.get("/log/inclusion")
+    async def inclusion(request: Request) -> Response:
+        index = _int_param(request, "leaf_index")
+        hash_text = request.query_params.get("leaf_hash")
+        if (index is None) == (hash_text is None):
+            raise NotFoundError("give exactly one of leaf_index and leaf_hash")
+        leaf = None
+        if hash_text is not None:
+            try:
+                leaf = b64url_decode(hash_text, "leaf_hash")
+            except ValueError as exc:
+                raise NotFoundError(str(exc)) from None
+        tree_size = _int_param(request, "tree_size")
+        return JSONResponse(await call(service.inclusion, index, leaf, tree_size))
+
+    return app

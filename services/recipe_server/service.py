@@ -1,0 +1,327 @@
+"""Publication and the device-facing reads of the recipe server, without HTTP.
+
+Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
+
+1. the draft parses (`RecipeDraft`: known fields, sane ranges: 0 < q <= 1, eps0 > 0,
+   0 < delta <= 1e-3, B >= 1, ...);
+2. the analyst may publish under its analysis id;
+3. the same id and version with the same draft returns the stored result (idempotent); with
+   another draft it is a conflict;
+4. the VDAF the randomizer maps to (`shared.dp.vdaf_mapping`) equals the draft's, if given;
+5. B reaches the claimed (epsilon, delta) under `shared.recipe.accounting` (amplification by
+   aggregation of B eps0-LDP reports, then by sampling at q); if not, the error gives the B
+   that would;
+6. the task is created on collector, leader and helper (or an existing one is checked), and its
+   id and the aggregators' HPKE configs complete the recipe;
+7. the recipe is signed and appended to the log, with a signed tree head for the new size, in
+   one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.clock import Clock
+from services.recipe_server.provision import Provisioner, ProvisionError, TaskRequest
+from services.recipe_server.store import KeyConflictError, RecipeRecord, RecipeStore, StoredHead
+from shared.dap.task import b64url_decode, b64url_encode
+from shared.recipe.accounting import assess_privacy, expected_vdaf
+from shared.recipe.canonical import canonical_json
+from shared.recipe.constants import TREE_HEAD_SIGNATURE_CONTEXT
+from shared.recipe.log import (
+    consistency_proof,
+    inclusion_proof,
+    leaf_hash,
+    root_hash,
+    tree_head_bytes,
+)
+from shared.recipe.model import Recipe, RecipeDraft, RecipeTask, TokenIssuerRef
+from shared.recipe.signing import RecipeSigner, recipe_bytes
+
+__all__ = [
+    "Analyst",
+    "ConflictError",
+    "ForbiddenError",
+    "InvalidDraftError",
+    "NotFoundError",
+    "ProvisioningFailedError",
+    "PublishResult",
+    "RecipeService",
+]
+
+
+@dataclass(frozen=True)
+class Analyst:
+    name: str
+    #: Allowed analysis-id prefixes; empty allows any.
+    analysis_prefixes: tuple[str, ...] = ()
+
+    def may_publish(self, analysis_id: str) -> bool:
+        return not self.analysis_prefixes or analysis_id.startswith(self.analysis_prefixes)
+
+
+class InvalidDraftError(Exception):
+    """422: problems as (field path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{f}: {m}" for f, m in problems))
+        self.problems = problems
+
+
+class ForbiddenError(Exception):
+    """403."""
+
+
+class ConflictError(Exception):
+    """409."""
+
+
+class NotFoundError(Exception):
+    """404."""
+
+
+class ProvisioningFailedError(Exception):
+    """502: a DAP party refused the task or could not be reached."""
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    record: RecipeRecord
+    created: bool
+
+
+def draft_hash(draft: RecipeDraft) -> bytes:
+    return hashlib.sha256(canonical_json(draft.model_dump(mode="json", exclude_none=True))).digest()
+
+
+class RecipeService:
+    def __init__(
+        self,
+        store: RecipeStore,
+        signer: RecipeSigner,
+        provisioner: Provisioner,
+        clock: Clock,
+        default_token_issuer: TokenIssuerRef | None = None,
+    ) -> None:
+        self.store = store
+        self.signer = signer
+        self.provisioner = provisioner
+        self.clock = clock
+        self.default_token_issuer = default_token_issuer
+
+    def _sign_head(self, tree_size: int, timestamp: int, root: bytes) -> tuple[str, bytes]:
+        message = tree_head_bytes(tree_size, timestamp, root)
+        return self.signer.key_id, self.signer.sign(TREE_HEAD_SIGNATURE_CONTEXT, message)
+
+    def _now_ms(self) -> int:
+        return self.clock.now() * 1000
+
+    def start(self) -> None:
+        self.store.migrate()
+        self.store.ensure_empty_head(self._sign_head, self._now_ms())
+
+    # --- publication -----------------------------------------------------------------------
+
+    def validate(self, draft: RecipeDraft) -> list[tuple[str, str]]:
+        """Checks beyond the model's: VDAF consistency, the privacy claim, the issuer."""
+        problems: list[tuple[str, str]] = []
+        expected = expected_vdaf(draft.randomizer, draft.encoding)
+        if draft.task.vdaf is not None and draft.task.vdaf != expected:
+            problems.append(
+                (
+                    "task.vdaf",
+                    f"{draft.task.vdaf.describe()} does not match the randomizer's "
+                    f"{expected.describe()}",
+                )
+            )
+        assessment = assess_privacy(
+            draft.randomizer, draft.min_batch_size, draft.sampling_rate, draft.privacy
+        )
+        if not assessment.claim_met:
+            needed = (
+                f"min_batch_size >= {assessment.required_batch_size} is needed"
+                if assessment.required_batch_size is not None
+                else "no batch size up to 10^9 reaches it"
+            )
+            problems.append(
+                (
+                    "min_batch_size",
+                    f"B={draft.min_batch_size} at q={draft.sampling_rate:g} gives "
+                    f"epsilon={assessment.epsilon:.4g} at delta={draft.privacy.delta:g} "
+                    f"({draft.privacy.analysis}), more than the claimed "
+                    f"epsilon={draft.privacy.epsilon:g}; {needed}",
+                )
+            )
+        if draft.token_issuer is None and self.default_token_issuer is None:
+            problems.append(("token_issuer", "required: the server has no default issuer"))
+        return problems
+
+    def publish(self, draft: RecipeDraft, analyst: Analyst) -> PublishResult:
+        if not analyst.may_publish(draft.analysis_id):
+            raise ForbiddenError(f"{analyst.name} may not publish analysis {draft.analysis_id!r}")
+        digest = draft_hash(draft)
+        existing = self.store.get(draft.recipe_id, draft.version)
+        if existing is not None:
+            if existing.draft_hash != digest:
+                raise ConflictError(
+                    f"recipe {draft.recipe_id} version {draft.version} exists with other content"
+                )
+            return PublishResult(existing, False)
+        problems = self.validate(draft)
+        if problems:
+            raise InvalidDraftError(problems)
+        recipe = self._complete(draft)
+        signed = self.signer.sign_recipe(recipe)
+        canonical = recipe_bytes(recipe)
+        record = RecipeRecord(
+            recipe_id=recipe.recipe_id,
+            version=recipe.version,
+            draft_hash=digest,
+            analysis_id=recipe.analysis_id,
+            analyst=analyst.name,
+            task_id=recipe.task.task_id,
+            canonical=canonical,
+            key_id=signed.key_id,
+            signature=b64url_decode(signed.signature, "signature"),
+            leaf_index=-1,
+            created_at=self.clock.now(),
+        )
+        try:
+            stored, created = self.store.append(
+                record, leaf_hash(canonical), self._sign_head, self._now_ms()
+            )
+        except KeyConflictError:
+            # A concurrent publication of another draft under this key won the race; the task
+            # just created stays unused on the aggregators.
+            raise ConflictError(
+                f"recipe {draft.recipe_id} version {draft.version} exists with other content"
+            ) from None
+        return PublishResult(stored, created)
+
+    def _complete(self, draft: RecipeDraft) -> Recipe:
+        vdaf = expected_vdaf(draft.randomizer, draft.encoding)
+        request = TaskRequest(
+            vdaf=vdaf,
+            query_type=draft.task.query_type,
+            min_batch_size=draft.min_batch_size,
+            time_precision=draft.task.time_precision,
+            expires_in=draft.task.expires_in,
+        )
+        try:
+            if draft.task.task_id is not None:
+                task = self.provisioner.existing(draft.task.task_id, request)
+            else:
+                task = self.provisioner.create(request)
+        except ProvisionError as exc:
+            raise ProvisioningFailedError(str(exc)) from None
+        issuer = draft.token_issuer or self.default_token_issuer
+        assert issuer is not None  # validate() refused drafts without one
+        return draft.complete(
+            RecipeTask(
+                task_id=task.task_id,
+                leader=self.provisioner.leader_url,
+                helper=self.provisioner.helper_url,
+                query_type=draft.task.query_type,
+                vdaf=vdaf,
+                time_precision=draft.task.time_precision,
+                task_expiration=task.task_expiration,
+                leader_hpke_configs=task.leader_hpke_configs,
+                helper_hpke_configs=task.helper_hpke_configs,
+            ),
+            issuer,
+        )
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def latest_head(self) -> StoredHead:
+        head = self.store.latest_head()
+        assert head is not None  # start() signs the empty tree
+        return head
+
+    def _head_for(self, tree_size: int | None) -> StoredHead:
+        if tree_size is None:
+            return self.latest_head()
+        head = self.store.head(tree_size)
+        if head is None:
+            raise NotFoundError(f"no tree head of size {tree_size}")
+        return head
+
+    def signed_document(self, record: RecipeRecord) -> dict[str, Any]:
+        return {
+            "recipe": Recipe.model_validate_json(record.canonical).model_dump(
+                mode="json", exclude_none=True
+            ),
+            "key_id": record.key_id,
+            "signature": b64url_encode(record.signature),
+        }
+
+    def recipe_with_proof(
+        self, recipe_id: str, version: int | None, tree_size: int | None
+    ) -> dict[str, Any]:
+        record = self.store.get(recipe_id, version)
+        if record is None:
+            raise NotFoundError(
+                f"no recipe {recipe_id}" + (f" version {version}" if version else "")
+            )
+        head = self._head_for(tree_size)
+        if head.tree_size <= record.leaf_index:
+            raise NotFoundError(f"the tree of size {head.tree_size} does not contain the recipe")
+        hashes = self.store.leaf_hashes(head.tree_size)
+        return {
+            "signed_recipe": self.signed_document(record),
+            "leaf_index": record.leaf_index,
+            "tree_head": head.signed().model_dump(),
+            "inclusion_proof": [
+                b64url_encode(p) for p in inclusion_proof(hashes, record.leaf_index)
+            ],
+        }
+
+    def listing(self) -> dict[str, Any]:
+        head = self.latest_head()
+        return {
+            "tree_head": head.signed().model_dump(),
+            "recipes": [
+                {
+                    "recipe_id": r.recipe_id,
+                    "version": r.version,
+                    "analysis_id": r.analysis_id,
+                    "task_id": r.task_id,
+                    "leaf_index": r.leaf_index,
+                }
+                for r in self.store.all_recipes()
+                if r.leaf_index < head.tree_size
+            ],
+        }
+
+    def consistency(self, first: int, second: int | None) -> dict[str, Any]:
+        latest = self.latest_head().tree_size
+        second = latest if second is None else second
+        if not 0 <= first <= second <= latest:
+            raise NotFoundError(f"need 0 <= first <= second <= {latest}")
+        hashes = self.store.leaf_hashes(second)
+        return {
+            "first": first,
+            "second": second,
+            "proof": [b64url_encode(p) for p in consistency_proof(hashes, first)],
+        }
+
+    def inclusion(
+        self, leaf_index: int | None, leaf_hash_value: bytes | None, tree_size: int | None
+    ) -> dict[str, Any]:
+        head = self._head_for(tree_size)
+        if leaf_index is None:
+            assert leaf_hash_value is not None
+            leaf_index = self.store.leaf_index_of(leaf_hash_value)
+            if leaf_index is None:
+                raise NotFoundError("no leaf with this hash")
+        if not 0 <= leaf_index < head.tree_size:
+            raise NotFoundError(f"leaf {leaf_index} is not in the tree of size {head.tree_size}")
+        hashes = self.store.leaf_hashes(head.tree_size)
+        assert root_hash(hashes) == head.root, "stored head does not match stored leaves"
+        return {
+            "leaf_index": leaf_index,
+            "tree_size": head.tree_size,
+            "proof": [b64url_encode(p) for p in inclusion_proof(hashes, leaf_index)],
+        }

@@ -1,0 +1,74 @@
+"""Recipe server configuration from `SAGG_RECIPE_SERVER_*` environment variables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["AnalystGrant", "RecipeServerSettings"]
+
+_URL = re.compile(r"^https?://\S+$")
+
+
+class AnalystGrant(BaseModel):
+    """An analyst: the SHA-256 (hex) of their bearer token and the analysis ids they own.
+
+    Only the hash is configured, so the settings hold no analyst secret. An empty
+    `analysis_prefixes` lets the analyst publish under any analysis id.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    analysis_prefixes: tuple[str, ...] = ()
+
+
+class RecipeServerSettings(BaseSettings):
+    """Everything `python -m services.recipe_server` needs; secrets are `SecretStr`."""
+
+    model_config = SettingsConfigDict(env_prefix="SAGG_RECIPE_SERVER_", extra="ignore")
+
+    database_url: str = "sqlite:///.data/recipe-server.sqlite3"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8086, ge=0, le=65535)
+    log_level: str = "info"
+    pg_pool_size: int = Field(default=4, ge=1)
+
+    #: The Ed25519 signing key as an unpadded base64url 32-byte seed; if unset, the key is
+    #: read from `signing_key_file`, which is created (mode 0600) when missing.
+    signing_key: SecretStr | None = None
+    signing_key_file: Path = Path(".data/recipe-server.key")
+
+    #: A single analyst token allowed to publish any analysis (name "analyst"), and/or
+    #: per-analyst grants by token hash (JSON list in the environment).
+    analyst_token: SecretStr | None = Field(default=None, min_length=16)
+    analysts: list[AnalystGrant] = Field(default_factory=list)
+
+    #: Where tasks are provisioned: the DAP parties and their common admin token.
+    leader_url: str = "http://127.0.0.1:8081"
+    helper_url: str = "http://127.0.0.1:8082"
+    collector_url: str = "http://127.0.0.1:8083"
+    admin_token: SecretStr | None = Field(default=None, min_length=16)
+    request_timeout: float = Field(default=30.0, gt=0)
+
+    #: The token issuer recipes name unless the analyst's draft names one.
+    token_issuer_url: str | None = None
+    token_key_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("leader_url", "helper_url", "collector_url")
+    @classmethod
+    def _urls(cls, value: str) -> str:
+        if not _URL.match(value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _someone_can_publish(self) -> Self:
+        if self.analyst_token is None and not self.analysts:
+            raise ValueError("set analyst_token or analysts: nobody could publish")
+        return self
