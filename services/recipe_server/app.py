@@ -44,6 +44,7 @@ from services.recipe_server.keys import load_signer
 from services.recipe_server.provision import DapProvisioner, Provisioner
 from services.recipe_server.service import (
     Analyst,
+    BadRequestError,
     ConflictError,
     ForbiddenError,
     InvalidDraftError,
@@ -94,7 +95,7 @@ def _int_param(request: Request, name: str) -> int | None:
     if raw is None or raw == "":
         return None
     if not raw.isdigit() or len(raw) > 18:
-        raise NotFoundError(f"{name} must be a non-negative integer")
+        raise BadRequestError(f"{name} must be a non-negative integer")
     return int(raw)
 
 
@@ -151,6 +152,10 @@ def create_app(
     @app.exception_handler(NotFoundError)
     async def on_not_found(_: Request, exc: Exception) -> Response:
         return _problem(404, str(exc))
+
+    @app.exception_handler(BadRequestError)
+    async def on_bad_request(_: Request, exc: Exception) -> Response:
+        return _problem(400, str(exc))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -233,14 +238,14 @@ def create_app(
 
     @app.get("/log/sth/{tree_size}")
     async def sth_at(tree_size: int) -> Response:
-        head = await call(service._head_for, tree_size)
+        head = await call(service.head, tree_size)
         return JSONResponse(head.signed().model_dump())
 
     @app.get("/log/consistency")
     async def consistency(request: Request) -> Response:
         first = _int_param(request, "first")
         if first is None:
-            raise NotFoundError("first is required")
+            raise BadRequestError("first is required")
         return JSONResponse(await call(service.consistency, first, _int_param(request, "second")))
 
     @app.get("/log/inclusion")
@@ -248,13 +253,13 @@ def create_app(
         index = _int_param(request, "leaf_index")
         hash_text = request.query_params.get("leaf_hash")
         if (index is None) == (hash_text is None):
-            raise NotFoundError("give exactly one of leaf_index and leaf_hash")
+            raise BadRequestError("give exactly one of leaf_index and leaf_hash")
         leaf = None
         if hash_text is not None:
             try:
                 leaf = b64url_decode(hash_text, "leaf_hash")
             except ValueError as exc:
-                raise NotFoundError(str(exc)) from None
+                raise BadRequestError(str(exc)) from None
         tree_size = _int_param(request, "tree_size")
         return JSONResponse(await call(service.inclusion, index, leaf, tree_size))
 

@@ -45,6 +45,7 @@ __all__ = [
     "ConflictError",
     "ForbiddenError",
     "InvalidDraftError",
+    "BadRequestError",
     "NotFoundError",
     "ProvisioningFailedError",
     "PublishResult",
@@ -80,6 +81,10 @@ class ConflictError(Exception):
 
 class NotFoundError(Exception):
     """404."""
+
+
+class BadRequestError(Exception):
+    """400: malformed query parameters."""
 
 
 class ProvisioningFailedError(Exception):
@@ -240,7 +245,8 @@ class RecipeService:
         assert head is not None  # start() signs the empty tree
         return head
 
-    def _head_for(self, tree_size: int | None) -> StoredHead:
+    def head(self, tree_size: int | None) -> StoredHead:
+        """The signed head of `tree_size` (the latest if None)."""
         if tree_size is None:
             return self.latest_head()
         head = self.store.head(tree_size)
@@ -265,7 +271,7 @@ class RecipeService:
             raise NotFoundError(
                 f"no recipe {recipe_id}" + (f" version {version}" if version else "")
             )
-        head = self._head_for(tree_size)
+        head = self.head(tree_size)
         if head.tree_size <= record.leaf_index:
             raise NotFoundError(f"the tree of size {head.tree_size} does not contain the recipe")
         hashes = self.store.leaf_hashes(head.tree_size)
@@ -298,8 +304,10 @@ class RecipeService:
     def consistency(self, first: int, second: int | None) -> dict[str, Any]:
         latest = self.latest_head().tree_size
         second = latest if second is None else second
-        if not 0 <= first <= second <= latest:
-            raise NotFoundError(f"need 0 <= first <= second <= {latest}")
+        if not 0 <= first <= second:
+            raise BadRequestError("need 0 <= first <= second")
+        if second > latest:
+            raise NotFoundError(f"the log has {latest} entries")
         hashes = self.store.leaf_hashes(second)
         return {
             "first": first,
@@ -310,7 +318,7 @@ class RecipeService:
     def inclusion(
         self, leaf_index: int | None, leaf_hash_value: bytes | None, tree_size: int | None
     ) -> dict[str, Any]:
-        head = self._head_for(tree_size)
+        head = self.head(tree_size)
         if leaf_index is None:
             assert leaf_hash_value is not None
             leaf_index = self.store.leaf_index_of(leaf_hash_value)

@@ -262,3 +262,12 @@ def test_device_refuses_a_tampered_or_forked_answer(client: TestClient) -> None:
         proof = client.get("/log/inclusion", params={"leaf_index": index}).json()["proof"]
         with pytest.raises(LogVerificationError):
             verifier.verify_recipe(unlogged, key, index, _proof(proof))
+
+
+def test_malformed_parameters_are_400(client: TestClient) -> None:
+    assert client.get("/recipes/x", params={"version": "one"}).status_code == 400
+    assert client.get("/log/consistency").status_code == 400
+    assert client.get("/log/consistency", params={"first": 2, "second": 1}).status_code == 400
+    assert client.get("/log/inclusion").status_code == 400
+    assert client.get("/log/inclusion", params={"leaf_hash": "+/="}).status_code == 400
+    assert client.get("/log/inclusion", params={"leaf_index": 0}).status_code == 404

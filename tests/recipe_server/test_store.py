@@ -1,0 +1,114 @@
+"""The publication path on SQLite and PostgreSQL, with racing publishers."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from services.common.clock import TestClock
+from services.common.db import Database
+from services.recipe_server.service import Analyst, ConflictError, RecipeService
+from services.recipe_server.store import RecipeStore
+from shared.recipe.log import (
+    consistency_proof,
+    leaf_hash,
+    root_hash,
+    verify_consistency,
+    verify_tree_head,
+)
+from shared.recipe.model import RecipeDraft
+from shared.recipe.signing import RecipeSigner
+from tests.recipe.helpers import draft_json
+from tests.recipe_server.conftest import FakeProvisioner
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+SIGNER = RecipeSigner.from_seed(b"\x09" * 32)
+
+
+def _pg_available() -> bool:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        database = Database.open(f"sqlite:///{tmp_path / 'r.db'}")
+        yield database
+        database.close()
+        return
+    if not _pg_available():
+        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
+    name = f"sagg_test_{secrets.token_hex(6)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    database = Database.open(f"postgresql://postgres@127.0.0.1:5432/{name}")
+    try:
+        yield database
+    finally:
+        database.close()
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _service(db: Database) -> RecipeService:
+    service = RecipeService(RecipeStore(db), SIGNER, FakeProvisioner(), TestClock())
+    service.default_token_issuer = None
+    service.start()
+    return service
+
+
+def _draft(**overrides: object) -> RecipeDraft:
+    doc = draft_json(**overrides)
+    doc["token_issuer"] = {"url": "https://issuer.test"}
+    return RecipeDraft.model_validate(doc)
+
+
+def test_racing_publishers_build_one_consistent_log(db: Database) -> None:
+    service = _service(db)
+    drafts = [_draft(version=v) for v in range(1, 9)]
+    conflicts: list[int] = []
+    # Versions 1..8 once each, plus a rival draft for version 1 that must lose or win whole.
+    rival = _draft(version=1, description="rival")
+
+    def publish(draft: RecipeDraft) -> None:
+        try:
+            service.publish(draft, Analyst("a"))
+        except ConflictError:
+            conflicts.append(draft.version)
+
+    threads = [threading.Thread(target=publish, args=(d,)) for d in [*drafts, rival, drafts[2]]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert conflicts == [1]
+    records = service.store.all_recipes()
+    assert sorted(r.version for r in records) == list(range(1, 9))
+    assert [r.leaf_index for r in records] == list(range(8))
+    hashes = service.store.leaf_hashes()
+    assert hashes == [leaf_hash(r.canonical) for r in records]
+    heads = [service.head(n) for n in range(9)]
+    for head in heads:
+        sth = head.signed()
+        verify_tree_head(sth, SIGNER.public_key)
+        assert sth.root == root_hash(hashes[: sth.tree_size])
+    assert [h.timestamp_ms for h in heads] == sorted(h.timestamp_ms for h in heads)
+    for m in range(9):
+        verify_consistency(m, 8, heads[m].root, heads[8].root, consistency_proof(hashes, m))
+
+
+def test_migrations_are_applied_once(db: Database) -> None:
+    _service(db)
+    service = _service(db)  # a second start on the same store
+    assert service.store.latest_head() is not None
+    assert service.head(0).tree_size == 0
+    assert db.schema_version() == 1
