@@ -35,6 +35,7 @@ from shared.recipe.model import (
     OneHotRandomizer,
     PrivacyClaim,
     Randomizer,
+    Recipe,
 )
 from shared.vdaf.spec import VdafSpec
 
@@ -44,6 +45,7 @@ __all__ = [
     "aggregate_guarantee",
     "analysis_epsilon",
     "assess_privacy",
+    "check_recipe_claims",
     "expected_vdaf",
     "required_batch_size",
 ]
@@ -127,3 +129,28 @@ def expected_vdaf(randomizer: Randomizer, encoding: Encoding) -> VdafSpec:
     feature = encoding.features[0]
     assert isinstance(feature, IntegerFeature)
     return bit_pushing_spec(BitPushing(feature.bits, randomizer.eps0))
+
+
+def check_recipe_claims(recipe: Recipe) -> list[str]:
+    """Device side (001 §4.1: q and B "allow the client device to verify that the protocol
+    satisfies DP"): the recipe's own claims, recomputed. Empty when they hold.
+
+    Checks that the task's VDAF is the one the randomizer maps to (else the aggregators'
+    validity proofs would not bound what a report may contribute the way the analysis
+    assumes) and that B reports sampled at q meet the claimed (epsilon, delta).
+    """
+    problems: list[str] = []
+    expected = expected_vdaf(recipe.randomizer, recipe.encoding)
+    if recipe.task.vdaf != expected:
+        problems.append(
+            f"task VDAF {recipe.task.vdaf.describe()} is not the randomizer's {expected.describe()}"
+        )
+    assessment = assess_privacy(
+        recipe.randomizer, recipe.min_batch_size, recipe.sampling_rate, recipe.privacy
+    )
+    if not assessment.claim_met:
+        problems.append(
+            f"B={recipe.min_batch_size} at q={recipe.sampling_rate:g} gives epsilon="
+            f"{assessment.epsilon:.4g}, not the claimed {recipe.privacy.epsilon:g}"
+        )
+    return problems

@@ -8,8 +8,14 @@ import pytest
 from pydantic import ValidationError
 
 from shared.dp import amplification as amp
-from shared.recipe.accounting import assess_privacy, expected_vdaf, required_batch_size
+from shared.recipe.accounting import (
+    assess_privacy,
+    check_recipe_claims,
+    expected_vdaf,
+    required_batch_size,
+)
 from shared.recipe.model import PrivacyClaim, RecipeDraft
+from shared.vdaf.spec import VdafSpec
 from tests.recipe.helpers import KNOWN, draft_json, example_recipe
 
 
@@ -118,3 +124,22 @@ def test_closed_form_outside_its_regime_is_not_met() -> None:
     recipe = example_recipe()
     claim = PrivacyClaim(epsilon=1.0, delta=1e-8, analysis="closed_form")
     assert not assess_privacy(recipe.randomizer, 10, 1.0, claim).claim_met
+
+
+def test_device_rechecks_the_claims() -> None:
+    recipe = example_recipe()
+    assert check_recipe_claims(recipe) == []
+    small = recipe.model_copy(update={"min_batch_size": 100})
+    (problem,) = check_recipe_claims(small)
+    assert "B=100" in problem
+    vdaf = recipe.task.vdaf
+    assert vdaf.max_count is not None
+    wider = VdafSpec(
+        type=vdaf.type,
+        length=vdaf.length,
+        chunk_length=vdaf.chunk_length,
+        max_count=vdaf.max_count + 1,
+    )
+    other_vdaf = recipe.task.model_copy(update={"vdaf": wider})
+    problems = check_recipe_claims(recipe.model_copy(update={"task": other_vdaf}))
+    assert len(problems) == 1 and "task VDAF" in problems[0]
