@@ -145,3 +145,32 @@ ISSUER_DIRECTORY_PATH: Final = "/.well-known/private-token-issuer-directory"
 MEDIA_TOKEN_REQUEST: Final = "application/private-token-request"
 MEDIA_TOKEN_RESPONSE: Final = "application/private-token-response"
 MEDIA_ISSUER_DIRECTORY: Final = "application/private-token-issuer-directory"
+
+# --- Recipes and the recipe transparency log (sagg's own formats) ----------------------------
+# Every signature the recipe server makes is over a context string followed by the signed bytes,
+# so a signature of one kind can never be replayed as another.
+
+#: The `format` member of every recipe; a device refuses formats it does not know.
+RECIPE_FORMAT: Final = "sagg-recipe/1"
+
+#: Ed25519 signature contexts (prepended to the signed bytes, each ends with a NUL).
+RECIPE_SIGNATURE_CONTEXT: Final = b"sagg recipe v1\x00"
+TREE_HEAD_SIGNATURE_CONTEXT: Final = b"sagg recipe log tree head v1\x00"
+
+#: Signature algorithm name as the key directory (`GET /keys`) states it.
+SIGNATURE_ALGORITHM: Final = "Ed25519"
+
+#: Media types of the recipe server's JSON documents.
+MEDIA_SIGNED_RECIPE: Final = "application/sagg-signed-recipe+json"
+MEDIA_RECIPE_LIST: Final = "application/sagg-recipe-list+json"
+MEDIA_TREE_HEAD: Final = "application/sagg-tree-head+json"
+
+#: SHA-256 output length: leaf and node hashes of the recipe log (RFC 9162 §2.1.1).
+LOG_HASH_SIZE: Final = 32
+
+# --- sagg's private DAP report extensions (DAP-09 §4.4.2 leaves codepoints open) ---------------
+
+#: A Privacy Pass token (RFC 9577 §2.2 `Token`) that the report spends, in both input shares.
+EXTENSION_PRIVACY_PASS_TOKEN: Final = 0xFE00
+#: The recipe the device answered and its minimum batch size B, in both input shares (001 §4.8).
+EXTENSION_RECIPE_BINDING: Final = 0xFE01

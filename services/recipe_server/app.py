@@ -54,8 +54,8 @@ from services.recipe_server.service import (
 )
 from services.recipe_server.settings import RecipeServerSettings
 from services.recipe_server.store import RecipeStore
+from shared.constants import SIGNATURE_ALGORITHM
 from shared.dap.task import b64url_decode, b64url_encode
-from shared.recipe.constants import SIGNATURE_ALGORITHM
 from shared.recipe.model import RecipeDraft, TokenIssuerRef
 from shared.recipe.signing import RecipeSigner
 

@@ -26,10 +26,10 @@ from typing import Any
 from services.common.clock import Clock
 from services.recipe_server.provision import Provisioner, ProvisionError, TaskRequest
 from services.recipe_server.store import KeyConflictError, RecipeRecord, RecipeStore, StoredHead
+from shared.constants import TREE_HEAD_SIGNATURE_CONTEXT
 from shared.dap.task import b64url_decode, b64url_encode
 from shared.recipe.accounting import assess_privacy, expected_vdaf
 from shared.recipe.canonical import canonical_json
-from shared.recipe.constants import TREE_HEAD_SIGNATURE_CONTEXT
 from shared.recipe.log import (
     consistency_proof,
     inclusion_proof,

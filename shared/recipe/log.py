@@ -34,8 +34,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.constants import LOG_HASH_SIZE, TREE_HEAD_SIGNATURE_CONTEXT
 from shared.dap.task import b64url_decode, b64url_encode
-from shared.recipe.constants import HASH_SIZE, TREE_HEAD_SIGNATURE_CONTEXT
 from shared.recipe.model import Recipe
 from shared.recipe.signing import (
     RecipeSigner,
@@ -133,8 +133,8 @@ def consistency_proof(leaf_hashes: Sequence[bytes], first: int) -> list[bytes]:
 
 
 def _check_hash(value: bytes, what: str) -> None:
-    if len(value) != HASH_SIZE:
-        raise LogVerificationError(f"{what} must be {HASH_SIZE} bytes")
+    if len(value) != LOG_HASH_SIZE:
+        raise LogVerificationError(f"{what} must be {LOG_HASH_SIZE} bytes")
 
 
 def verify_inclusion(
@@ -226,7 +226,7 @@ def verify_consistency(
 
 def tree_head_bytes(tree_size: int, timestamp: int, root: bytes) -> bytes:
     """The signed bytes after the context: uint64 size, uint64 timestamp (ms), 32-byte root."""
-    if len(root) != HASH_SIZE:
+    if len(root) != LOG_HASH_SIZE:
         raise ValueError("root hash must be 32 bytes")
     return struct.pack(">QQ", tree_size, timestamp) + root
 
@@ -246,7 +246,7 @@ class SignedTreeHead(BaseModel):
     @field_validator("root_hash")
     @classmethod
     def _root_size(cls, value: str) -> str:
-        if len(b64url_decode(value, "root_hash")) != HASH_SIZE:
+        if len(b64url_decode(value, "root_hash")) != LOG_HASH_SIZE:
             raise ValueError("root_hash must be 32 bytes")
         return value
 

@@ -39,11 +39,11 @@ from pydantic import (
 )
 
 from shared.codec import DecodeError
+from shared.constants import RECIPE_FORMAT
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
 from shared.dap.task import b64url_decode
 from shared.dp.amplification import Analysis
-from shared.recipe.constants import RECIPE_FORMAT
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
