@@ -7,7 +7,8 @@ Tables (one store serves many tasks, in either role):
 - ``client_reports``: one row per report id per task, kept forever as the anti-replay set
   (DAP-09 §4.5.1.4). The leader stores the report there at upload (its decrypted input share,
   the helper's ciphertext) and scrubs the payload columns once the report is aggregated; the
-  helper inserts payload-less rows as it aggregates.
+  helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or for
+  a report the helper found too early, when it may go into a job again.
 - ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease (leader) or the stored
   request hash and response (helper, for idempotent re-sends, DAP-09 §4.5.1.2).
 - ``batch_aggregations``: running aggregate shares per (task, batch key, agg param), spread
@@ -484,9 +485,9 @@ class Datastore:
         def body(tx: Tx) -> int:
             rows = tx.query(
                 "SELECT report_id, client_time, received_at FROM client_reports"
-                " WHERE task_id = :t AND aggregation_started = 0"
+                " WHERE task_id = :t AND aggregation_started = 0 AND received_at <= :now"
                 " ORDER BY client_time, report_id LIMIT :n",
-                {"t": task_id, "n": scan_limit},
+                {"t": task_id, "n": scan_limit, "now": now},
             )
             if not rows:
                 return 0
@@ -715,11 +716,14 @@ class Datastore:
         out_shares: FieldArray,
         *,
         abandoned: bool = False,
+        requeue_at: int | None = None,
     ) -> list[ReportOutcome]:
         """Commit a leader job: output shares into batches, report states, job done.
 
         Reports whose batch got collected meanwhile are failed with batch_collected rather
-        than added. Returns the outcomes as committed."""
+        than added. With `requeue_at`, reports the helper found too early keep their shares
+        and become available to a new job from that time on (DAP-09 §4.5.1.1 allows exactly
+        this one retry); every other report is scrubbed. Returns the outcomes as committed."""
 
         def body(tx: Tx) -> list[ReportOutcome]:
             self._check_lease(tx, "aggregation_jobs", lease)
@@ -748,10 +752,24 @@ class Datastore:
                     for ord_, o in enumerate(final)
                 ],
             )
+            requeue = {
+                o.report_id
+                for o in final
+                if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
+            }
             tx.execute_many(
                 "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
                 " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
-                [{"t": lease.task_id, "r": o.report_id} for o in final],
+                [
+                    {"t": lease.task_id, "r": o.report_id}
+                    for o in final
+                    if o.report_id not in requeue
+                ],
+            )
+            tx.execute_many(
+                "UPDATE client_reports SET aggregation_started = 0, received_at = :at"
+                " WHERE task_id = :t AND report_id = :r",
+                [{"t": lease.task_id, "r": rid, "at": requeue_at} for rid in requeue],
             )
             tx.execute(
                 "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"

@@ -37,6 +37,8 @@ class AggregatorSettings(BaseSettings):
     collection_retry_s: int = Field(default=2, ge=1)
     #: Leeway for client clocks running ahead (DAP-09 §4.4.2 "a few minutes").
     clock_skew_s: int = Field(default=300, ge=0)
+    #: When the helper finds a report too early, the leader offers it again after this long.
+    too_early_retry_s: int = Field(default=60, ge=1)
     helper_timeout_s: float = Field(default=30.0, gt=0)
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)

@@ -261,3 +261,29 @@ def test_job_abandoned_after_max_attempts(db_factory: Any, clock: TestClock) -> 
     assert down.calls == 3
     rows = env.leader_agg.ds.report_aggregations(env.params.task_id.value, _only_job(env))
     assert [(r["state"], r["error"]) for r in rows] == [("failed", PrepareError.REPORT_DROPPED)]
+
+
+def test_report_too_early_for_the_helper_is_retried(db_factory: Any, clock: TestClock) -> None:
+    """The helper's clock allows less skew than the leader's: the report is offered again once
+    it is no longer early, and then counted (DAP-09 §4.5.1.1)."""
+    env = make_env(db_factory, clock, TaskParams(min_batch_size=2), too_early_retry_s=60)
+    helper_agg = env.helper_agg
+    helper_agg.settings = helper_agg.settings.model_copy(update={"clock_skew_s": 0})
+    assert env.upload(env.report(1, NOW)).status_code == 201
+    assert env.upload(env.report(1, NOW + 100)).status_code == 201
+    env.drive()
+    rows = env.leader_agg.ds.db.run(
+        "ras",
+        lambda tx: tx.query(
+            "SELECT error FROM report_aggregations WHERE task_id = :t AND state = 'failed'",
+            {"t": env.params.task_id.value},
+        ),
+    )
+    assert [r["error"] for r in rows] == [PrepareError.REPORT_TOO_EARLY]
+    # Not yet: the retry waits `too_early_retry_s`.
+    env.drive()
+    assert env.leader_agg.ds.unaggregated_reports(env.params.task_id.value) == 1
+    clock.advance(120)
+    collection = env.collect(Query.time_interval(Interval(NOW, TP)))
+    assert collection.report_count == 2
+    assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 2

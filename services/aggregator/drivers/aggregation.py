@@ -188,7 +188,13 @@ class AggregationJobDriver:
             k = outcomes[i].out_index
             if outcomes[i].error is None and (k is None or not finished[k]):
                 outcomes[i].error = PrepareError.VDAF_PREP_ERROR
-        agg.ds.finish_leader_job(lease, vdaf, outcomes, batch.out_shares)
+        agg.ds.finish_leader_job(
+            lease,
+            vdaf,
+            outcomes,
+            batch.out_shares,
+            requeue_at=agg.clock.now() + agg.settings.too_early_retry_s,
+        )
 
     def _send(self, task: Task, job_id: bytes, body: bytes) -> AggregationJobResp:
         url = helper_url(
