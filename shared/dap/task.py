@@ -64,6 +64,20 @@ class _TaskCommon(BaseModel):
         return TaskId.from_b64url(self.task_id)
 
 
+class TokenPolicy(BaseModel):
+    """Reports of the task must spend a Privacy Pass token of this issuer (RFC 9577, type 2).
+
+    The token's challenge binds the task and a time window (`shared.dap.extensions`), so a token
+    is good for one task and window; each aggregator accepts each token nonce once.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    issuer_url: str = Field(min_length=1)
+    issuer_name: str = Field(min_length=1, max_length=255)
+    window_seconds: int = Field(default=86_400, ge=1)
+
+
 class TaskDefinition(_TaskCommon):
     """An aggregator's task: parameters shared with its peer plus the secrets of its role.
 
@@ -84,6 +98,10 @@ class TaskDefinition(_TaskCommon):
     collector_hpke_config: str
     aggregator_auth_token: str = Field(min_length=16)
     collector_auth_token: str | None = Field(default=None, min_length=16)
+    #: b64url SHA-256 of the recipe's canonical bytes: when set, both aggregators accept only
+    #: reports that bind this recipe and this task's min_batch_size (001 §4.8).
+    recipe_digest: str | None = None
+    tokens: TokenPolicy | None = None
 
     @field_validator("vdaf_verify_key")
     @classmethod
