@@ -47,6 +47,7 @@ from services.common.problems import (
     problem_response,
 )
 from shared import hpke
+from shared.codec import DecodeError
 from shared.constants import (
     MEDIA_AGGREGATE_SHARE,
     MEDIA_AGGREGATE_SHARE_REQ,
@@ -233,7 +234,7 @@ def create_app(
     def task_key(task_id: str) -> bytes:
         try:
             return TaskId.from_b64url(task_id).value
-        except Exception:
+        except DecodeError:
             raise HttpProblemError(404, "unknown task", task_id=task_id) from None
 
     @app.get("/internal/tasks/{task_id}")

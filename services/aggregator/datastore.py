@@ -1447,7 +1447,7 @@ class Datastore:
     # --- introspection for health checks and tests -------------------------------------------
 
     def count_rows(self, table: str, task_id: bytes) -> int:
-        if table not in {m for m in _TABLES}:
+        if table not in _TABLES:
             raise ValueError(table)
         row = self.db.run(
             "count_rows",
