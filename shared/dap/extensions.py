@@ -1,0 +1,189 @@
+"""sagg's private report extensions: the contract between devices and the aggregators.
+
+DAP-09 §4.4.2 lets a client attach `Extension`s to each `PlaintextInputShare`; the aggregators
+must reject a report whose extensions they do not recognize or that repeat (DAP-09 §4.5.1.4).
+sagg defines two, in the private-use range (`shared.constants`), both carried in *both* input
+shares so that each aggregator checks them on its own:
+
+- ``EXTENSION_RECIPE_BINDING`` (0xFE01): a `RecipeBinding`, the SHA-256 of the recipe's
+  canonical bytes (`shared.recipe.signing.recipe_bytes`) and the minimum batch size B the
+  device's privacy check assumed (001 §4.8: the servers must enforce the B the device relied
+  on, so a report of one recipe cannot be aggregated under another task configuration).
+- ``EXTENSION_PRIVACY_PASS_TOKEN`` (0xFE00): an RFC 9577 `Token` (type 2, RFC 9578) whose
+  challenge is `token_challenge(task_id, report_time, policy)`: the token is good for one task
+  and one time window, and each aggregator accepts each token nonce once (001 §4.1: only
+  attested devices contribute; a device can contribute at most its quota of tokens per window).
+
+The token challenge is never sent: both sides recompute it. Its fields:
+
+- ``token_type`` 2 (blind RSA, publicly verifiable, so both aggregators check it with the
+  issuer's public key);
+- ``issuer_name`` the policy's issuer name (RFC 9577 §2.1.1);
+- ``redemption_context = SHA-256("sagg token context v1" || task_id || uint64 window_start)``
+  with ``window_start = report_time - report_time % window_seconds``: binds the task and the
+  window without a per-report value, so tokens can be fetched ahead of need (000 §4.4, 001
+  appendix A: token fetches must not coincide with uploads);
+- ``origin_info`` empty: the token is not tied to an origin name, because the two aggregators
+  are two origins redeeming the same token; the task id in the context does that job.
+
+`decode_extensions` is strict but does not decide: it reports duplicates and unknown types and
+leaves the verdict (DAP-09's ``invalid_message``) to the aggregator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Self
+from urllib.parse import urlsplit
+
+from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
+from shared.constants import (
+    EXTENSION_PRIVACY_PASS_TOKEN,
+    EXTENSION_RECIPE_BINDING,
+    TOKEN_TYPE_BLIND_RSA,
+)
+from shared.dap.ids import TaskId
+from shared.dap.messages import Extension
+from shared.dap.task import TokenPolicy
+from shared.privacypass.messages import Token, TokenChallenge
+
+__all__ = [
+    "KNOWN_EXTENSIONS",
+    "TOKEN_CONTEXT_LABEL",
+    "ParsedExtensions",
+    "RecipeBinding",
+    "decode_extensions",
+    "encode_extensions",
+    "recipe_binding_extension",
+    "recipe_digest",
+    "token_challenge",
+    "token_extension",
+    "token_policy_for_issuer",
+    "token_window_start",
+]
+
+TOKEN_CONTEXT_LABEL = b"sagg token context v1"
+DIGEST_SIZE = 32
+KNOWN_EXTENSIONS = frozenset({EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING})
+
+
+def recipe_digest(canonical: bytes) -> bytes:
+    """SHA-256 of a recipe's canonical bytes (what `TaskDefinition.recipe_digest` holds)."""
+    return hashlib.sha256(canonical).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeBinding(TlsStruct):
+    """``struct { opaque recipe_digest[32]; uint64 min_batch_size; } RecipeBinding``."""
+
+    recipe_digest: bytes
+    min_batch_size: int
+
+    def __post_init__(self) -> None:
+        if len(self.recipe_digest) != DIGEST_SIZE:
+            raise ValueError("RecipeBinding.recipe_digest must be 32 bytes")
+
+    def _encode_into(self, enc: Encoder) -> None:
+        enc.fixed(self.recipe_digest, DIGEST_SIZE, "RecipeBinding.recipe_digest")
+        enc.u64(self.min_batch_size, "RecipeBinding.min_batch_size")
+
+    @classmethod
+    def _decode_from(cls, dec: Decoder) -> Self:
+        digest = dec.fixed(DIGEST_SIZE, "RecipeBinding.recipe_digest")
+        return cls(digest, dec.u64("RecipeBinding.min_batch_size"))
+
+
+def recipe_binding_extension(binding: RecipeBinding) -> Extension:
+    return Extension(EXTENSION_RECIPE_BINDING, binding.encode())
+
+
+def token_extension(token: Token) -> Extension:
+    return Extension(EXTENSION_PRIVACY_PASS_TOKEN, token.encode())
+
+
+def token_window_start(report_time: int, window_seconds: int) -> int:
+    if window_seconds < 1 or report_time < 0:
+        raise ValueError("need report_time >= 0 and window_seconds >= 1")
+    return report_time - report_time % window_seconds
+
+
+def token_challenge(task_id: TaskId, report_time: int, policy: TokenPolicy) -> TokenChallenge:
+    """The challenge a report's token answers (module docstring): task and window bound."""
+    start = token_window_start(report_time, policy.window_seconds)
+    context = hashlib.sha256(
+        TOKEN_CONTEXT_LABEL + task_id.value + start.to_bytes(8, "big")
+    ).digest()
+    return TokenChallenge(TOKEN_TYPE_BLIND_RSA, policy.issuer_name.encode(), context, b"")
+
+
+def token_policy_for_issuer(issuer_url: str, window_seconds: int = 86_400) -> TokenPolicy:
+    """The policy a device derives from a recipe's issuer URL: issuer_name is the URL's
+    authority (host[:port]), as RFC 9577 §2.1.1 names issuers by host name. The recipe format
+    carries no window, so both sides must use the same (default a day)."""
+    authority = urlsplit(issuer_url).netloc
+    if not authority:
+        raise ValueError("the issuer URL has no host")
+    return TokenPolicy(issuer_url=issuer_url, issuer_name=authority, window_seconds=window_seconds)
+
+
+def encode_extensions(
+    binding: RecipeBinding | None = None, token: Token | None = None
+) -> tuple[Extension, ...]:
+    """The extensions of one input share, in codepoint order (token, then binding)."""
+    out: list[Extension] = []
+    if token is not None:
+        out.append(token_extension(token))
+    if binding is not None:
+        out.append(recipe_binding_extension(binding))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedExtensions:
+    """What `decode_extensions` found; `problems` empty means well-formed and unique."""
+
+    binding: RecipeBinding | None = None
+    token: Token | None = None
+    duplicates: tuple[int, ...] = ()
+    unknown: tuple[int, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def decode_extensions(extensions: Sequence[Extension]) -> ParsedExtensions:
+    """Parse a PlaintextInputShare's extensions. Never raises for content: a duplicate, an
+    unknown type or a malformed body is listed in `problems` (and the first well-formed
+    instance of each known type is still returned) so the aggregator can decide."""
+    seen: set[int] = set()
+    duplicates: list[int] = []
+    unknown: list[int] = []
+    problems: list[str] = []
+    binding: RecipeBinding | None = None
+    token: Token | None = None
+    for ext in extensions:
+        kind = ext.extension_type
+        if kind in seen:
+            if kind not in duplicates:
+                duplicates.append(kind)
+                problems.append(f"extension 0x{kind:04x} repeats")
+            continue
+        seen.add(kind)
+        if kind == EXTENSION_RECIPE_BINDING:
+            try:
+                binding = RecipeBinding.decode(ext.extension_data)
+            except DecodeError as exc:
+                problems.append(f"malformed recipe binding: {exc}")
+        elif kind == EXTENSION_PRIVACY_PASS_TOKEN:
+            try:
+                token = Token.decode(ext.extension_data)
+            except (DecodeError, ValueError) as exc:
+                problems.append(f"malformed token: {exc}")
+        else:
+            unknown.append(kind)
+            problems.append(f"unknown extension 0x{kind:04x}")
+    return ParsedExtensions(binding, token, tuple(duplicates), tuple(unknown), tuple(problems))
