@@ -1212,7 +1212,9 @@ class Datastore:
     ) -> tuple[str, ProblemType | None]:
         """Create a collection job after the checks DAP-09 §4.6.5 allows up front.
 
-        ('created'|'exists'|'conflict', None) or ('rejected', problem)."""
+        Deleted jobs still count for overlap and query counts: deleting discards a result,
+        not the fact that the batch was queried. ('created'|'exists'|'conflict', None) or
+        ('rejected', problem)."""
         request_hash = _hash(request)
 
         def body(tx: Tx) -> tuple[str, ProblemType | None]:
@@ -1227,14 +1229,9 @@ class Datastore:
                 start, duration = interval
                 previous = tx.query(
                     "SELECT interval_start, interval_duration, agg_param FROM collection_jobs"
-                    " WHERE task_id = :t AND state != :deleted AND interval_start < :e"
+                    " WHERE task_id = :t AND interval_start < :e"
                     " AND interval_start + interval_duration > :s",
-                    {
-                        "t": task_id,
-                        "s": start,
-                        "e": start + duration,
-                        "deleted": COLLECTION_DELETED,
-                    },
+                    {"t": task_id, "s": start, "e": start + duration},
                 )
                 if any(
                     (int(p["interval_start"]), int(p["interval_duration"])) != interval
@@ -1252,8 +1249,8 @@ class Datastore:
                     bytes(p["agg_param"])
                     for p in tx.query(
                         "SELECT agg_param FROM collection_jobs WHERE task_id = :t"
-                        " AND batch_key = :k AND state != :deleted",
-                        {"t": task_id, "k": batch_key, "deleted": COLLECTION_DELETED},
+                        " AND batch_key = :k",
+                        {"t": task_id, "k": batch_key},
                     )
                 }
             else:

@@ -591,6 +591,12 @@ def test_leader_collection_checks(db_factory: Any, clock: TestClock) -> None:
         == 204
     )
     assert env.poll(job).status_code == 204
+    # Deleting the job does not make an overlapping interval collectable.
+    assert_problem(
+        put_collection(env, Query.time_interval(Interval(start - TP, 2 * TP))),
+        ProblemType.BATCH_OVERLAP,
+        env.tid,
+    )
     unknown = CollectionJobId.random().to_b64url()
     assert env.poll(unknown).status_code == 404
 
