@@ -322,6 +322,10 @@ class Datastore:
         )
         return [_task_record(r) for r in rows]
 
+    def all_tasks(self) -> list[TaskRecord]:
+        rows = self.db.run("all_tasks", lambda tx: tx.query("SELECT * FROM tasks"))
+        return [_task_record(r) for r in rows]
+
     def delete_task(self, task_id: bytes) -> bool:
         def body(tx: Tx) -> bool:
             for table in (

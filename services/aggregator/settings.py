@@ -40,6 +40,8 @@ class AggregatorSettings(BaseSettings):
     #: When the helper finds a report too early, the leader offers it again after this long.
     too_early_retry_s: int = Field(default=60, ge=1)
     helper_timeout_s: float = Field(default=30.0, gt=0)
+    #: A task and all its data are deleted this long after its `task_expiration`.
+    expired_task_retention_s: int = Field(default=7 * 86400, ge=0)
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)
     pg_pool_size: int = Field(default=8, ge=1)

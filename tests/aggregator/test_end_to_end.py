@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.aggregator.drivers.aggregation import create_jobs
+from services.aggregator.drivers.aggregation import create_jobs, delete_expired_tasks
 from services.common.clock import TestClock
 from shared.constants import MEDIA_COLLECT_REQ
 from shared.dap.ids import BatchId
@@ -287,3 +287,19 @@ def test_report_too_early_for_the_helper_is_retried(db_factory: Any, clock: Test
     collection = env.collect(Query.time_interval(Interval(NOW, TP)))
     assert collection.report_count == 2
     assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 2
+
+
+def test_expired_tasks_are_deleted_after_retention(db_factory: Any, clock: TestClock) -> None:
+    env = make_env(
+        db_factory, clock, TaskParams(task_expiration=NOW + 100), expired_task_retention_s=1000
+    )
+    assert env.upload(env.report(1, NOW)).status_code == 201
+    assert delete_expired_tasks(env.leader_agg) == 0
+    clock.advance(100 + 1000)
+    assert delete_expired_tasks(env.leader_agg) == 0
+    clock.advance(1)
+    assert delete_expired_tasks(env.leader_agg) == 1
+    assert delete_expired_tasks(env.helper_agg) == 1
+    assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 0
+    response = env.upload(env.report(1, NOW))
+    assert response.json()["type"] == ProblemType.UNRECOGNIZED_TASK.urn

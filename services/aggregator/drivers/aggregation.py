@@ -66,6 +66,24 @@ def create_jobs(agg: Aggregator) -> int:
     return created
 
 
+def delete_expired_tasks(agg: Aggregator) -> int:
+    """Drop every task (and all its data) expired more than `expired_task_retention_s` ago.
+
+    DAP-09 §4.6.5 lets aggregators delete a task's data after its expiration; the retention
+    leaves time for late collections."""
+    cutoff = agg.clock.now() - agg.settings.expired_task_retention_s
+    deleted = 0
+    for record in agg.ds.all_tasks():
+        expiration = record.definition.get("task_expiration")
+        expired = expiration is not None and int(expiration) < cutoff
+        if expired and agg.ds.delete_task(record.task_id):
+            agg.forget_task(record.task_id)
+            deleted += 1
+    if deleted:
+        log.info("deleted %d expired task(s)", deleted)
+    return deleted
+
+
 class AggregationJobDriver:
     def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
         self.agg = agg

@@ -8,7 +8,11 @@ from collections.abc import Callable
 
 import httpx
 
-from services.aggregator.drivers.aggregation import AggregationJobDriver, create_jobs
+from services.aggregator.drivers.aggregation import (
+    AggregationJobDriver,
+    create_jobs,
+    delete_expired_tasks,
+)
 from services.aggregator.drivers.collection import CollectionJobDriver
 from services.aggregator.service import Aggregator
 
@@ -32,11 +36,18 @@ class DriverRunner:
             "job-creator": lambda: create_jobs(self.agg),
             "aggregation-driver": self.aggregation.run_once,
             "collection-driver": self.collection.run_once,
+            "task-cleanup": self._cleanup,
         }
         for name, step in loops.items():
             thread = threading.Thread(target=self._loop, args=(name, step), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _cleanup(self) -> int:
+        delete_expired_tasks(self.agg)
+        # Expirations are coarse; looking once a minute is plenty.
+        self._stop.wait(60)
+        return 0
 
     def _loop(self, name: str, step: Callable[[], int]) -> None:
         pause = self.agg.settings.driver_poll_s
