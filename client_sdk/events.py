@@ -1,0 +1,103 @@
+"""The on-device event store: the raw data recipes query (000 §4.1: "data streams").
+
+A stream (e.g. ``keyboard``) has a retention period; each event is a record (a dict of field
+name to value, the names a recipe's `Query.fields` and encoding features use) with the time it
+happened. Records never leave the device: only the randomized measurement a recipe's query
+derives from them does (`client_sdk.query`). Events older than their stream's retention are
+purged, so a recipe can only ever see recent data.
+
+One SQLite file per device (or ``:memory:`` for large simulations).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_RETENTION", "EventStore"]
+
+#: 000's running example queries "this week"; keep a little more than that by default.
+DEFAULT_RETENTION = 14 * 86400
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS stream (name TEXT PRIMARY KEY, retention INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS event (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, stream TEXT NOT NULL, time INTEGER NOT NULL,
+    record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS event_by_time ON event (stream, time);
+"""
+
+
+class EventStore:
+    def __init__(self, path: Path | str | None = None) -> None:
+        self._conn = sqlite3.connect(
+            ":memory:" if path is None else str(path), check_same_thread=False, timeout=30.0
+        )
+        self._lock = threading.Lock()
+        with self._lock, self._conn:
+            self._conn.executescript(_SCHEMA)
+
+    def register_stream(self, name: str, retention_seconds: int = DEFAULT_RETENTION) -> None:
+        if retention_seconds < 1:
+            raise ValueError("retention must be positive")
+        with self._lock, self._conn:
+            self._conn.execute(
+                "INSERT INTO stream (name, retention) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET retention = excluded.retention",
+                (name, retention_seconds),
+            )
+
+    def retention(self, name: str) -> int | None:
+        with self._lock:
+            row = self._conn.execute("SELECT retention FROM stream WHERE name = ?", (name,))
+            found = row.fetchone()
+        return None if found is None else int(found[0])
+
+    def add(self, stream: str, record: Mapping[str, Any], time: int) -> None:
+        self.add_many(stream, [(record, time)])
+
+    def add_many(self, stream: str, events: Iterable[tuple[Mapping[str, Any], int]]) -> None:
+        if self.retention(stream) is None:
+            raise KeyError(f"unknown stream {stream!r}")
+        rows = [(stream, int(t), json.dumps(dict(r), separators=(",", ":"))) for r, t in events]
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO event (stream, time, record) VALUES (?, ?, ?)", rows
+            )
+
+    def records(self, stream: str, since: int, until: int) -> list[dict[str, Any]]:
+        """Records of `stream` with since <= time <= until, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT record FROM event WHERE stream = ? AND time >= ? AND time <= ? "
+                "ORDER BY time, id",
+                (stream, since, until),
+            ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def latest(self, stream: str, until: int) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT record FROM event WHERE stream = ? AND time <= ? "
+                "ORDER BY time DESC, id DESC LIMIT 1",
+                (stream, until),
+            ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def purge(self, now: int) -> int:
+        """Delete events past their stream's retention; the number deleted."""
+        with self._lock, self._conn:
+            cursor = self._conn.execute(
+                "DELETE FROM event WHERE time < ? - "
+                "(SELECT retention FROM stream WHERE stream.name = event.stream)",
+                (now,),
+            )
+        return cursor.rowcount
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
