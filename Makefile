@@ -1,31 +1,35 @@
-# sagg developer entry points. `make install` once, then `make test`.
+# sagg developer entry points. Every target installs the venv first if it is missing or stale.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
 
 .PHONY: install test lint bench up demo clean
 
-install:
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
 
-test:
+install: $(STAMP)
+
+test: $(STAMP)
 	$(BIN)/pytest -q
 
-lint:
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench:
+bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Leader, helper and collector as local processes on SQLite (UP_ARGS="--store postgres" for PostgreSQL).
-up:
+# Every service as a local process on SQLite (UP_ARGS="--store postgres" for PostgreSQL).
+up: $(STAMP)
 	$(BIN)/sagg up $(UP_ARGS)
 
-demo:
+demo: $(STAMP)
 	$(BIN)/sagg up --demo $(UP_ARGS)
 
 clean:
