@@ -68,7 +68,9 @@ def cmd_interop(args: argparse.Namespace) -> int:
     configure_logging(role, args.port)
     app = build_app(role, args.host, args.port, args.data_dir)
     log.info("interop %s listening on %s:%d", role, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    # log_config=None: uvicorn's own lines go through the root handlers set up above, so
+    # they reach /logs too instead of only uvicorn's private stderr handler.
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
     return 0
 
 

@@ -202,14 +202,15 @@ def interop_app(role: Role, commands: Mapping[str, Command], lifespan: Lifespan)
     return app
 
 
-def configure_logging(role: Role, port: int, level: int = logging.INFO) -> None:
+def configure_logging(
+    role: Role, port: int, level: int = logging.INFO, logs: Path = Path("/logs")
+) -> None:
     """Log to stderr, and to /logs when that directory exists and is writable (interop draft
     §4: the runner collects /logs from each container)."""
     root = logging.getLogger()
     root.setLevel(level)
     fmt = logging.Formatter(f"%(asctime)s {role} %(levelname)s %(name)s: %(message)s")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    logs = Path("/logs")
     if logs.is_dir() and os.access(logs, os.W_OK):
         with contextlib.suppress(OSError):
             handlers.append(logging.FileHandler(logs / f"sagg-interop-{role}-{port}.log"))

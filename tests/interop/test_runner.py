@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ import httpx
 import pytest
 
 from deploy.launcher import free_port
-from shared.constants import VERIFY_KEY_SIZE
+from deploy.upload import ClientTask, build_reports, fetch_hpke_config
+from shared.constants import MEDIA_REPORT, VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +59,8 @@ class Cluster:
 
 
 def _start(role: str, port: int, data: Path, logs: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Small aggregation jobs, so that the many-reports case is split into several (§5).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SAGG_AGGREGATOR_MAX_JOB_SIZE": "25"}
     log = (logs / f"{role}-{port}.log").open("wb")
     return subprocess.Popen(
         [
@@ -379,3 +382,42 @@ def test_invalid_requests_are_status_errors(cluster: Cluster) -> None:
     answer = upload(cluster, Task(**unsupported), "1")
     assert answer["status"] == "error" and "Poplar1" in answer["error"]
     assert upload(cluster, task, "2")["status"] == "error"  # out of range for Count
+
+
+def test_many_reports_split_into_jobs(cluster: Cluster) -> None:
+    """Hundreds of reports (§5), spread over several aggregation jobs of at most 25."""
+    vdaf = {"type": "Prio3Histogram", "length": "5", "chunk_length": "2"}
+    buckets = [i % 5 for i in range(200)]
+    task = provision(cluster, vdaf, min_batch_size=len(buckets))
+    now = int(time.time())
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda b: upload(cluster, task, str(b), now), buckets))
+    assert all(a == {"status": "success"} for a in answers), answers[:3]
+    result = collect(cluster, task, interval_query(now))
+    assert result["status"] == "complete", result
+    assert result["result"] == ["40"] * 5
+    assert result["report_count"] == 200
+
+
+def test_replayed_report_counted_once(cluster: Cluster) -> None:
+    """A canned report sent twice is aggregated once (§5; DAP-09 §4.4.2 replay check)."""
+    vdaf = {"type": "Prio3Sum", "bits": "4"}
+    task = provision(cluster, vdaf, min_batch_size=2)
+    now = int(time.time())
+    assert upload(cluster, task, "5", now) == {"status": "success"}
+    client_task = ClientTask.model_validate(
+        {**task.__dict__, "vdaf": {"type": "Prio3Sum", "bits": 4}, "time_precision": 3600}
+    )
+    task_id = TaskId.from_b64url(task.task_id)
+    configs = [fetch_hpke_config(cluster.http, url, task_id) for url in (task.leader, task.helper)]
+    (report,) = build_reports(client_task, [7], configs[0], configs[1], now)
+    url = f"{task.leader.rstrip('/')}/tasks/{task.task_id}/reports"
+    statuses = [
+        cluster.http.put(
+            url, content=report.encode(), headers={"Content-Type": MEDIA_REPORT}
+        ).status_code
+        for _ in range(2)
+    ]
+    assert statuses[0] == 201
+    result = collect(cluster, task, interval_query(now))
+    assert (result["status"], result["result"], result["report_count"]) == ("complete", "12", 2)
