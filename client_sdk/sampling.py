@@ -16,15 +16,12 @@ from __future__ import annotations
 import random
 import secrets
 from dataclasses import dataclass
-from typing import Protocol
 
 __all__ = ["DonationSchedule", "RandomSource", "device_random", "poisson_sample"]
 
 
-class RandomSource(Protocol):
-    def random(self) -> float: ...
-
-    def randrange(self, stop: int) -> int: ...
+#: The device's randomness: `secrets.SystemRandom` in use, a seeded `random.Random` in tests.
+RandomSource = random.Random
 
 
 def device_random() -> random.Random:

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS pending_upload (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     recipe_id TEXT NOT NULL, version INTEGER NOT NULL, task_id TEXT NOT NULL,
     measurement TEXT NOT NULL, donation_time INTEGER NOT NULL, token_fetch_at INTEGER NOT NULL,
-    report_id TEXT, report BLOB, attempts INTEGER NOT NULL DEFAULT 0,
+    report_id TEXT, report BLOB, token BLOB, attempts INTEGER NOT NULL DEFAULT 0,
     state TEXT NOT NULL DEFAULT 'pending');
 CREATE INDEX IF NOT EXISTS pending_due ON pending_upload (state, donation_time);
 CREATE TABLE IF NOT EXISTS recipe_cache (

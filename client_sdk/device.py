@@ -1,0 +1,521 @@
+"""`Device`: one device of the system, from a recipe to the report it uploads.
+
+The steps (000 §4; 001 §4.1, §4.8, appendix A):
+
+1. fetch and verify the recipe (`client_sdk.recipes`): signature, log inclusion and
+   consistency; a refusal is audited;
+2. check it against the device policy: an approved query class (000 §4.2) and, in the budget
+   accountant, checks 1-3 (000 §4.3; `client_sdk.budget`);
+3. self-sample with probability q (`client_sdk.sampling`);
+4. if sampled: select the record, encode, randomize locally and map to the VDAF measurement
+   (`client_sdk.query`), and pick the donation time and a token fetch time;
+5. in ONE transaction: consume the budget, record the pending upload (the randomized
+   measurement and its times) and the audit entry. A device not sampled consumes the budget
+   too (`client_sdk.sampling` says why) and records nothing to upload;
+6. at the token fetch time, obtain a Privacy Pass token for the task and window
+   (`client_sdk.tokens`);
+7. at the donation time: take the token, shard and seal the report with the recipe-binding
+   and token extensions (`client_sdk.reports`), store the sealed report in the pending row
+   (same transaction as marking the token used), then upload (`client_sdk.upload`); on
+   ``outdatedConfig`` refetch the aggregators' configs and send one fresh report; on success
+   mark the row sent and audit what left the device.
+
+Crash safety: a pending row exists iff its budget was consumed (step 5 is one transaction), so
+no report ever leaves without budget and no budget is consumed twice for one report. After a
+crash, `run_due` resumes pending rows: a row whose report was already sealed re-sends exactly
+those bytes (the leader deduplicates by report id), so a report is counted at most once.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+
+from client_sdk.audit import AuditLog
+from client_sdk.budget import BudgetAccountant, BudgetRefusedError
+from client_sdk.events import EventStore
+from client_sdk.policy import DevicePolicy
+from client_sdk.query import Measurement, NoDataError, encode_record, randomize_indices
+from client_sdk.query import select_record as _select_record
+from client_sdk.recipes import RecipeClient, RecipeRefusedError, VerifiedRecipe
+from client_sdk.reports import ReportInput, build_reports, choose_config
+from client_sdk.sampling import DonationSchedule, device_random, poisson_sample
+from client_sdk.storage import StateDb
+from client_sdk.tokens import DeviceIdentity, TokenError, TokenWallet
+from client_sdk.upload import ConfigFetchError, Uploader, UploadResult
+from shared.dap.extensions import (
+    RecipeBinding,
+    encode_extensions,
+    recipe_digest,
+    token_policy_for_issuer,
+)
+from shared.dap.ids import TaskId
+from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
+from shared.dap.task import TokenPolicy
+from shared.privacypass.messages import Token
+from shared.recipe.model import Recipe
+from shared.recipe.query_class import check_query_class, matching_class
+from shared.recipe.signing import recipe_bytes
+
+__all__ = ["Device", "DeviceConfig", "Outcome", "PendingUpload", "Plan"]
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """What the device is configured with besides its policy (OS-shipped too)."""
+
+    #: The recipe server and its pinned Ed25519 public key (raw 32 bytes).
+    recipe_server_url: str = "http://127.0.0.1:8070"
+    recipe_server_key: bytes = b""
+    #: Where to enroll and ask for tokens; None: the recipe's token issuer URL (joint mode).
+    attester_url: str | None = None
+    #: The token window (must match the aggregators' `TokenPolicy.window_seconds`).
+    token_window_seconds: int = 86_400
+    #: Attach a token to every report (the aggregators require one when the task has a policy).
+    use_tokens: bool = True
+    donation: DonationSchedule = field(default_factory=DonationSchedule)
+    #: run_due rounds after which a report that keeps failing is given up (and audited).
+    max_upload_rounds: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Steps 2-4 up to the index: what `commit` needs (the simulator batches randomization)."""
+
+    verified: VerifiedRecipe
+    status: Literal["answer", "not_sampled", "refused"]
+    now: int
+    reason: str = ""
+    index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Literal["queued", "not_sampled", "refused"]
+    reason: str = ""
+    pending_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingUpload:
+    id: int
+    recipe_id: str
+    version: int
+    task_id: str
+    measurement: Measurement
+    donation_time: int
+    token_fetch_at: int
+    report: bytes | None
+    token: bytes | None
+    attempts: int
+
+
+_PENDING_COLUMNS = (
+    "id, recipe_id, version, task_id, measurement, donation_time, token_fetch_at, report, "
+    "token, attempts"
+)
+
+
+def _pending(row: tuple[Any, ...]) -> PendingUpload:
+    return PendingUpload(
+        int(row[0]),
+        str(row[1]),
+        int(row[2]),
+        str(row[3]),
+        json.loads(str(row[4])),
+        int(row[5]),
+        int(row[6]),
+        None if row[7] is None else bytes(row[7]),
+        None if row[8] is None else bytes(row[8]),
+        int(row[9]),
+    )
+
+
+class Device:
+    def __init__(
+        self,
+        policy: DevicePolicy,
+        config: DeviceConfig,
+        *,
+        directory: Path | str | None = None,
+        http: httpx.Client | None = None,
+        identity: DeviceIdentity | None = None,
+        clock: Callable[[], int] | None = None,
+        rng: random.Random | None = None,
+        uploader: Uploader | None = None,
+    ) -> None:
+        """`directory`: where the device keeps ``state.sqlite3`` and ``events.sqlite3``
+        (None: in memory, for large simulations). `rng` is the device's randomness (default
+        the OS CSPRNG; tests pass a seeded one)."""
+        self.policy = policy
+        self.config = config
+        if directory is not None:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        base = None if directory is None else Path(directory)
+        self.db = StateDb(None if base is None else base / "state.sqlite3")
+        self.events = EventStore(None if base is None else base / "events.sqlite3")
+        self.audit = AuditLog(self.db)
+        self.budget = BudgetAccountant(self.db, policy)
+        self._own_http = http is None
+        self.http = http or httpx.Client(timeout=30.0)
+        self.uploader = uploader or Uploader(self.http)
+        self.tokens = TokenWallet(self.db, self.http, identity)
+        self.clock = clock or (lambda: int(time.time()))
+        self.rng = rng or device_random()
+        self._recipes: RecipeClient | None = None
+        self._parsed: dict[tuple[str, int], Recipe] = {}
+        self._configs: dict[tuple[str, str], HpkeConfig] = {}
+
+    # --- recipes --------------------------------------------------------------------------
+
+    @property
+    def recipes(self) -> RecipeClient:
+        if self._recipes is None:
+            self._recipes = RecipeClient(
+                self.db, self.http, self.config.recipe_server_url, self.config.recipe_server_key
+            )
+        return self._recipes
+
+    def fetch_recipe(self, recipe_id: str, version: int | None = None) -> VerifiedRecipe | None:
+        """The verified recipe, or None when refused (the refusal is audited)."""
+        try:
+            return self.recipes.fetch(recipe_id, version)
+        except RecipeRefusedError as exc:
+            self.audit.record(
+                self.clock(), "refused", recipe_id=recipe_id, reason=f"recipe: {exc.reason}"
+            )
+            return None
+
+    # --- answering a query ----------------------------------------------------------------
+
+    def _refuse(self, verified: VerifiedRecipe, now: int, reason: str) -> Plan:
+        r = verified.recipe
+        self.audit.record(
+            now,
+            "refused",
+            recipe_id=r.recipe_id,
+            version=r.version,
+            task_id=r.task.task_id,
+            reason=reason,
+        )
+        return Plan(verified, "refused", now, reason)
+
+    def plan(self, verified: VerifiedRecipe, now: int | None = None) -> Plan:
+        """Steps 2-4 up to the one-hot index. A refusal is audited here; nothing is consumed."""
+        now = self.clock() if now is None else now
+        recipe = verified.recipe
+        if matching_class(recipe, self.policy.query_classes) is None:
+            problems = check_query_class(recipe, self.policy.query_classes[0])
+            return self._refuse(verified, now, "query class: " + "; ".join(problems))
+        problems = self.budget.check(recipe, verified.canonical)
+        if problems:
+            return self._refuse(verified, now, "budget: " + "; ".join(problems))
+        if not poisson_sample(recipe.sampling_rate, self.rng):
+            return Plan(verified, "not_sampled", now)
+        try:
+            index = encode_record(recipe, _select_record(recipe, self.events, now, self.rng))
+        except NoDataError as exc:
+            return self._refuse(verified, now, f"no data: {exc}")
+        return Plan(verified, "answer", now, index=index)
+
+    def numpy_rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.rng.getrandbits(128))
+
+    def commit(self, plan: Plan, measurement: Measurement | None = None) -> Outcome:
+        """Step 5: consume the budget and record the pending upload, atomically."""
+        if plan.status == "refused":
+            return Outcome("refused", plan.reason)
+        recipe = plan.verified.recipe
+        now = plan.now
+        common: dict[str, Any] = {"recipe_id": recipe.recipe_id, "version": recipe.version}
+        task_id = recipe.task.task_id
+
+        if plan.status == "not_sampled":
+
+            def record_skip(conn: sqlite3.Connection) -> int | None:
+                AuditLog.write(conn, now, "not_sampled", task_id=task_id, **common)
+                return None
+
+            try:
+                self.budget.spend(recipe, record_skip, plan.verified.canonical)
+            except BudgetRefusedError as exc:
+                return self._refused_at_commit(plan, exc)
+            return Outcome("not_sampled")
+
+        assert measurement is not None
+        donation = self.config.donation.donation_time(now, self.rng)
+        fetch_at = self.config.donation.token_fetch_time(now, donation, self.rng)
+
+        def record_pending(conn: sqlite3.Connection) -> int | None:
+            conn.execute(
+                "INSERT OR IGNORE INTO recipe_cache (recipe_id, version, canonical) "
+                "VALUES (?, ?, ?)",
+                (recipe.recipe_id, recipe.version, plan.verified.canonical),
+            )
+            cursor = conn.execute(
+                "INSERT INTO pending_upload (recipe_id, version, task_id, measurement, "
+                "donation_time, token_fetch_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    recipe.recipe_id,
+                    recipe.version,
+                    task_id,
+                    json.dumps(measurement),
+                    donation,
+                    fetch_at,
+                ),
+            )
+            AuditLog.write(conn, now, "answered", task_id=task_id, donation_time=donation, **common)
+            return cursor.lastrowid
+
+        try:
+            pending_id = self.budget.spend(recipe, record_pending, plan.verified.canonical)
+        except BudgetRefusedError as exc:
+            return self._refused_at_commit(plan, exc)
+        return Outcome("queued", pending_id=pending_id)
+
+    def _refused_at_commit(self, plan: Plan, exc: BudgetRefusedError) -> Outcome:
+        # Another query consumed the budget between `plan` and `commit`.
+        reason = "budget: " + "; ".join(exc.reasons)
+        self._refuse(plan.verified, plan.now, reason)
+        return Outcome("refused", reason)
+
+    def answer(self, verified: VerifiedRecipe, now: int | None = None) -> Outcome:
+        """Steps 2-5 for one recipe."""
+        plan = self.plan(verified, now)
+        measurement = None
+        if plan.status == "answer":
+            assert plan.index is not None
+            measurement = randomize_indices(plan.verified.recipe, [plan.index], self.numpy_rng())[0]
+        return self.commit(plan, measurement)
+
+    def run_query(self, recipe_id: str, version: int | None = None) -> Outcome:
+        verified = self.fetch_recipe(recipe_id, version)
+        if verified is None:
+            return Outcome("refused", "recipe could not be verified")
+        return self.answer(verified)
+
+    # --- tokens and uploads ---------------------------------------------------------------
+
+    def recipe(self, recipe_id: str, version: int) -> Recipe:
+        key = (recipe_id, version)
+        found = self._parsed.get(key)
+        if found is None:
+            with self.db.lock:
+                row = self.db.conn.execute(
+                    "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?", key
+                ).fetchone()
+            found = Recipe.model_validate_json(bytes(row[0]))
+            self._parsed[key] = found
+        return found
+
+    def token_policy(self, recipe: Recipe) -> TokenPolicy:
+        return token_policy_for_issuer(recipe.token_issuer.url, self.config.token_window_seconds)
+
+    def attester_url(self, recipe: Recipe) -> str:
+        return self.config.attester_url or recipe.token_issuer.url
+
+    def enroll(self, attester_url: str) -> None:
+        self.tokens.enroll(attester_url)
+
+    def pending(self, *, due: int | None = None) -> list[PendingUpload]:
+        query = f"SELECT {_PENDING_COLUMNS} FROM pending_upload WHERE state = 'pending'"
+        args: tuple[int, ...] = ()
+        if due is not None:
+            query += " AND donation_time <= ?"
+            args = (due,)
+        with self.db.lock:
+            rows = self.db.conn.execute(query + " ORDER BY id", args).fetchall()
+        return [_pending(r) for r in rows]
+
+    def config_for(self, recipe: Recipe, role: Literal["leader", "helper"]) -> HpkeConfig:
+        found = self._configs.get((recipe.task.task_id, role))
+        return found if found is not None else choose_config(recipe.task.hpke_configs(role))
+
+    def _refetch_configs(self, recipe: Recipe) -> None:
+        task_id = recipe.task.task_id
+        for role, url in (("leader", recipe.task.leader), ("helper", recipe.task.helper)):
+            configs: HpkeConfigList = self.uploader.hpke_configs(url, task_id)
+            self._configs[(task_id, role)] = choose_config(configs)
+
+    def _ensure_token(self, item: PendingUpload, recipe: Recipe, now: int) -> None:
+        task_id = TaskId.from_b64url(item.task_id)
+        policy = self.token_policy(recipe)
+        if self.tokens.available(task_id, item.donation_time, policy) == 0:
+            self.tokens.fetch(
+                task_id,
+                item.donation_time,
+                policy,
+                self.attester_url(recipe),
+                now,
+                recipe.token_issuer.key_ids,
+            )
+
+    def prefetch_tokens(self, now: int | None = None) -> int:
+        """Step 6 for every pending upload whose token fetch time has come; the number
+        fetched (failures are retried at upload time)."""
+        if not self.config.use_tokens:
+            return 0
+        now = self.clock() if now is None else now
+        fetched = 0
+        for item in self.pending():
+            if item.token is None and item.token_fetch_at <= now:
+                try:
+                    self._ensure_token(item, self.recipe(item.recipe_id, item.version), now)
+                    fetched += 1
+                except TokenError:
+                    continue
+        return fetched
+
+    def report_input(self, item: PendingUpload, now: int) -> tuple[ReportInput, Token | None]:
+        """The report's measurement, time and extensions; takes (marks used) a token."""
+        recipe = self.recipe(item.recipe_id, item.version)
+        binding = RecipeBinding(recipe_digest(recipe_bytes(recipe)), recipe.min_batch_size)
+        token: Token | None = None
+        if item.token is not None:
+            token = Token.decode(item.token)
+        elif self.config.use_tokens:
+            self._ensure_token(item, recipe, now)
+            with self.db.transaction() as conn:
+                token = self.tokens.take(
+                    conn,
+                    TaskId.from_b64url(item.task_id),
+                    item.donation_time,
+                    self.token_policy(recipe),
+                )
+                if token is None:
+                    raise TokenError("no token for this window")
+                conn.execute(
+                    "UPDATE pending_upload SET token = ? WHERE id = ?", (token.encode(), item.id)
+                )
+        extensions = encode_extensions(binding, token)
+        return ReportInput(item.measurement, item.donation_time, extensions), token
+
+    def store_report(self, item: PendingUpload, report: Report) -> PendingUpload:
+        """Persist the sealed report before it is sent: a resumed upload re-sends it."""
+        data = report.encode()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE pending_upload SET report = ?, report_id = ? WHERE id = ?",
+                (data, report.report_metadata.report_id.to_b64url(), item.id),
+            )
+            row = conn.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending_upload WHERE id = ?", (item.id,)
+            ).fetchone()
+        return _pending(row)
+
+    def seal(self, item: PendingUpload, now: int) -> PendingUpload:
+        """Build, seal and store the report of one pending upload."""
+        recipe = self.recipe(item.recipe_id, item.version)
+        report_input, _ = self.report_input(item, now)
+        (report,) = build_reports(
+            recipe.task.vdaf.instance(),
+            TaskId.from_b64url(recipe.task.task_id),
+            recipe.task.time_precision,
+            [report_input],
+            self.config_for(recipe, "leader"),
+            self.config_for(recipe, "helper"),
+        )
+        return self.store_report(item, report)
+
+    def send(self, item: PendingUpload, now: int) -> UploadResult:
+        """Upload a stored report; one fresh report on outdatedConfig; audit the outcome."""
+        assert item.report is not None
+        recipe = self.recipe(item.recipe_id, item.version)
+        result = self.uploader.put(recipe.task.leader, item.task_id, item.report)
+        if result.status == "outdated_config":
+            try:
+                self._refetch_configs(recipe)
+            except (ConfigFetchError, ValueError) as exc:
+                result = UploadResult("failed", f"config refetch failed: {exc}")
+            else:
+                item = self.seal(item, now)
+                assert item.report is not None
+                result = self.uploader.put(recipe.task.leader, item.task_id, item.report)
+        self._finish(item, recipe, result, now)
+        return result
+
+    def _finish(self, item: PendingUpload, recipe: Recipe, result: UploadResult, now: int) -> None:
+        assert item.report is not None
+        report = Report.decode(item.report)
+        report_id = report.report_metadata.report_id.to_b64url()
+        common: dict[str, Any] = {
+            "recipe_id": item.recipe_id,
+            "version": item.version,
+            "task_id": item.task_id,
+            "report_id": report_id,
+        }
+        with self.db.transaction() as conn:
+            if result.status == "sent":
+                conn.execute("UPDATE pending_upload SET state = 'sent' WHERE id = ?", (item.id,))
+                AuditLog.write(
+                    conn,
+                    now,
+                    "sent",
+                    report_time=report.report_metadata.time,
+                    report_bytes=len(item.report),
+                    public_share_bytes=len(report.public_share),
+                    leader_share_bytes=len(report.leader_encrypted_input_share.payload),
+                    helper_share_bytes=len(report.helper_encrypted_input_share.payload),
+                    measurement=item.measurement,
+                    leader=recipe.task.leader,
+                    **common,
+                )
+                return
+            attempts = item.attempts + 1
+            final = result.status == "rejected" or attempts >= self.config.max_upload_rounds
+            conn.execute(
+                "UPDATE pending_upload SET attempts = ?, state = ? WHERE id = ?",
+                (attempts, "failed" if final else "pending", item.id),
+            )
+            if final:
+                AuditLog.write(conn, now, "failed", reason=result.detail, **common)
+
+    def run_due(self, now: int | None = None) -> list[UploadResult]:
+        """Steps 6-7 for everything due (also resumes uploads interrupted by a crash)."""
+        now = self.clock() if now is None else now
+        self.prefetch_tokens(now)
+        out: list[UploadResult] = []
+        for item in self.pending(due=now):
+            try:
+                if item.report is None:
+                    item = self.seal(item, now)
+            except (TokenError, ValueError) as exc:
+                self._give_up_later(item, str(exc), now)
+                out.append(UploadResult("failed", str(exc)))
+                continue
+            out.append(self.send(item, now))
+        return out
+
+    def _give_up_later(self, item: PendingUpload, reason: str, now: int) -> None:
+        attempts = item.attempts + 1
+        final = attempts >= self.config.max_upload_rounds
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE pending_upload SET attempts = ?, state = ? WHERE id = ?",
+                (attempts, "failed" if final else "pending", item.id),
+            )
+            if final:
+                AuditLog.write(
+                    conn,
+                    now,
+                    "failed",
+                    recipe_id=item.recipe_id,
+                    version=item.version,
+                    task_id=item.task_id,
+                    reason=reason,
+                )
+
+    def close(self) -> None:
+        self.db.close()
+        self.events.close()
+        if self._own_http:
+            self.http.close()

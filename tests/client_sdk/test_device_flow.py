@@ -1,0 +1,219 @@
+"""Recipe verification, refusals and the report path of one device, against a fake leader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client_sdk.device import Device
+from shared import hpke
+from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
+from shared.dap.extensions import (
+    decode_extensions,
+    recipe_digest,
+    token_challenge,
+    token_policy_for_issuer,
+)
+from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.messages import PlaintextInputShare, Report, Role
+from shared.recipe.signing import recipe_bytes
+from tests.client_sdk.harness import ISSUER, NOW, World, policy, verified
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def open_share(world: World, report: Report, role: Role) -> PlaintextInputShare:
+    agg = world.leader if role == Role.LEADER else world.helper
+    ct = (
+        report.leader_encrypted_input_share
+        if role == Role.LEADER
+        else (report.helper_encrypted_input_share)
+    )
+    aad = input_share_aad(world.task_id, report.report_metadata, report.public_share)
+    plain = hpke.open(agg.key(ct.config_id), ct.enc, input_share_info(role), aad, ct.payload)
+    return PlaintextInputShare.decode(plain)
+
+
+def test_report_carries_binding_and_token_in_both_shares(world: World, tmp_path: Path) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d")
+    device.events.add("emoji", {"emoji": "fire"}, NOW - 60)
+    outcome = device.answer(verified(world, device))
+    assert outcome.status == "queued"
+    results = device.run_due()
+    assert [r.status for r in results] == ["sent"]
+    (report,) = world.leader.uploads
+    recipe = device.recipe("emoji.daily", 1)
+    for role in (Role.LEADER, Role.HELPER):
+        share = open_share(world, report, role)
+        kinds = [e.extension_type for e in share.extensions]
+        assert sorted(kinds) == [EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING]
+        parsed = decode_extensions(share.extensions)
+        assert parsed.ok and parsed.binding is not None and parsed.token is not None
+        assert parsed.binding.recipe_digest == recipe_digest(recipe_bytes(recipe))
+        assert parsed.binding.min_batch_size == 206
+        expected = token_challenge(
+            world.task_id, report.report_metadata.time, token_policy_for_issuer(ISSUER)
+        )
+        assert parsed.token.challenge_digest == expected.digest()
+    sent = device.audit.entries("sent")
+    assert len(sent) == 1 and sent[0].report_id == report.report_metadata.report_id.to_b64url()
+    assert sent[0].detail["measurement"] in ([0, 0, 0, 0, 0], sent[0].detail["measurement"])
+    assert "fire" not in str(device.audit.entries())  # never the raw data
+
+
+def test_tampered_recipe_is_refused_and_audited(world: World, tmp_path: Path) -> None:
+    world.publish()
+    honest = world.recipe_server
+
+    def tamper(request: httpx.Request) -> httpx.Response:
+        response = honest.get(request.url.raw_path.decode())
+        body = response.json()
+        if request.url.path.startswith("/recipes/"):
+            body["signed_recipe"]["recipe"]["sampling_rate"] = 0.9
+        return httpx.Response(response.status_code, json=body)
+
+    world.router.apps["recipes.test"] = tamper
+    device = world.device(tmp_path / "d")
+    assert device.fetch_recipe("emoji.daily") is None
+    (entry,) = device.audit.entries("refused")
+    assert "signature" in entry.detail["reason"]
+
+
+def test_unlogged_recipe_is_refused(world: World, tmp_path: Path) -> None:
+    world.publish()
+    signed_elsewhere = world.signer.sign_recipe(
+        device_recipe(world, tmp_path).model_copy(update={"version": 7})
+    )
+    honest = world.recipe_server
+
+    def serve_unlogged(request: httpx.Request) -> httpx.Response:
+        response = honest.get(request.url.raw_path.decode())
+        body = response.json()
+        if request.url.path.startswith("/recipes/"):
+            body["signed_recipe"] = signed_elsewhere.to_json_value()
+        return httpx.Response(response.status_code, json=body)
+
+    world.router.apps["recipes.test"] = serve_unlogged
+    device = world.device(tmp_path / "d2")
+    assert device.fetch_recipe("emoji.daily") is None
+    (entry,) = device.audit.entries("refused")
+    assert "inclusion" in entry.detail["reason"] or "root" in entry.detail["reason"]
+
+
+def device_recipe(world: World, tmp_path: Path) -> object:
+    device = world.device(tmp_path / "probe", tokens=False)
+    found = verified(world, device)
+    device.close()
+    return found.recipe
+
+
+def test_forked_log_is_refused_across_restarts(world: World, tmp_path: Path) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d")
+    assert device.fetch_recipe("emoji.daily") is not None
+    device.close()
+    # Another log under the same key: same size, different content (a split view).
+    fork = world.make_recipe_server(
+        "fork.sqlite3", world.leader.config_list(), world.helper.config_list()
+    )
+    world.publish(fork, description="the other view")
+    world.router.apps["recipes.test"] = fork
+    restarted = world.device(tmp_path / "d", enroll=False)
+    assert restarted.fetch_recipe("emoji.daily") is None
+    (entry,) = restarted.audit.entries("refused")
+    assert "two different roots" in entry.detail["reason"]
+    # A fresh device with no history accepts the fork: the persisted head is what caught it.
+    assert world.device(tmp_path / "fresh", tokens=False).fetch_recipe("emoji.daily") is not None
+
+
+def test_query_outside_the_class_is_refused_and_nothing_consumed(
+    world: World, tmp_path: Path
+) -> None:
+    world.publish(
+        query={
+            "stream": "emoji",
+            "fields": ["emoji", "age"],
+            "selection": {"kind": "random_event", "window_seconds": 86400},
+        }
+    )
+    device = world.device(tmp_path / "d")
+    outcome = device.answer(verified(world, device))
+    assert outcome.status == "refused" and "field 'age' is not in the class" in outcome.reason
+    assert device.audit.entries("refused")[0].detail["reason"] == outcome.reason
+    assert device.budget.analysis_usage("emoji.popular").reports_used == 0
+    assert device.pending() == []
+
+
+def test_outdated_config_refetch_sends_one_fresh_report(world: World, tmp_path: Path) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d")
+    device.answer(verified(world, device))
+    # The leader rotated: the config in the recipe is now outdated.
+    world.leader.outdated.add(1)
+    world.leader.keys.append(hpke.generate_keypair(9))
+    (result,) = device.run_due()
+    assert result.status == "sent"
+    (report,) = world.leader.uploads
+    assert report.leader_encrypted_input_share.config_id == 9
+    assert open_share(world, report, Role.LEADER).payload
+
+
+def test_server_errors_are_retried_with_backoff(world: World, tmp_path: Path) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d")
+    device.answer(verified(world, device))
+    world.leader.fail_next = 2
+    (result,) = device.run_due()
+    assert result.status == "sent" and result.attempts == 3
+    world.leader.fail_next = 100
+    device2 = world.device(tmp_path / "d2", max_upload_rounds=2)
+    device2.answer(verified(world, device2))
+    assert [r.status for r in device2.run_due()] == ["failed"]
+    assert device2.audit.entries("failed") == []  # one round: still pending
+    assert [r.status for r in device2.run_due()] == ["failed"]
+    assert len(device2.audit.entries("failed")) == 1 and device2.pending() == []
+
+
+def test_no_token_means_no_upload(world: World, tmp_path: Path) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d", enroll=False)  # the attester does not know it
+    device.answer(verified(world, device))
+    assert [r.status for r in device.run_due()] == ["failed"]
+    assert world.leader.uploads == [] and len(device.pending()) == 1
+
+
+def test_policy_file_round_trip(tmp_path: Path) -> None:
+    from client_sdk.policy import load_policy
+
+    p = policy()
+    (tmp_path / "p.json").write_text(p.model_dump_json())
+    assert load_policy(tmp_path / "p.json") == p
+    (tmp_path / "p.toml").write_text(
+        '[[query_classes]]\nname = "k"\nstreams = ["keyboard"]\nfields = ["ngram"]\n'
+        "max_local_epsilon = 8\nmax_epsilon = 1\nmax_delta = 1e-6\n"
+        "[default_analysis]\nepsilon = 0.5\nreports = 1\n"
+        "[fields.ngram]\nlocal_epsilon = 5\nepsilon = 1\nreports = 1\n"
+    )
+    loaded = load_policy(tmp_path / "p.toml")
+    assert loaded.fields["ngram"].local_epsilon == 5
+    assert loaded.analysis_allowance("x").epsilon == 0.5
+
+
+def test_event_store_retention(tmp_path: Path) -> None:
+    device = Device(
+        policy(), __import__("client_sdk").device.DeviceConfig(), directory=tmp_path / "e"
+    )
+    device.events.register_stream("emoji", 100)
+    device.events.add("emoji", {"emoji": "fire"}, 1000)
+    device.events.add("emoji", {"emoji": "cry"}, 1090)
+    assert device.events.purge(1150) == 1
+    assert device.events.records("emoji", 0, 2000) == [{"emoji": "cry"}]
+    with pytest.raises(KeyError):
+        device.events.add("nope", {}, 1)
+    device.close()
