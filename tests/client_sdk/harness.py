@@ -7,6 +7,7 @@ All hosts are served through one httpx transport, so a `Device` uses a plain `ht
 from __future__ import annotations
 
 import base64
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from client_sdk.device import Device, DeviceConfig
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
@@ -216,8 +218,8 @@ class World:
     ) -> TestClient:
         settings = RecipeServerSettings(
             database_url=f"sqlite:///{self.tmp / db_name}",
-            signing_key=base64.urlsafe_b64encode(SEED).rstrip(b"=").decode(),
-            analyst_token=ANALYST,
+            signing_key=SecretStr(base64.urlsafe_b64encode(SEED).rstrip(b"=").decode()),
+            analyst_token=SecretStr(ANALYST),
             leader_url=LEADER,
             helper_url=HELPER,
             collector_url="http://collector.test",
@@ -244,6 +246,7 @@ class World:
         policy_: DevicePolicy | None = None,
         tokens: bool = True,
         enroll: bool = True,
+        rng: random.Random | None = None,
         **config: Any,
     ) -> Device:
         identity = SimulatedDevice.manufacture(self.ca)
@@ -261,6 +264,7 @@ class World:
             http=self.http,
             identity=identity,
             clock=self.clock.now,
+            rng=rng,
             uploader=Uploader(self.http, sleep=lambda _: None),
         )
         device.events.register_stream("emoji", 7 * 86400)

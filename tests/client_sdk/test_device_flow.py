@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from client_sdk.device import Device
+from client_sdk.policy import load_policy
 from shared import hpke
 from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
 from shared.dap.extensions import (
@@ -18,6 +19,7 @@ from shared.dap.extensions import (
 )
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.messages import PlaintextInputShare, Report, Role
+from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
 from tests.client_sdk.harness import ISSUER, NOW, World, policy, verified
 
@@ -106,7 +108,7 @@ def test_unlogged_recipe_is_refused(world: World, tmp_path: Path) -> None:
     assert "inclusion" in entry.detail["reason"] or "root" in entry.detail["reason"]
 
 
-def device_recipe(world: World, tmp_path: Path) -> object:
+def device_recipe(world: World, tmp_path: Path) -> Recipe:
     device = world.device(tmp_path / "probe", tokens=False)
     found = verified(world, device)
     device.close()
@@ -189,8 +191,6 @@ def test_no_token_means_no_upload(world: World, tmp_path: Path) -> None:
 
 
 def test_policy_file_round_trip(tmp_path: Path) -> None:
-    from client_sdk.policy import load_policy
-
     p = policy()
     (tmp_path / "p.json").write_text(p.model_dump_json())
     assert load_policy(tmp_path / "p.json") == p
