@@ -35,7 +35,7 @@ from services.interop.common import (
 from shared.dap.messages import QueryType
 from shared.dap.task import TaskDefinition
 
-__all__ = ["DAP_PREFIX", "build_aggregator_app"]
+__all__ = ["DAP_PREFIX", "AddTask", "aggregator_settings", "build_aggregator_app"]
 
 log = logging.getLogger(__name__)
 

@@ -75,7 +75,7 @@ def cmd_interop(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.interop")
+    parser = argparse.ArgumentParser(prog="sagg")  # usage reads as `sagg interop ...`
     sub = parser.add_subparsers(dest="command", required=True)
     add_interop_parser(sub)
     # `python -m services.interop ROLE ...` reads as `sagg interop ROLE ...`.

@@ -34,7 +34,7 @@ from services.interop.common import (
 from shared.dap.messages import QueryType
 from shared.dap.task import CollectorTask
 
-__all__ = ["build_collector_app", "collector_settings"]
+__all__ = ["InteropQuery", "build_collector_app", "collector_settings"]
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,8 @@ __all__ = [
     "InteropError",
     "InteropVdaf",
     "Lifespan",
+    "Role",
+    "SUPPORTED_VDAFS",
     "CommandBody",
     "configure_logging",
     "data_dir",
