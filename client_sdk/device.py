@@ -82,6 +82,9 @@ class DeviceConfig:
     token_window_seconds: int = 86_400
     #: Attach a token to every report (the aggregators require one when the task has a policy).
     use_tokens: bool = True
+    #: Attach the recipe-binding extension (001 §4.8). Off only for aggregators that predate
+    #: sagg's extensions (they reject unknown extensions, DAP-09 §4.5.1.4).
+    bind_recipe: bool = True
     donation: DonationSchedule = field(default_factory=DonationSchedule)
     #: run_due rounds after which a report that keeps failing is given up (and audited).
     max_upload_rounds: int = 5
@@ -378,7 +381,9 @@ class Device:
     def report_input(self, item: PendingUpload, now: int) -> tuple[ReportInput, Token | None]:
         """The report's measurement, time and extensions; takes (marks used) a token."""
         recipe = self.recipe(item.recipe_id, item.version)
-        binding = RecipeBinding(recipe_digest(recipe_bytes(recipe)), recipe.min_batch_size)
+        binding = None
+        if self.config.bind_recipe:
+            binding = RecipeBinding(recipe_digest(recipe_bytes(recipe)), recipe.min_batch_size)
         token: Token | None = None
         if item.token is not None:
             token = Token.decode(item.token)

@@ -137,9 +137,9 @@ def test_crash_between_consuming_and_uploading(tmp_path: Path, kill_at: str) -> 
         raise Killed
 
     if kill_at == "seal":
-        device.seal = die  # type: ignore[method-assign]
+        device.seal = die  # type: ignore[method-assign,assignment]
     else:
-        device.uploader.put = die  # type: ignore[method-assign]
+        device.uploader.put = die  # type: ignore[method-assign,assignment]
     with pytest.raises(Killed):
         device.run_due()
     assert world.leader.uploads == []
