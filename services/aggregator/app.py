@@ -13,7 +13,11 @@ Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a 
                                      200 identical exists, 409 a different one exists
 - GET    /internal/tasks/{task_id}   the definition without its secret tokens
 - DELETE /internal/tasks/{task_id}   204
+- GET    /internal/tasks/{task_id}/stats  counts: reports, jobs and collections by state,
+                                     refused reports by stage and reason, open batches
 - POST   /internal/hpke_keys/rotate  {"config_id": n}: the new key is listed first
+- GET    /metrics                    the same counts for every task, Prometheus text format
+                                     0.0.4 (admin token too: task ids are not public)
 - GET    /healthz                    {"status": "ok"} once the store is migrated
 
 Request bodies must carry their DAP media type (415 `invalidMessage` otherwise). Blocking work
@@ -28,12 +32,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from services.aggregator.datastore import Datastore
+from services.aggregator.metrics import render_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
 from services.common.auth import hash_token
@@ -100,14 +106,18 @@ def create_app(
     *,
     clock: Clock | None = None,
     database: Database | None = None,
+    issuer_http: httpx.Client | None = None,
 ) -> FastAPI:
-    """An aggregator app over the store at `settings.database_url` (migrated here)."""
+    """An aggregator app over the store at `settings.database_url` (migrated here).
+
+    `issuer_http` fetches token issuer directories (tests pass an in-process issuer)."""
     db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
     ds = Datastore(db, shards=settings.batch_shards)
     ds.migrate()
     clock = clock or RealClock()
     ds.add_hpke_key(clock.now(), only_if_none=True)
-    agg = Aggregator(ds, clock, settings)
+    http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
+    agg = Aggregator(ds, clock, settings, fetch=http.get)
 
     app = FastAPI(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.aggregator = agg
@@ -253,6 +263,21 @@ def create_app(
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         agg.forget_task(key)
         return Response(status_code=204)
+
+    @app.get("/internal/tasks/{task_id}/stats")
+    async def admin_task_stats(task_id: str, request: Request) -> Response:
+        check_admin(request)
+        key = task_key(task_id)
+        record = await run_in_threadpool(ds.get_task, key)
+        if record is None:
+            raise HttpProblemError(404, "unknown task", task_id=task_id)
+        return JSONResponse(await run_in_threadpool(task_stats, ds, record))
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        check_admin(request)
+        text = await run_in_threadpool(render_metrics, ds)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/internal/hpke_keys/rotate")
     async def admin_rotate(request: Request) -> Response:

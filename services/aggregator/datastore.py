@@ -18,6 +18,13 @@ Tables (one store serves many tasks, in either role):
   outstanding batches being filled (`assigned`, `filled`).
 - ``collection_jobs`` (leader) and ``aggregate_share_jobs`` (helper, the stored answer per
   batch: idempotency and the query count of DAP-09 §4.6.5.3).
+- ``spent_tokens``: the Privacy Pass token nonces this aggregator accepted, unique per (issuer
+  key, redemption context); each aggregator keeps its own, so a leader cannot spend a token
+  twice at the helper. A token is spent in the transaction that stores the report (leader, at
+  upload) or that finishes it (helper), so a crash neither loses a spend nor counts one twice.
+- ``rejection_counts``: per task, stage (upload or aggregation) and reason, how many reports
+  were refused; spread over shard rows like the batch aggregations, so that rejections do not
+  all serialize on one row.
 
 Crash safety: a report's output share is added to ``batch_aggregations`` in the same
 transaction that finishes its report aggregation, and jobs are created in the same transaction
@@ -28,6 +35,7 @@ and a late commit into it are ordered one way or the other, never interleaved.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -169,7 +177,35 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (task_id, batch_selector, agg_param))""",
         ),
     ),
+    Migration(
+        2,
+        "spent tokens and rejection counters",
+        (
+            """CREATE TABLE spent_tokens (
+                token_key_id {blob} NOT NULL,
+                context {blob} NOT NULL,
+                nonce {blob} NOT NULL,
+                task_id {blob} NOT NULL,
+                report_id {blob} NOT NULL,
+                spent_at {bigint} NOT NULL,
+                PRIMARY KEY (token_key_id, context, nonce))""",
+            """CREATE INDEX spent_tokens_task ON spent_tokens (task_id)""",
+            """CREATE TABLE rejection_counts (
+                task_id {blob} NOT NULL,
+                stage {text} NOT NULL,
+                reason {text} NOT NULL,
+                shard {bigint} NOT NULL,
+                count {bigint} NOT NULL,
+                PRIMARY KEY (task_id, stage, reason, shard))""",
+        ),
+    ),
 )
+
+#: Stages of `rejection_counts`.
+STAGE_UPLOAD = "upload"
+STAGE_AGGREGATION = "aggregation"
+#: Reasons of `rejection_counts` the datastore itself decides.
+REASON_TOKEN_SPENT = "token_spent"
 
 # Job and report-aggregation states.
 JOB_IN_PROGRESS = "in_progress"
@@ -224,15 +260,35 @@ class LeaderReport:
     helper_encrypted_share: bytes | None = field(repr=False)
 
 
+@dataclass(frozen=True)
+class TokenSpend:
+    """A verified token to record as spent: unique per (issuer key, redemption context)."""
+
+    token_key_id: bytes
+    context: bytes
+    nonce: bytes = field(repr=False)
+
+
 @dataclass
 class ReportOutcome:
-    """How one report of a job ended; `out_index` points into the job's output-share array."""
+    """How one report of a job ended; `out_index` points into the job's output-share array.
+
+    `spend` is the report's token, spent when the report is accepted; `reason` refines `error`
+    for the rejection counters (e.g. which check gave invalid_message)."""
 
     report_id: bytes
     client_time: int
     batch_key: bytes
     error: PrepareError | None
     out_index: int | None = None
+    spend: TokenSpend | None = None
+    reason: str | None = None
+
+    @property
+    def rejection_reason(self) -> str | None:
+        if self.error is None:
+            return None
+        return self.reason or self.error.name.lower()
 
 
 @dataclass(frozen=True)
@@ -336,6 +392,8 @@ class Datastore:
                 "batches",
                 "collection_jobs",
                 "aggregate_share_jobs",
+                "spent_tokens",
+                "rejection_counts",
             ):
                 tx.execute(f"DELETE FROM {table} WHERE task_id = :t", {"t": task_id})
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
@@ -433,8 +491,10 @@ class Datastore:
         helper_encrypted_share: bytes,
         batch_key: bytes | None,
         now: int,
+        spend: TokenSpend | None = None,
     ) -> str:
-        """'stored', 'replayed' or 'collected' (the report's time bucket was collected)."""
+        """'stored', 'replayed', 'collected' (the report's time bucket was collected) or
+        'token_spent' (`spend` was spent before; nothing is stored then)."""
 
         def body(tx: Tx) -> str:
             if batch_key is not None and self._is_collected(tx, task_id, batch_key):
@@ -454,9 +514,58 @@ class Datastore:
                     "now": now,
                 },
             )
-            return "stored" if inserted else "replayed"
+            if not inserted:
+                return "replayed"
+            if spend is not None and not self._spend(tx, task_id, report_id, spend, now):
+                # Undo the insert in this transaction: the report id stays unused, so the
+                # refusal leaves no trace but the counter.
+                tx.execute(
+                    "DELETE FROM client_reports WHERE task_id = :t AND report_id = :r",
+                    {"t": task_id, "r": report_id},
+                )
+                return "token_spent"
+            return "stored"
 
         return self.db.run("put_report", body)
+
+    def _spend(self, tx: Tx, task_id: bytes, report_id: bytes, spend: TokenSpend, now: int) -> bool:
+        """Record a token as spent; False when it already was (the unique key decides, so two
+        racing transactions cannot both spend it)."""
+        return (
+            tx.execute(
+                "INSERT INTO spent_tokens (token_key_id, context, nonce, task_id, report_id,"
+                " spent_at) VALUES (:k, :c, :n, :t, :r, :now)"
+                " ON CONFLICT (token_key_id, context, nonce) DO NOTHING",
+                {
+                    "k": spend.token_key_id,
+                    "c": spend.context,
+                    "n": spend.nonce,
+                    "t": task_id,
+                    "r": report_id,
+                    "now": now,
+                },
+            )
+            > 0
+        )
+
+    def _count_rejections(self, tx: Tx, task_id: bytes, stage: str, reasons: list[str]) -> None:
+        counts: dict[str, int] = {}
+        for reason in reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+        shard = secrets.randbelow(self._shards)
+        for reason, n in sorted(counts.items()):
+            tx.execute(
+                "INSERT INTO rejection_counts (task_id, stage, reason, shard, count)"
+                " VALUES (:t, :st, :r, :sh, :n) ON CONFLICT (task_id, stage, reason, shard)"
+                " DO UPDATE SET count = rejection_counts.count + :n",
+                {"t": task_id, "st": stage, "r": reason, "sh": shard, "n": n},
+            )
+
+    def count_rejection(self, task_id: bytes, stage: str, reason: str) -> None:
+        """Count one refused report (its own transaction: the refusal stored nothing else)."""
+        self.db.run(
+            "count_rejection", lambda tx: self._count_rejections(tx, task_id, stage, [reason])
+        )
 
     def _is_collected(self, tx: Tx, task_id: bytes, batch_key: bytes) -> bool:
         row = tx.query_one(
@@ -739,6 +848,12 @@ class Datastore:
             final = self._add_outcomes(
                 tx, lease.task_id, vdaf, outcomes, out_shares, check_saturation=None
             )
+            self._count_rejections(
+                tx,
+                lease.task_id,
+                STAGE_AGGREGATION,
+                [r for r in (o.rejection_reason for o in final) if r is not None],
+            )
             failed_in_batch = sum(1 for o in final if o.error is not None)
             if job["batch_id"] is not None and failed_in_batch:
                 self._unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
@@ -802,10 +917,7 @@ class Datastore:
 
         Reports into collected batches (and, with `check_saturation`, beyond that many reports
         in a batch) become failures instead."""
-        final = [
-            ReportOutcome(o.report_id, o.client_time, o.batch_key, o.error, o.out_index)
-            for o in outcomes
-        ]
+        final = [dataclasses.replace(o) for o in outcomes]
         by_key: dict[bytes, list[ReportOutcome]] = {}
         for o in final:
             if o.error is None:
@@ -955,8 +1067,10 @@ class Datastore:
 
         Returns ('created', response), ('same', stored response) for an identical re-send, or
         ('conflict', None) when the id is taken by a different request (DAP-09 §4.5.1.2).
-        Reports seen before in this task become report_replayed, those into collected batches
-        batch_collected, and for fixed_size those beyond `max_batch_size` batch_saturated.
+        Reports seen before in this task become report_replayed, those whose token (`spend`)
+        was spent before invalid_message, those into collected batches batch_collected, and for
+        fixed_size those beyond `max_batch_size` batch_saturated. Tokens are spent and refusals
+        counted in the same transaction.
         """
         request_hash = _hash(request)
 
@@ -1001,18 +1115,18 @@ class Datastore:
                     if o.report_id not in seen
                 ],
             )
-            checked = [
-                ReportOutcome(
-                    o.report_id,
-                    o.client_time,
-                    o.batch_key,
-                    PrepareError.REPORT_REPLAYED
-                    if o.error is None and o.report_id in seen
-                    else o.error,
-                    o.out_index,
-                )
-                for o in outcomes
-            ]
+            checked = [dataclasses.replace(o) for o in outcomes]
+            for o in checked:
+                if o.error is None and o.report_id in seen:
+                    o.error = PrepareError.REPORT_REPLAYED
+                elif (
+                    o.error is None
+                    and o.spend is not None
+                    and not self._spend(tx, task_id, o.report_id, o.spend, now)
+                ):
+                    # A token spent before (in this job or an earlier one, whatever the report
+                    # id): the leader is replaying it, or a client reused it.
+                    o.error, o.reason = PrepareError.INVALID_MESSAGE, REASON_TOKEN_SPENT
             final = self._add_outcomes(
                 tx,
                 task_id,
@@ -1022,6 +1136,12 @@ class Datastore:
                 check_saturation=max_batch_size if batch_id is not None else None,
             )
             response = build_response(final)
+            self._count_rejections(
+                tx,
+                task_id,
+                STAGE_AGGREGATION,
+                [r for r in (o.rejection_reason for o in final) if r is not None],
+            )
             # Times beyond the signed 64-bit range only occur on reports refused as too early;
             # they are clamped so the record of the refusal fits the database.
             for o in final:
@@ -1474,6 +1594,67 @@ class Datastore:
         )
         return int(row["n"]) if row else 0
 
+    def rejection_counts(self, task_id: bytes) -> dict[str, dict[str, int]]:
+        """{stage: {reason: count}} of the task's refused reports."""
+        rows = self.db.run(
+            "rejection_counts",
+            lambda tx: tx.query(
+                "SELECT stage, reason, SUM(count) AS n FROM rejection_counts WHERE task_id = :t"
+                " GROUP BY stage, reason ORDER BY stage, reason",
+                {"t": task_id},
+            ),
+        )
+        out: dict[str, dict[str, int]] = {STAGE_UPLOAD: {}, STAGE_AGGREGATION: {}}
+        for r in rows:
+            out.setdefault(str(r["stage"]), {})[str(r["reason"])] = int(r["n"])
+        return out
+
+    def task_stats(self, task_id: bytes, *, batch_limit: int = 50) -> dict[str, Any]:
+        """Counts for the stats and metrics endpoints, read in one transaction.
+
+        `batches` lists the uncollected batches (newest `batch_limit`) with their aggregated
+        report counts, so progress towards min_batch_size can be watched."""
+
+        def by_state(tx: Tx, table: str, where: str = "") -> dict[str, int]:
+            rows = tx.query(
+                f"SELECT state, COUNT(*) AS n FROM {table} WHERE task_id = :t{where}"
+                " GROUP BY state ORDER BY state",
+                {"t": task_id},
+            )
+            return {str(r["state"]): int(r["n"]) for r in rows}
+
+        def body(tx: Tx) -> dict[str, Any]:
+            reports = tx.query_one(
+                "SELECT COUNT(*) AS n, SUM(CASE WHEN aggregation_started = 0 THEN 1 ELSE 0 END)"
+                " AS waiting FROM client_reports WHERE task_id = :t",
+                {"t": task_id},
+            )
+            batches = tx.query(
+                "SELECT ba.batch_key, SUM(ba.report_count) AS n, MAX(ba.time_max) AS latest"
+                " FROM batch_aggregations ba WHERE ba.task_id = :t AND NOT EXISTS (SELECT 1"
+                " FROM batches b WHERE b.task_id = ba.task_id AND b.batch_key = ba.batch_key"
+                " AND b.collected = 1) GROUP BY ba.batch_key ORDER BY latest DESC, ba.batch_key"
+                " LIMIT :n",
+                {"t": task_id, "n": batch_limit},
+            )
+            collected = tx.query_one(
+                "SELECT COUNT(*) AS n FROM batches WHERE task_id = :t AND collected = 1",
+                {"t": task_id},
+            )
+            return {
+                "reports": {
+                    "received": int(reports["n"]) if reports else 0,
+                    "waiting": int(reports["waiting"] or 0) if reports else 0,
+                },
+                "report_aggregations": by_state(tx, "report_aggregations"),
+                "aggregation_jobs": by_state(tx, "aggregation_jobs"),
+                "collection_jobs": by_state(tx, "collection_jobs"),
+                "batches_collected": int(collected["n"]) if collected else 0,
+                "open_batches": [(bytes(r["batch_key"]), int(r["n"])) for r in batches],
+            }
+
+        return self.db.run("task_stats", body)
+
 
 _TABLES = (
     "client_reports",
@@ -1483,6 +1664,8 @@ _TABLES = (
     "batches",
     "collection_jobs",
     "aggregate_share_jobs",
+    "spent_tokens",
+    "rejection_counts",
 )
 
 

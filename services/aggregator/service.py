@@ -8,7 +8,15 @@ Routes (app.py) only check media types and move bytes.
 Choices where DAP-09 leaves room, all at upload (§4.4.2):
 - the leader decrypts its input share at upload, so a share sealed to an unknown config id gets
   `outdatedConfig`, one that does not decrypt `reportRejected`, and a plaintext that does not
-  parse, carries any extension (none is defined) or has the wrong VDAF length `invalidMessage`;
+  parse, carries an unknown or repeated extension or has the wrong VDAF length
+  `invalidMessage`;
+- sagg's two extensions (`shared.dap.extensions`) are checked in the aggregator's *own* share,
+  at upload by the leader and at aggregation by the helper, each against its own task
+  definition: a task with `recipe_digest` needs a RecipeBinding of that digest and of the
+  task's min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report
+  refused by the helper); a task with `tokens` needs a Privacy Pass token that verifies for
+  the task and the report's time window and was not spent before at this aggregator. A
+  failure is `reportRejected` at upload and `invalid_message` at the helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.
@@ -17,11 +25,14 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
 from __future__ import annotations
 
 import hashlib
+import hmac
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx
 
 from services.aggregator.batches import (
     batch_id_key,
@@ -33,16 +44,21 @@ from services.aggregator.datastore import (
     COLLECTION_DELETED,
     COLLECTION_FAILED,
     COLLECTION_FINISHED,
+    REASON_TOKEN_SPENT,
+    STAGE_UPLOAD,
     Datastore,
     ReportOutcome,
     TaskRecord,
+    TokenSpend,
 )
 from services.aggregator.settings import AggregatorSettings
+from services.aggregator.tokens import Fetch, IssuerKeyCache, IssuerUnavailableError
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
 from services.common.problems import DapProblemError, HttpProblemError
 from shared import hpke
 from shared.codec import DecodeError
+from shared.dap.extensions import decode_extensions, token_challenge, token_window_start
 from shared.dap.hpke_context import (
     aggregate_share_aad,
     aggregate_share_info,
@@ -58,6 +74,7 @@ from shared.dap.messages import (
     AggregationJobResp,
     BatchSelector,
     CollectionReq,
+    Extension,
     FixedSizeQueryType,
     HpkeCiphertext,
     HpkeConfig,
@@ -67,11 +84,13 @@ from shared.dap.messages import (
     PrepareResp,
     QueryType,
     Report,
+    ReportMetadata,
     ReportShare,
     Role,
 )
 from shared.dap.problems import ProblemType
-from shared.dap.task import b64url_decode
+from shared.dap.task import TokenPolicy, b64url_decode
+from shared.privacypass.verify import InvalidTokenError, verify_token
 from shared.vdaf import ping_pong
 from shared.vdaf.field import FieldArray
 from shared.vdaf.prio3 import PrepStatus, Prio3
@@ -104,6 +123,8 @@ class Task:
     leader_endpoint: str
     helper_endpoint: str
     record: TaskRecord
+    recipe_digest: bytes | None = None
+    tokens: TokenPolicy | None = None
 
     @property
     def b64(self) -> str:
@@ -135,7 +156,44 @@ def task_from_record(record: TaskRecord) -> Task:
         leader_endpoint=str(d["leader_endpoint"]),
         helper_endpoint=str(d["helper_endpoint"]),
         record=record,
+        recipe_digest=None
+        if d.get("recipe_digest") is None
+        else b64url_decode(str(d["recipe_digest"]), "recipe_digest"),
+        tokens=None if d.get("tokens") is None else TokenPolicy.model_validate(d["tokens"]),
     )
+
+
+# Rejection reasons of the counters (besides the PrepareError names).
+INVALID = "invalid_message"
+REASON_EXTENSION = "invalid_extension"
+REASON_BINDING_MISSING = "binding_missing"
+REASON_BINDING_MISMATCH = "binding_mismatch"
+REASON_TOKEN_MISSING = "token_missing"
+REASON_TOKEN_INVALID = "token_invalid"
+REASON_TOKEN_EXPIRED = "token_expired"
+
+
+class _RejectedError(Exception):
+    """An upload refusal: the problem to answer and the reason to count."""
+
+    def __init__(self, problem: ProblemType, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.problem, self.detail, self.reason = problem, detail, reason
+
+
+@dataclass(frozen=True)
+class _ShareCheck:
+    """One helper report share after opening: an error (with its counter reason) or the
+    payload and the token to spend."""
+
+    error: PrepareError | None
+    payload: bytes | None = field(default=None, repr=False)
+    reason: str | None = None
+    spend: TokenSpend | None = None
+
+
+def _refuse_fetch(url: str) -> httpx.Response:
+    raise httpx.ConnectError(f"no HTTP client to fetch {url}")
 
 
 @dataclass(frozen=True)
@@ -149,10 +207,25 @@ class Answer:
 class Aggregator:
     """One aggregator process's view of its store, clock and keys."""
 
-    def __init__(self, datastore: Datastore, clock: Clock, settings: AggregatorSettings) -> None:
+    def __init__(
+        self,
+        datastore: Datastore,
+        clock: Clock,
+        settings: AggregatorSettings,
+        *,
+        fetch: Fetch | None = None,
+    ) -> None:
         self.ds = datastore
         self.clock = clock
         self.settings = settings
+        self.issuer_keys = IssuerKeyCache(
+            fetch or _refuse_fetch,
+            clock,
+            default_max_age_s=settings.issuer_directory_default_max_age_s,
+            max_age_cap_s=settings.issuer_directory_max_age_cap_s,
+            min_refetch_s=settings.issuer_refetch_min_s,
+            not_before_skew_s=settings.clock_skew_s,
+        )
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
@@ -254,24 +327,37 @@ class Aggregator:
 
     def upload(self, task_id: str, body: bytes) -> Answer:
         task = self.task(task_id, "leader")
+        try:
+            return self._upload(task, body)
+        except _RejectedError as exc:
+            self.ds.count_rejection(task.id.value, STAGE_UPLOAD, exc.reason)
+            raise DapProblemError(exc.problem, exc.detail, task_id=task.b64) from None
+        except IssuerUnavailableError:
+            # Not the client's fault: 503 tells it to retry, the report is not refused.
+            raise HttpProblemError(
+                503, "the token issuer is unavailable", task_id=task.b64
+            ) from None
 
-        def reject(problem: ProblemType, detail: str) -> DapProblemError:
-            return DapProblemError(problem, detail, task_id=task.b64)
-
+    def _upload(self, task: Task, body: bytes) -> Answer:
+        invalid, rejected = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
         try:
             report = Report.decode(body)
         except DecodeError:
-            raise reject(ProblemType.INVALID_MESSAGE, "malformed Report") from None
+            raise _RejectedError(invalid, "malformed Report", "invalid_message") from None
         metadata = report.report_metadata
         now = self.clock.now()
         if task.task_expiration is not None and metadata.time > task.task_expiration:
-            raise reject(ProblemType.REPORT_REJECTED, "task expired")
+            raise _RejectedError(rejected, "task expired", "task_expired")
         if metadata.time > now + self.settings.clock_skew_s:
-            raise reject(ProblemType.REPORT_TOO_EARLY, "report time is in the future")
+            raise _RejectedError(
+                ProblemType.REPORT_TOO_EARLY, "report time is in the future", "report_too_early"
+            )
         ciphertext = report.leader_encrypted_input_share
         keypair = self.keypair(ciphertext.config_id)
         if keypair is None:
-            raise reject(ProblemType.OUTDATED_CONFIG, "unknown HPKE config id")
+            raise _RejectedError(
+                ProblemType.OUTDATED_CONFIG, "unknown HPKE config id", "hpke_unknown_config_id"
+            )
         try:
             plaintext = hpke.open(
                 keypair,
@@ -281,18 +367,25 @@ class Aggregator:
                 ciphertext.payload,
             )
         except hpke.HpkeError:
-            raise reject(ProblemType.REPORT_REJECTED, "input share does not decrypt") from None
+            raise _RejectedError(
+                rejected, "input share does not decrypt", "hpke_decrypt_error"
+            ) from None
         try:
             share = PlaintextInputShare.decode(plaintext)
         except DecodeError:
-            raise reject(ProblemType.INVALID_MESSAGE, "malformed PlaintextInputShare") from None
-        if share.extensions:
-            raise reject(ProblemType.INVALID_MESSAGE, "unrecognized report extension")
+            raise _RejectedError(invalid, "malformed PlaintextInputShare", INVALID) from None
         if (
             len(share.payload) != task.vdaf.input_share_len(0)
             or len(report.public_share) != task.vdaf.public_share_len()
         ):
-            raise reject(ProblemType.INVALID_MESSAGE, "input or public share has the wrong size")
+            raise _RejectedError(invalid, "input or public share has the wrong size", INVALID)
+        reason, spend = self.check_extensions(
+            task, metadata, share.extensions, now, self.settings.token_upload_grace_s
+        )
+        if reason == REASON_EXTENSION:
+            raise _RejectedError(invalid, "unrecognized or repeated report extension", reason)
+        if reason is not None:
+            raise _RejectedError(rejected, "report binding or token refused", reason)
         batch_key = (
             bucket_key(metadata.time, task.time_precision)
             if task.query_type == QueryType.TIME_INTERVAL
@@ -307,12 +400,61 @@ class Aggregator:
             report.helper_encrypted_input_share.encode(),
             batch_key,
             now,
+            spend,
         )
         if outcome == "replayed":
-            raise reject(ProblemType.REPORT_REJECTED, "report id already seen")
+            raise _RejectedError(rejected, "report id already seen", "report_replayed")
         if outcome == "collected":
-            raise reject(ProblemType.REPORT_REJECTED, "the report's batch was already collected")
+            raise _RejectedError(
+                rejected, "the report's batch was already collected", "batch_collected"
+            )
+        if outcome == "token_spent":
+            raise _RejectedError(rejected, "report binding or token refused", REASON_TOKEN_SPENT)
         return Answer(HTTP_CREATED)
+
+    def check_extensions(
+        self,
+        task: Task,
+        metadata: ReportMetadata,
+        extensions: tuple[Extension, ...],
+        now: int,
+        grace_s: int,
+    ) -> tuple[str | None, TokenSpend | None]:
+        """Check one input share's extensions against this aggregator's task definition.
+
+        (rejection reason, None) or (None, the token to spend, if the task takes tokens). The
+        spend itself is the datastore's, in the transaction that accepts the report. Raises
+        `IssuerUnavailableError` when no issuer keys can be had."""
+        parsed = decode_extensions(extensions)
+        if not parsed.ok:
+            return REASON_EXTENSION, None
+        if task.recipe_digest is not None:
+            binding = parsed.binding
+            if binding is None:
+                return REASON_BINDING_MISSING, None
+            if (
+                not hmac.compare_digest(binding.recipe_digest, task.recipe_digest)
+                or binding.min_batch_size != task.min_batch_size
+            ):
+                return REASON_BINDING_MISMATCH, None
+        policy = task.tokens
+        if policy is None:
+            return None, None
+        token = parsed.token
+        if token is None:
+            return REASON_TOKEN_MISSING, None
+        window_end = token_window_start(metadata.time, policy.window_seconds) + (
+            policy.window_seconds
+        )
+        if now > window_end + grace_s:
+            return REASON_TOKEN_EXPIRED, None
+        challenge = token_challenge(task.id, metadata.time, policy)
+        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id)
+        try:
+            verify_token(token, keys, challenge.digest())
+        except InvalidTokenError:
+            return REASON_TOKEN_INVALID, None
+        return None, TokenSpend(token.token_key_id, challenge.redemption_context, token.nonce)
 
     # --- helper aggregation (DAP-09 §4.5.1.2-§4.5.2) ------------------------------------------
 
@@ -354,14 +496,25 @@ class Aggregator:
         now = self.clock.now()
         vdaf = task.vdaf
         errors: list[PrepareError | None] = []
+        reasons: list[str | None] = []
+        spends: list[TokenSpend | None] = []
         candidates: list[int] = []
         nonces: list[bytes] = []
         public_shares: list[bytes] = []
         input_shares: list[bytes] = []
         inbound: list[bytes] = []
         for i, prep_init in enumerate(request.prepare_inits):
-            error, payload = self._open_helper_share(task, prep_init.report_share, now)
+            try:
+                check = self._open_helper_share(task, prep_init.report_share, now)
+            except IssuerUnavailableError:
+                # Nothing is stored yet: the leader retries the whole job on a 5xx.
+                raise HttpProblemError(
+                    503, "the token issuer is unavailable", task_id=task.b64
+                ) from None
+            error, payload = check.error, check.payload
             errors.append(error)
+            reasons.append(check.reason)
+            spends.append(check.spend)
             if error is None and payload is not None:
                 candidates.append(i)
                 nonces.append(prep_init.report_share.report_metadata.report_id.value)
@@ -397,7 +550,13 @@ class Aggregator:
             )
             outcomes.append(
                 ReportOutcome(
-                    metadata.report_id.value, metadata.time, key, errors[i], out_index.get(i)
+                    metadata.report_id.value,
+                    metadata.time,
+                    key,
+                    errors[i],
+                    out_index.get(i),
+                    spend=spends[i],
+                    reason=reasons[i],
                 )
             )
 
@@ -427,15 +586,14 @@ class Aggregator:
             raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
         return Answer(HTTP_CREATED, response)
 
-    def _open_helper_share(
-        self, task: Task, report_share: ReportShare, now: int
-    ) -> tuple[PrepareError | None, bytes | None]:
-        """Decrypt and validate one report share (DAP-09 §4.5.1.3-§4.5.1.4, in order)."""
+    def _open_helper_share(self, task: Task, report_share: ReportShare, now: int) -> _ShareCheck:
+        """Decrypt and validate one report share (DAP-09 §4.5.1.3-§4.5.1.4, in order), then
+        sagg's extensions in the helper's own share (module docstring)."""
         metadata = report_share.report_metadata
         ciphertext = report_share.encrypted_input_share
         keypair = self.keypair(ciphertext.config_id)
         if keypair is None:
-            return PrepareError.HPKE_UNKNOWN_CONFIG_ID, None
+            return _ShareCheck(PrepareError.HPKE_UNKNOWN_CONFIG_ID)
         try:
             plaintext = hpke.open(
                 keypair,
@@ -445,19 +603,21 @@ class Aggregator:
                 ciphertext.payload,
             )
         except hpke.HpkeError:
-            return PrepareError.HPKE_DECRYPT_ERROR, None
+            return _ShareCheck(PrepareError.HPKE_DECRYPT_ERROR)
         try:
             share = PlaintextInputShare.decode(plaintext)
         except DecodeError:
-            return PrepareError.INVALID_MESSAGE, None
+            return _ShareCheck(PrepareError.INVALID_MESSAGE)
         if metadata.time > now + self.settings.clock_skew_s:
-            return PrepareError.REPORT_TOO_EARLY, None
+            return _ShareCheck(PrepareError.REPORT_TOO_EARLY)
         if task.task_expiration is not None and metadata.time > task.task_expiration:
-            return PrepareError.TASK_EXPIRED, None
-        if share.extensions:
-            # No extension type is defined in DAP-09, so any one is unrecognized.
-            return PrepareError.INVALID_MESSAGE, None
-        return None, share.payload
+            return _ShareCheck(PrepareError.TASK_EXPIRED)
+        reason, spend = self.check_extensions(
+            task, metadata, share.extensions, now, self.settings.token_aggregation_grace_s
+        )
+        if reason is not None:
+            return _ShareCheck(PrepareError.INVALID_MESSAGE, reason=reason)
+        return _ShareCheck(None, share.payload, spend=spend)
 
     def helper_continue(
         self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes

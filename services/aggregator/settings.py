@@ -45,3 +45,15 @@ class AggregatorSettings(BaseSettings):
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)
     pg_pool_size: int = Field(default=8, ge=1)
+
+    # --- Privacy Pass tokens of tasks with a token policy ---
+    #: A token's window (of the report's time) must have ended no longer ago than this: at
+    #: upload (leader) and, more leniently since aggregation runs later, at the helper.
+    token_upload_grace_s: int = Field(default=3600, ge=0)
+    token_aggregation_grace_s: int = Field(default=2 * 86400, ge=0)
+    #: Issuer directory caching: max-age when the issuer sends none, the cap on any max-age,
+    #: and the least time between two refetches caused by unknown token key ids.
+    issuer_directory_default_max_age_s: int = Field(default=300, ge=0)
+    issuer_directory_max_age_cap_s: int = Field(default=86400, ge=0)
+    issuer_refetch_min_s: int = Field(default=30, ge=0)
+    issuer_timeout_s: float = Field(default=10.0, gt=0)
