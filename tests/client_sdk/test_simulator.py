@@ -1,0 +1,86 @@
+"""The simulator drives real SDK devices: every sampled device uploads one sealed report."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import pytest
+
+from client_sdk.cli import main
+from client_sdk.datagen import GENERATORS, generate_events
+from client_sdk.device import DeviceConfig
+from client_sdk.sampling import DonationSchedule
+from client_sdk.simulator import Simulator
+from services.token_issuer.devices import SimulatedDevice
+from shared.recipe.model import RecipeDraft
+from tests.client_sdk.harness import RECIPES, World, draft, policy
+from tests.recipe.helpers import complete, example_recipe
+
+
+def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.publish(sampling_rate=0.5, min_batch_size=2000)
+    out = io.StringIO()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(4, 300),
+    )
+    simulator = Simulator(
+        config,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        concurrency=8,
+        clock=world.clock.now,
+        progress=out,
+    )
+    summary = simulator.run("emoji.daily", 60, "emoji")
+    assert summary.sampled + summary.not_sampled == 60
+    assert 10 < summary.sampled < 50  # q = 0.5
+    assert summary.uploaded == summary.sampled == len(world.leader.uploads)
+    assert not summary.failed and not summary.refused
+    assert "uploading" in out.getvalue()
+    times = {r.report_metadata.time for r in world.leader.uploads}
+    assert len(times) >= 1
+
+
+def test_simulator_reports_refusals(tmp_path: Path) -> None:
+    world = World(tmp_path, tokens=False)
+    world.publish()
+    strict = policy().model_copy(
+        update={
+            "query_classes": (
+                policy().query_classes[0].model_copy(update={"max_local_epsilon": 1.0}),
+            )
+        }
+    )
+    config = DeviceConfig(
+        recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key, use_tokens=False
+    )
+    summary = Simulator(
+        config, policy=strict, http=world.http, clock=world.clock.now, progress=None
+    ).run("emoji.daily", 10, "emoji")
+    assert sum(summary.refused.values()) == 10 and summary.uploaded == 0
+    assert "local epsilon 2 exceeds 1" in next(iter(summary.refused))
+
+
+def test_generators_fill_the_recipe_fields() -> None:
+    rng = random.Random(3)
+    ngram = example_recipe()
+    for kind in GENERATORS:
+        events = generate_events(kind, ngram, rng, 10_000, events=5)
+        assert len(events) == 5
+        for record, t in events:
+            assert set(record) == {"age", "typed_ngrams"} and t <= 10_000
+            assert isinstance(record["typed_ngrams"], list) and len(record["typed_ngrams"]) >= 3
+    emoji = complete(RecipeDraft.model_validate(draft()))
+    values = [generate_events("emoji", emoji, rng, 0, 1)[0][0]["emoji"] for _ in range(300)]
+    # Zipf: the first category is the most common.
+    assert max(set(values), key=values.count) == "smile"
+
+
+def test_cli_requires_a_recipe() -> None:
+    with pytest.raises(SystemExit):
+        main(["devices", "run"])  # --recipe is required
