@@ -97,6 +97,7 @@ def measure(case: str, devices: int) -> float:
 
 
 def run(devices: int = 400) -> list[Result]:
+    measure("one_hot d=9", 20)  # warm-up: numba compiles the field kernels once per process
     return [
         Result("devices", case, "device reports/s", measure(case, devices), "reports/s")
         for case in CASES

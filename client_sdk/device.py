@@ -64,7 +64,6 @@ from shared.dap.task import TokenPolicy
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
-from shared.recipe.signing import recipe_bytes
 
 __all__ = ["Device", "DeviceConfig", "Outcome", "PendingUpload", "Plan"]
 
@@ -320,6 +319,16 @@ class Device:
             self._parsed[key] = found
         return found
 
+    def _binding(self, recipe_id: str, version: int) -> RecipeBinding:
+        # The digest of the canonical bytes the device verified and stored (not a re-encoding).
+        with self.db.lock:
+            row = self.db.conn.execute(
+                "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?",
+                (recipe_id, version),
+            ).fetchone()
+        recipe = self.recipe(recipe_id, version)
+        return RecipeBinding(recipe_digest(bytes(row[0])), recipe.min_batch_size)
+
     def token_policy(self, recipe: Recipe) -> TokenPolicy:
         return token_policy_for_issuer(recipe.token_issuer.url, self.config.token_window_seconds)
 
@@ -381,9 +390,7 @@ class Device:
     def report_input(self, item: PendingUpload, now: int) -> tuple[ReportInput, Token | None]:
         """The report's measurement, time and extensions; takes (marks used) a token."""
         recipe = self.recipe(item.recipe_id, item.version)
-        binding = None
-        if self.config.bind_recipe:
-            binding = RecipeBinding(recipe_digest(recipe_bytes(recipe)), recipe.min_batch_size)
+        binding = self._binding(item.recipe_id, item.version) if self.config.bind_recipe else None
         token: Token | None = None
         if item.token is not None:
             token = Token.decode(item.token)
