@@ -1,12 +1,22 @@
 """`sagg`: the command line (argparse, one subcommand per task).
 
     sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--demo]
-    sagg serve aggregator|collector
+    sagg serve aggregator|collector|token-issuer|recipe-server [--host H --port P
+                                                                --database-url U]
+    sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
+                            --recipe-server U]
     sagg task create --vdaf JSON [--query-type ...] ... [--leader U --helper U --collector U]
     sagg task create --config FILE
     sagg upload --task-file FILE (--measurements JSON | --random N [--seed S]) [--time T]
     sagg collect --task ID (--interval-start S --interval-duration D | --batch-id B |
                             --current-batch) [--format table|json|csv] [--wait SECONDS]
+    sagg privacy amplification --eps0 E --n N --delta D [--deletion] [--analysis A] [--json]
+    sagg privacy batch-size --eps0 E --eps X --delta D [--deletion] [--analysis A] [--json]
+    sagg privacy sampling --eps X --q Q [--delta D] [--json]
+    sagg privacy gaussian-sigma --eps X --delta D --sensitivity S [--aggregators K] [--json]
+    sagg recipe publish FILE [--recipe-server U]      (a RecipeDraft as JSON or TOML)
+    sagg recipe list [--recipe-server U] [--json]
+    sagg interop aggregator|collector|client --port P      (services/interop)
 
 Every failure is one line on stderr (`sagg: ...`) and a non-zero exit status; no tracebacks.
 """
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import runpy
@@ -23,15 +34,24 @@ import tomllib
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import httpx
 from pydantic import ValidationError
 
+from deploy import privacy
 from deploy.collect import CollectError, format_result, request_collection, wait_for_collection
-from deploy.config import DEFAULT_DATA_DIR, Deployment, DeploymentError, load_deployment
+from deploy.config import (
+    DEFAULT_DATA_DIR,
+    Deployment,
+    DeploymentError,
+    load_deployment,
+    write_deployment,
+)
 from deploy.demo import run_demo
-from deploy.launcher import Cluster, LaunchError, UpOptions, wait_for_shutdown
+from deploy.keys import KeysError, ensure_keys
+from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
+from deploy.recipes import RecipeError, format_listing, list_recipes, load_draft, publish_recipe
 from deploy.tasks import ProvisionError, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
@@ -40,6 +60,8 @@ from deploy.upload import (
     random_measurements,
     upload_reports,
 )
+from services.interop.cli import add_interop_parser
+from shared.dp.amplification import Analysis
 
 __all__ = ["main"]
 
@@ -252,19 +274,55 @@ def cmd_upload(args: argparse.Namespace) -> int:
 # --- sagg serve / sagg up ---------------------------------------------------------------------
 
 
+#: `sagg serve` name -> (module, settings prefix).
+SERVE_MODULES = {
+    "aggregator": ("services.aggregator", "SAGG_AGGREGATOR_"),
+    "collector": ("services.collector", "SAGG_COLLECTOR_"),
+    "token-issuer": ("services.token_issuer", "SAGG_TOKEN_ISSUER_"),
+    "recipe-server": ("services.recipe_server", "SAGG_RECIPE_SERVER_"),
+}
+#: Secrets may come from files (Docker/compose secrets): `<NAME>_FILE` sets `<NAME>` to the
+#: file's content. Only names ending so: `SIGNING_KEY_FILE` is a setting of its own.
+SECRET_FILE_SUFFIXES = ("_TOKEN_FILE", "_SECRET_FILE")
+
+
+def secrets_from_files(environ: dict[str, str], prefix: str) -> dict[str, str]:
+    """The `<prefix>..._TOKEN_FILE`/`_SECRET_FILE` variables of `environ`, resolved."""
+    resolved: dict[str, str] = {}
+    for name, path in environ.items():
+        if not (name.startswith(prefix) and name.endswith(SECRET_FILE_SUFFIXES)):
+            continue
+        target = name.removesuffix("_FILE")
+        if target in environ:
+            raise CliError(f"set {target} or {name}, not both")
+        try:
+            value = Path(path).read_text().strip()
+        except OSError as exc:
+            raise CliError(f"{name}: cannot read {path}: {exc.strerror}") from None
+        if not value:
+            raise CliError(f"{name}: {path} is empty")
+        resolved[target] = value
+    return resolved
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run one service in the foreground, configured by its SAGG_<SERVICE>_* environment."""
-    prefix = "SAGG_AGGREGATOR_" if args.service == "aggregator" else "SAGG_COLLECTOR_"
+    module, prefix = SERVE_MODULES[args.service]
+    os.environ.update(secrets_from_files(dict(os.environ), prefix))
+    database_var = (
+        # The joint token issuer has two stores; --database-url names the issuer's.
+        "ISSUER_DATABASE_URL" if args.service == "token-issuer" else "DATABASE_URL"
+    )
     for flag, name in (
         (args.host, "HOST"),
         (args.port, "PORT"),
-        (args.database_url, "DATABASE_URL"),
+        (args.database_url, database_var),
     ):
         if flag is not None:
             os.environ[prefix + name] = str(flag)
-    sys.argv = [f"services.{args.service}"]
+    sys.argv = [module]
     try:
-        runpy.run_module(f"services.{args.service}", run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
@@ -279,6 +337,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         leader_port=args.leader_port,
         helper_port=args.helper_port,
         collector_port=args.collector_port,
+        token_issuer_port=args.token_issuer_port,
+        recipe_server_port=args.recipe_server_port,
         store=args.store,
         postgres_url=args.postgres_url,
         startup_timeout=args.startup_timeout,
@@ -286,13 +346,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = Cluster(options)
     deployment = cluster.start()
     try:
-        print(f"leader     {deployment.leader}")
-        print(f"helper     {deployment.helper}")
-        print(f"collector  {deployment.collector}")
-        print(f"deployment {cluster.deployment_path} (admin token inside; mode 0600)")
-        print(f"logs       {cluster.data_dir / 'logs'}")
+        print(f"leader         {deployment.leader}")
+        print(f"helper         {deployment.helper}")
+        print(f"collector      {deployment.collector}")
+        print(f"token-issuer   {deployment.token_issuer}")
+        print(f"recipe-server  {deployment.recipe_server}")
+        print(f"recipe key     {deployment.recipe_server_public_key}")
+        print(f"deployment     {cluster.deployment_path} (tokens inside; mode 0600)")
+        print(f"logs           {cluster.data_dir / 'logs'}")
         if args.demo:
-            print(run_demo(deployment, args.demo_reports))
+            print(run_demo(deployment, args.demo_reports), flush=True)
         if args.exit_after_demo:
             return 0
         print("running; Ctrl-C to stop", flush=True)
@@ -303,6 +366,136 @@ def cmd_up(args: argparse.Namespace) -> int:
         cluster.stop()
 
 
+# --- sagg keys init ---------------------------------------------------------------------------
+
+
+def cmd_keys_init(args: argparse.Namespace) -> int:
+    """Create a deployment's tokens and keys in a directory (the compose `init` service).
+
+    With the service URLs, also write `deployment.json` there, so that `sagg --deployment
+    <dir>/deployment.json recipe publish ...` and device simulators find everything.
+    """
+    directory = Path(args.dir)
+    try:
+        keys = ensure_keys(directory)
+    except (OSError, KeysError) as exc:
+        raise CliError(f"keys in {directory}: {exc}") from None
+    written = ["admin_token", "analyst_token", "recipe-server.key", "manufacturer-ca.pem"]
+    written.append("manufacturer-ca.key")
+    urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
+    if any(urls.values()):
+        missing = [r for r, u in urls.items() if not u]
+        if missing:
+            raise CliError(f"deployment.json needs every URL; missing --{', --'.join(missing)}")
+        deployment = Deployment(
+            leader=urls["leader"],
+            helper=urls["helper"],
+            collector=urls["collector"],
+            token_issuer=urls["token-issuer"],
+            recipe_server=urls["recipe-server"],
+            admin_token=keys.admin_token,
+            analyst_token=keys.analyst_token,
+            recipe_server_public_key=keys.recipe_public_key,
+            recipe_server_key_id=keys.recipe_key_id,
+            manufacturer_ca_cert=str(keys.ca_cert_file),
+            manufacturer_ca_key=str(keys.ca_key_file),
+            data_dir=str(directory),
+        )
+        write_deployment(directory / "deployment.json", deployment)
+        written.append("deployment.json")
+    print(f"{directory}: {', '.join(written)} (secrets mode 0600)")
+    print(f"recipe server public key {keys.recipe_public_key}")
+    return 0
+
+
+# --- sagg privacy -----------------------------------------------------------------------------
+
+
+def cmd_privacy(args: argparse.Namespace) -> int:
+    try:
+        if args.privacy_command == "amplification":
+            answer = privacy.amplification(
+                args.eps0, args.n, args.delta, deletion=args.deletion, analysis=args.analysis
+            )
+        elif args.privacy_command == "batch-size":
+            answer = privacy.batch_size(
+                args.eps0, args.eps, args.delta, deletion=args.deletion, analysis=args.analysis
+            )
+        elif args.privacy_command == "sampling":
+            answer = privacy.sampling(args.eps, args.q, args.delta)
+        else:
+            answer = privacy.gaussian_sigma(
+                args.eps, args.delta, args.sensitivity, args.aggregators
+            )
+    except (ValueError, OverflowError, ArithmeticError) as exc:
+        raise CliError(f"privacy {args.privacy_command}: {exc}") from None
+    print(json.dumps(answer.document) if args.json else answer.text())
+    return 0
+
+
+def _finite(low: float, high: float, *, low_open: bool, high_open: bool, what: str) -> Any:
+    """An argparse type: a finite float in the interval; the message names the interval."""
+    left, right = "(" if low_open else "[", ")" if high_open else "]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        too_low = value <= low if low_open else value < low
+        too_high = value >= high if high_open else value > high
+        if math.isnan(value) or too_low or too_high:
+            bound = f"{left}{low:g}, {high:g}{right}"
+            raise argparse.ArgumentTypeError(f"{what} must be in {bound}: {text!r}")
+        return value
+
+    return parse
+
+
+_POSITIVE = _finite(0.0, float("inf"), low_open=True, high_open=True, what="value")
+_PROBABILITY = _finite(0.0, 1.0, low_open=True, high_open=True, what="delta")
+_RATE = _finite(0.0, 1.0, low_open=True, high_open=False, what="q")
+_DELTA_OR_ZERO = _finite(0.0, 1.0, low_open=False, high_open=True, what="delta")
+
+
+# --- sagg recipe ------------------------------------------------------------------------------
+
+
+def _recipe_server(args: argparse.Namespace, deployment: Deployment | None) -> str:
+    url = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
+    if url is None:
+        raise CliError("no recipe server URL: pass --recipe-server or run `sagg up` first")
+    return url
+
+
+def cmd_recipe_publish(args: argparse.Namespace) -> int:
+    deployment = _deployment(args)
+    server = _recipe_server(args, deployment)
+    token = os.environ.get("SAGG_ANALYST_TOKEN") or (
+        deployment.analyst_token if deployment else None
+    )
+    if not token:
+        raise CliError("no analyst token: set SAGG_ANALYST_TOKEN or run `sagg up` first")
+    draft = load_draft(args.file)
+    # Verify the answer against the key the deployment pins, unless the server was overridden.
+    pinned = None
+    if (
+        deployment is not None
+        and deployment.recipe_server is not None
+        and server.rstrip("/") == deployment.recipe_server.rstrip("/")
+    ):
+        pinned = deployment.recipe_server_public_key
+    summary = publish_recipe(server, token, draft, public_key=pinned)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_recipe_list(args: argparse.Namespace) -> int:
+    listing = list_recipes(_recipe_server(args, _deployment(args)))
+    print(json.dumps(listing, indent=2) if args.json else format_listing(listing))
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -311,12 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deployment", help="deployment file (default .data/deployment.json)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    up = sub.add_parser("up", help="start leader, helper and collector locally")
+    up = sub.add_parser(
+        "up", help="start leader, helper, collector, token issuer and recipe server locally"
+    )
     up.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--leader-port", type=int, default=8081)
-    up.add_argument("--helper-port", type=int, default=8082)
-    up.add_argument("--collector-port", type=int, default=8083)
+    for name, port in DEFAULT_PORTS.items():
+        up.add_argument(f"--{name}-port", type=int, default=port)
     up.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
     up.add_argument("--startup-timeout", type=_seconds, default=60.0)
@@ -328,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
 
     serve = sub.add_parser("serve", help="run one service in the foreground")
-    serve.add_argument("service", choices=("aggregator", "collector"))
+    serve.add_argument("service", choices=tuple(SERVE_MODULES))
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--database-url")
@@ -372,6 +566,57 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--format", choices=("table", "json", "csv"), default="table")
     collect.add_argument("--wait", type=_seconds, default=60.0, help="seconds to wait for it")
     collect.set_defaults(func=cmd_collect)
+
+    keys = sub.add_parser("keys", help="deployment secrets and keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, parser_class=_Parser)
+    init = keys_sub.add_parser("init", help="create tokens, recipe key and manufacturer CA")
+    init.add_argument("--dir", required=True, help="directory to keep them in")
+    for name in DEFAULT_PORTS:
+        init.add_argument(f"--{name}", metavar="URL", help=f"{name} URL for deployment.json")
+    init.set_defaults(func=cmd_keys_init)
+
+    priv = sub.add_parser("privacy", help="privacy accounting (shared.dp)")
+    priv_sub = priv.add_subparsers(dest="privacy_command", required=True, parser_class=_Parser)
+    analyses = get_args(Analysis)
+    amp = priv_sub.add_parser("amplification", help="(eps, delta) of n aggregated eps0-LDP reports")
+    amp.add_argument("--eps0", type=_POSITIVE, required=True, help="local epsilon per report")
+    amp.add_argument("--n", type=_positive, required=True, help="number of reports")
+    amp.add_argument("--delta", type=_PROBABILITY, required=True)
+    bsz = priv_sub.add_parser("batch-size", help="smallest batch for an aggregate (eps, delta)")
+    bsz.add_argument("--eps0", type=_POSITIVE, required=True, help="local epsilon per report")
+    bsz.add_argument("--eps", type=_POSITIVE, required=True, help="aggregate epsilon")
+    bsz.add_argument("--delta", type=_PROBABILITY, required=True)
+    for command in (amp, bsz):
+        command.add_argument(
+            "--deletion", action="store_true", help="eps0 is a deletion-model bound"
+        )
+        command.add_argument("--analysis", choices=analyses, default="stronger_clones")
+    smp = priv_sub.add_parser("sampling", help="amplification by Poisson sampling at rate q")
+    smp.add_argument("--eps", type=_POSITIVE, required=True)
+    smp.add_argument("--q", type=_RATE, required=True, help="sampling rate in (0, 1]")
+    smp.add_argument("--delta", type=_DELTA_OR_ZERO, default=0.0)
+    gss = priv_sub.add_parser("gaussian-sigma", help="noise sigma of the analytic Gaussian")
+    gss.add_argument("--eps", type=_POSITIVE, required=True)
+    gss.add_argument("--delta", type=_PROBABILITY, required=True)
+    gss.add_argument("--sensitivity", type=_POSITIVE, required=True, help="L2 sensitivity")
+    gss.add_argument("--aggregators", type=_positive, default=1, help="honest aggregators")
+    for command in (amp, bsz, smp, gss):
+        command.add_argument("--json", action="store_true", help="one JSON object")
+        command.set_defaults(func=cmd_privacy)
+
+    recipe = sub.add_parser("recipe", help="publish and list recipes")
+    recipe_sub = recipe.add_subparsers(dest="recipe_command", required=True, parser_class=_Parser)
+    publish = recipe_sub.add_parser("publish", help="publish a RecipeDraft (JSON or TOML)")
+    publish.add_argument("file")
+    publish.add_argument("--recipe-server", metavar="URL")
+    publish.set_defaults(func=cmd_recipe_publish)
+    listing = recipe_sub.add_parser("list", help="the recipes in the server's log")
+    listing.add_argument("--recipe-server", metavar="URL")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_recipe_list)
+
+    # Owned by services/interop: the DAP interop test API roles (`sagg interop ROLE --port P`).
+    add_interop_parser(sub)
     return parser
 
 
@@ -387,7 +632,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (CliError, CollectError, ProvisionError, UploadError, LaunchError) as exc:
+    except (
+        CliError,
+        CollectError,
+        ProvisionError,
+        UploadError,
+        LaunchError,
+        RecipeError,
+        KeysError,
+    ) as exc:
         print(f"sagg: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print("sagg: interrupted", file=sys.stderr)

@@ -1,10 +1,11 @@
-"""Where the CLI finds its deployment: URLs and the admin token.
+"""Where the CLI finds its deployment: URLs, tokens and the recipe server's public key.
 
 `sagg up` writes `<data dir>/deployment.json` (mode 0600: it holds the admin token); every
 other command reads it, so that they work without flags after `sagg up`. Precedence for each
-value: command-line flag, then environment (`SAGG_ADMIN_TOKEN`, `SAGG_LEADER_URL`,
-`SAGG_HELPER_URL`, `SAGG_COLLECTOR_URL`), then the deployment file (`--deployment`,
-`SAGG_DEPLOYMENT`, or `.data/deployment.json` in the working directory).
+value: command-line flag, then environment (`SAGG_ADMIN_TOKEN`, `SAGG_ANALYST_TOKEN`,
+`SAGG_LEADER_URL`, `SAGG_HELPER_URL`, `SAGG_COLLECTOR_URL`, `SAGG_RECIPE_SERVER_URL`), then the
+deployment file (`--deployment`, `SAGG_DEPLOYMENT`, or `.data/deployment.json` in the working
+directory).
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ class Deployment(BaseModel):
     admin_token: str = Field(min_length=16, repr=False)
     data_dir: str | None = None
     store: str = "sqlite"
+    # Optional, so that deployment files of the three-service `sagg up` still load.
+    token_issuer: str | None = None
+    recipe_server: str | None = None
+    analyst_token: str | None = Field(default=None, min_length=16, repr=False)
+    #: The recipe server's Ed25519 public key (raw, unpadded base64url) and its key id: what a
+    #: device pins to verify recipes and tree heads.
+    recipe_server_public_key: str | None = None
+    recipe_server_key_id: str | None = None
+    #: The simulated manufacturer CA the attester trusts, and its key (device simulators).
+    manufacturer_ca_cert: str | None = None
+    manufacturer_ca_key: str | None = None
 
 
 def deployment_path(explicit: str | None = None) -> Path:

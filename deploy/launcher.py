@@ -1,18 +1,19 @@
-"""`sagg up`: leader, helper and collector as three separate local processes.
+"""`sagg up`: the whole topology as five separate local processes.
 
-Each service is `python -m services.aggregator` or `python -m services.collector`, configured
-only through its `SAGG_AGGREGATOR_*` / `SAGG_COLLECTOR_*` environment, with its own store: one
-SQLite file each under the data dir, or one PostgreSQL database each (the leader and helper
-never share a store, as two real aggregators would not). Logs go to `<data dir>/logs/`.
-Once every `/healthz` answers, the URLs and admin token are written to
-`<data dir>/deployment.json` for the other CLI commands.
+leader and helper (`python -m services.aggregator`), collector, token-issuer (joint model:
+attester and issuer in one process, each with its own store) and recipe-server, each
+configured only through its `SAGG_<SERVICE>_*` environment (`service_env` below; the compose
+file sets the same names), with its own store: SQLite files under the data dir, or one
+PostgreSQL database per store (the leader and helper never share one, as two real aggregators
+would not). Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
+`<data dir>/logs/`. Once every `/healthz` answers, URLs, tokens and the recipe server's public
+key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -29,26 +30,70 @@ import psycopg
 from psycopg import sql
 
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
+from deploy.keys import DeploymentKeys, KeysError, ensure_keys
 
-__all__ = ["Cluster", "LaunchError", "UpOptions", "free_port", "postgres_database_urls"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "MODULES",
+    "SERVICES",
+    "STORES",
+    "Cluster",
+    "LaunchError",
+    "UpOptions",
+    "free_port",
+    "postgres_database_urls",
+    "service_env",
+]
 
 
 class LaunchError(Exception):
     """A service did not start; the message is one line."""
 
 
+#: Service names, in start order; also the compose file's service names.
+SERVICES = ("leader", "helper", "collector", "token-issuer", "recipe-server")
+#: One store each; the joint token issuer keeps attester and issuer state apart (RFC 9576 §4.2).
+STORES = ("leader", "helper", "collector", "recipe_server", "token_issuer", "token_attester")
+DEFAULT_PORTS = {
+    "leader": 8081,
+    "helper": 8082,
+    "collector": 8083,
+    "token-issuer": 8084,
+    "recipe-server": 8086,
+}
+#: Service -> (module run with `python -m`, environment prefix of its settings).
+MODULES = {
+    "leader": ("services.aggregator", "SAGG_AGGREGATOR_"),
+    "helper": ("services.aggregator", "SAGG_AGGREGATOR_"),
+    "collector": ("services.collector", "SAGG_COLLECTOR_"),
+    "token-issuer": ("services.token_issuer", "SAGG_TOKEN_ISSUER_"),
+    "recipe-server": ("services.recipe_server", "SAGG_RECIPE_SERVER_"),
+}
+
+
 @dataclass(frozen=True)
 class UpOptions:
     data_dir: Path
     host: str = "127.0.0.1"
-    leader_port: int = 8081
-    helper_port: int = 8082
-    collector_port: int = 8083
+    leader_port: int = DEFAULT_PORTS["leader"]
+    helper_port: int = DEFAULT_PORTS["helper"]
+    collector_port: int = DEFAULT_PORTS["collector"]
+    token_issuer_port: int = DEFAULT_PORTS["token-issuer"]
+    recipe_server_port: int = DEFAULT_PORTS["recipe-server"]
     store: str = "sqlite"
     postgres_url: str | None = None
     startup_timeout: float = 60.0
     #: Extra environment for every service (tests use it to speed up the drivers).
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def ports(self) -> dict[str, int]:
+        return {
+            "leader": self.leader_port,
+            "helper": self.helper_port,
+            "collector": self.collector_port,
+            "token-issuer": self.token_issuer_port,
+            "recipe-server": self.recipe_server_port,
+        }
 
 
 @dataclass
@@ -70,7 +115,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def postgres_database_urls(base_url: str) -> dict[str, str]:
-    """One database per service, named after the base URL's database: `<db>_leader`, ...
+    """One database per store, named after the base URL's database: `<db>_leader`, ...
 
     Creates those that do not exist yet, through the server's `postgres` database.
     """
@@ -78,10 +123,7 @@ def postgres_database_urls(base_url: str) -> dict[str, str]:
     if parts.scheme not in ("postgresql", "postgres"):
         raise LaunchError("--postgres-url must be a postgresql:// URL")
     base_name = parts.path.lstrip("/") or "sagg"
-    urls = {
-        role: urlunsplit(parts._replace(path=f"/{base_name}_{role}"))
-        for role in ("leader", "helper", "collector")
-    }
+    urls = {role: urlunsplit(parts._replace(path=f"/{base_name}_{role}")) for role in STORES}
     admin_url = urlunsplit(parts._replace(path="/postgres"))
     try:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
@@ -98,24 +140,73 @@ def postgres_database_urls(base_url: str) -> dict[str, str]:
     return urls
 
 
-def _existing_token(path: Path) -> str | None:
+def _existing_tokens(path: Path) -> tuple[str | None, str | None]:
+    """Admin and analyst token of an earlier deployment file, if any."""
     try:
-        token = json.loads(path.read_text()).get("admin_token")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return token if isinstance(token, str) and len(token) >= 16 else None
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    found = [doc.get(name) for name in ("admin_token", "analyst_token")]
+    admin, analyst = (t if isinstance(t, str) and len(t) >= 16 else None for t in found)
+    return admin, analyst
+
+
+def service_env(
+    name: str,
+    *,
+    host: str,
+    port: int,
+    databases: dict[str, str],
+    keys: DeploymentKeys,
+    urls: dict[str, str],
+) -> dict[str, str]:
+    """The `SAGG_*` environment of one service (secrets included: it goes to that process only)."""
+    common = {"HOST": host, "PORT": str(port)}
+    if name in ("leader", "helper"):
+        env = {
+            **common,
+            "DATABASE_URL": databases[name],
+            "ADMIN_TOKEN": keys.admin_token,
+        }
+    elif name == "collector":
+        env = {**common, "DATABASE_URL": databases["collector"], "ADMIN_TOKEN": keys.admin_token}
+    elif name == "token-issuer":
+        env = {
+            **common,
+            "ROLE": "joint",
+            "ISSUER_DATABASE_URL": databases["token_issuer"],
+            "ATTESTER_DATABASE_URL": databases["token_attester"],
+            # pydantic-settings reads a list from the environment as JSON.
+            "MANUFACTURER_CA_FILES": json.dumps([str(keys.ca_cert_file)]),
+        }
+    elif name == "recipe-server":
+        env = {
+            **common,
+            "DATABASE_URL": databases["recipe_server"],
+            "SIGNING_KEY_FILE": str(keys.recipe_key_file),
+            "ANALYST_TOKEN": keys.analyst_token,
+            "ADMIN_TOKEN": keys.admin_token,
+            "LEADER_URL": urls["leader"],
+            "HELPER_URL": urls["helper"],
+            "COLLECTOR_URL": urls["collector"],
+            "TOKEN_ISSUER_URL": urls["token-issuer"],
+        }
+    else:
+        raise LaunchError(f"unknown service {name!r}")
+    prefix = MODULES[name][1]
+    return {prefix + key: value for key, value in env.items()}
 
 
 class Cluster:
-    """Starts, health-checks and stops the three processes."""
+    """Starts, health-checks and stops the five processes."""
 
     def __init__(self, options: UpOptions) -> None:
         self.options = options
         self.data_dir = options.data_dir.resolve()
         self.deployment_path = self.data_dir / DEPLOYMENT_FILE
-        # Reuse the token of a previous `sagg up` in this data dir, so tasks and scripts that
-        # already hold it keep working across restarts.
-        self.admin_token = _existing_token(self.deployment_path) or secrets.token_urlsafe(32)
+        self.keys_dir = self.data_dir / "keys"
         self.services: list[_Service] = []
 
     def _database_urls(self) -> dict[str, str]:
@@ -125,49 +216,47 @@ class Cluster:
             return postgres_database_urls(self.options.postgres_url)
         if self.options.store != "sqlite":
             raise LaunchError("--store must be sqlite or postgres")
-        return {
-            role: f"sqlite:///{self.data_dir / f'{role}.sqlite3'}"
-            for role in ("leader", "helper", "collector")
-        }
+        files = {role: self.data_dir / (role.replace("_", "-") + ".sqlite3") for role in STORES}
+        return {role: f"sqlite:///{path}" for role, path in files.items()}
 
-    def _plan(self) -> list[_Service]:
+    def _keys(self) -> DeploymentKeys:
+        # Tokens of a `sagg up` from before keys/ existed seed the new files, so tasks and
+        # scripts that already hold them keep working across the upgrade.
+        admin, analyst = _existing_tokens(self.deployment_path)
+        try:
+            return ensure_keys(self.keys_dir, admin_token=admin, analyst_token=analyst)
+        except (OSError, KeysError) as exc:
+            raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
+
+    def plan(self, keys: DeploymentKeys, databases: dict[str, str]) -> list[_Service]:
+        """What would run: name, module, URL and environment of each service."""
         o = self.options
-        dbs = self._database_urls()
+        urls = {name: f"http://{o.host}:{port}" for name, port in o.ports().items()}
         logs = self.data_dir / "logs"
-        services = []
-        for name, port in (("leader", o.leader_port), ("helper", o.helper_port)):
-            env = {
-                "SAGG_AGGREGATOR_DATABASE_URL": dbs[name],
-                "SAGG_AGGREGATOR_ADMIN_TOKEN": self.admin_token,
-                "SAGG_AGGREGATOR_HOST": o.host,
-                "SAGG_AGGREGATOR_PORT": str(port),
-            }
-            services.append(
-                _Service(
+        return [
+            _Service(
+                name,
+                MODULES[name][0],
+                urls[name],
+                service_env(
                     name,
-                    "services.aggregator",
-                    f"http://{o.host}:{port}",
-                    env,
-                    logs / f"{name}.log",
-                )
+                    host=o.host,
+                    port=o.ports()[name],
+                    databases=databases,
+                    keys=keys,
+                    urls=urls,
+                ),
+                logs / f"{name}.log",
             )
-        env = {
-            "SAGG_COLLECTOR_DATABASE_URL": dbs["collector"],
-            "SAGG_COLLECTOR_ADMIN_TOKEN": self.admin_token,
-            "SAGG_COLLECTOR_HOST": o.host,
-            "SAGG_COLLECTOR_PORT": str(o.collector_port),
-        }
-        url = f"http://{o.host}:{o.collector_port}"
-        services.append(
-            _Service("collector", "services.collector", url, env, logs / "collector.log")
-        )
-        return services
+            for name in SERVICES
+        ]
 
     def start(self) -> Deployment:
         self._check_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
-        self.services = self._plan()
+        keys = self._keys()
+        self.services = self.plan(keys, self._database_urls())
         try:
             for service in self.services:
                 env = {**os.environ, **service.env, **self.options.extra_env}
@@ -186,14 +275,23 @@ class Cluster:
             deadline = time.monotonic() + self.options.startup_timeout
             for service in self.services:
                 self._wait_healthy(service, deadline)
+            by_name = {s.name: s for s in self.services}
+            self._check_recipe_key(by_name["recipe-server"], keys)
         except BaseException:
             self.stop()
             raise
         deployment = Deployment(
-            leader=self.services[0].url,
-            helper=self.services[1].url,
-            collector=self.services[2].url,
-            admin_token=self.admin_token,
+            leader=by_name["leader"].url,
+            helper=by_name["helper"].url,
+            collector=by_name["collector"].url,
+            token_issuer=by_name["token-issuer"].url,
+            recipe_server=by_name["recipe-server"].url,
+            admin_token=keys.admin_token,
+            analyst_token=keys.analyst_token,
+            recipe_server_public_key=keys.recipe_public_key,
+            recipe_server_key_id=keys.recipe_key_id,
+            manufacturer_ca_cert=str(keys.ca_cert_file),
+            manufacturer_ca_key=str(keys.ca_key_file),
             data_dir=str(self.data_dir),
             store=self.options.store,
         )
@@ -202,6 +300,21 @@ class Cluster:
         pids = {s.name: s.process.pid for s in self.services if s.process is not None}
         (self.data_dir / "pids.json").write_text(json.dumps(pids) + "\n")
         return deployment
+
+    @staticmethod
+    def _check_recipe_key(service: _Service, keys: DeploymentKeys) -> None:
+        """The key the server signs with must be the one the deployment file advertises (an
+        inherited SAGG_RECIPE_SERVER_SIGNING_KEY would otherwise silently win)."""
+        try:
+            body = httpx.get(f"{service.url}/keys", timeout=5.0).json()
+            served = {k.get("key_id") for k in body.get("keys", [])}
+        except (httpx.HTTPError, ValueError, AttributeError):
+            raise LaunchError(f"the recipe server at {service.url} did not list its keys") from None
+        if keys.recipe_key_id not in served:
+            raise LaunchError(
+                f"the recipe server signs with another key than {keys.recipe_key_file} "
+                "(is SAGG_RECIPE_SERVER_SIGNING_KEY set?)"
+            )
 
     def _wait_healthy(self, service: _Service, deadline: float) -> None:
         assert service.process is not None
@@ -237,9 +350,9 @@ class Cluster:
 
     def _check_ports(self) -> None:
         o = self.options
-        ports = {"leader": o.leader_port, "helper": o.helper_port, "collector": o.collector_port}
+        ports = o.ports()
         if len(set(ports.values())) != len(ports):
-            raise LaunchError("leader, helper and collector need three different ports")
+            raise LaunchError(f"the {len(ports)} services need {len(ports)} different ports")
         for name, port in ports.items():
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:

@@ -205,7 +205,7 @@ def test_sagg_up_refuses_busy_ports(capsys: pytest.CaptureFixture[str], tmp_path
     code, err = _run(
         capsys, "up", "--data-dir", str(tmp_path / "d"), "--leader-port", "9", "--helper-port", "9"
     )
-    assert code == 1 and "three different ports" in err
+    assert code == 1 and "5 services need 5 different ports" in err
 
 
 def test_upload_checks_its_inputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -1,0 +1,186 @@
+"""`sagg recipe publish|list`: the analyst's side of the recipe server.
+
+Publishing sends a `RecipeDraft` (000 §4.1) to ``POST /recipes``; the server provisions the DAP
+task, signs the recipe and logs it. The answer is checked the way a device would check it when
+the recipe server's public key is known (the deployment file pins it): the signature, the
+signed tree head and the inclusion proof must verify, else the command fails.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from shared.dap.task import b64url_decode
+from shared.recipe.log import (
+    LogVerificationError,
+    SignedTreeHead,
+    leaf_hash,
+    verify_inclusion,
+    verify_tree_head,
+)
+from shared.recipe.model import RecipeDraft
+from shared.recipe.signing import RecipeVerificationError, verify_signed_recipe
+
+__all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
+
+
+class RecipeError(Exception):
+    """Publishing or listing failed; the message is one line."""
+
+
+def load_draft(path: str) -> RecipeDraft:
+    """A draft from a JSON or TOML file (by suffix), validated before anything is sent."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise RecipeError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data: Any = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        kind = "TOML" if file.suffix == ".toml" else "JSON"
+        raise RecipeError(f"{path} is not valid {kind}: {exc}") from None
+    try:
+        return RecipeDraft.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise RecipeError(f"{path}: {where + ': ' if where else ''}{msg}{more}") from None
+
+
+def _refusal(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}"
+    detail = str(doc.get("detail") or doc.get("title") or "") if isinstance(doc, dict) else ""
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        first = errors[0]
+        detail += f": {first.get('field')}: {first.get('message')}"
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more)"
+    return f"HTTP {response.status_code} {detail}".strip()
+
+
+def _verify(body: dict[str, Any], public_key: str) -> None:
+    """Signature, tree head and inclusion, as a device checks them (000 §4.1)."""
+    try:
+        key = b64url_decode(public_key, "recipe server public key")
+        _, canonical = verify_signed_recipe(body["signed_recipe"], key)
+        head = SignedTreeHead.model_validate(body["tree_head"])
+        verify_tree_head(head, key)
+        proof = [b64url_decode(p, "inclusion proof") for p in body["inclusion_proof"]]
+        verify_inclusion(
+            leaf_hash(canonical),
+            int(body["leaf_index"]),
+            head.tree_size,
+            proof,
+            head.root,
+        )
+    except (KeyError, TypeError, ValueError, ValidationError) as exc:
+        # RecipeVerificationError and LogVerificationError are ValueErrors too.
+        kind = (
+            "does not verify"
+            if isinstance(exc, RecipeVerificationError | LogVerificationError)
+            else "is malformed"
+        )
+        raise RecipeError(f"the recipe server's answer {kind}: {exc}") from None
+
+
+def publish_recipe(
+    server: str,
+    analyst_token: str,
+    draft: RecipeDraft,
+    *,
+    public_key: str | None = None,
+    http: httpx.Client | None = None,
+) -> dict[str, Any]:
+    """Publish; returns a summary (ids, task, log position, whether it was new)."""
+    url = f"{server.rstrip('/')}/recipes"
+    body = draft.model_dump_json(exclude_none=True)
+    headers = {"Authorization": f"Bearer {analyst_token}", "Content-Type": "application/json"}
+    client = http or httpx.Client(timeout=60.0)
+    try:
+        response = client.post(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        raise RecipeError(
+            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+        ) from None
+    finally:
+        if http is None:
+            client.close()
+    if response.status_code not in (200, 201):
+        raise RecipeError(f"the recipe server refused the recipe: {_refusal(response)}")
+    try:
+        answer: dict[str, Any] = response.json()
+        recipe = answer["signed_recipe"]["recipe"]
+        summary = {
+            "recipe_id": recipe["recipe_id"],
+            "version": recipe["version"],
+            "analysis_id": recipe["analysis_id"],
+            "task_id": recipe["task"]["task_id"],
+            "vdaf": recipe["task"]["vdaf"],
+            "min_batch_size": recipe["min_batch_size"],
+            "leaf_index": answer["leaf_index"],
+            "tree_size": answer["tree_head"]["tree_size"],
+            "created": response.status_code == 201,
+            "verified": public_key is not None,
+        }
+    except (ValueError, KeyError, TypeError):
+        raise RecipeError("the recipe server's answer is malformed") from None
+    if public_key is not None:
+        _verify(answer, public_key)
+    return summary
+
+
+def list_recipes(server: str, *, http: httpx.Client | None = None) -> dict[str, Any]:
+    """The server's listing: the latest tree head and the logged recipes."""
+    client = http or httpx.Client(timeout=30.0)
+    try:
+        response = client.get(f"{server.rstrip('/')}/recipes")
+    except httpx.HTTPError as exc:
+        raise RecipeError(
+            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+        ) from None
+    finally:
+        if http is None:
+            client.close()
+    if response.status_code != 200:
+        raise RecipeError(f"the recipe server refused the listing: {_refusal(response)}")
+    try:
+        listing: dict[str, Any] = response.json()
+        if not isinstance(listing.get("recipes"), list):
+            raise ValueError
+    except (ValueError, AttributeError):
+        raise RecipeError("the recipe server's listing is malformed") from None
+    return listing
+
+
+def format_listing(listing: dict[str, Any]) -> str:
+    rows = [("RECIPE", "VERSION", "ANALYSIS", "TASK", "LEAF")]
+    rows += [
+        (
+            str(r.get("recipe_id")),
+            str(r.get("version")),
+            str(r.get("analysis_id")),
+            str(r.get("task_id")),
+            str(r.get("leaf_index")),
+        )
+        for r in listing["recipes"]
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    size = listing.get("tree_head", {}).get("tree_size")
+    lines.append(f"{len(rows) - 1} recipes; log tree size {size}")
+    return "\n".join(lines)

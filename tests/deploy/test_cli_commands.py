@@ -1,0 +1,222 @@
+"""`sagg privacy`, `sagg recipe` input checks, `sagg keys init` and `sagg serve` secret files.
+
+The privacy numbers are compared with `shared.dp.api` called directly: the CLI must print what
+the library computes, to the last digit, on its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from pathlib import Path
+
+import pytest
+
+from deploy.cli import CliError, main, secrets_from_files
+from deploy.config import Deployment
+from deploy.demo import demo_recipe
+from deploy.keys import load_manufacturer_ca
+from shared.dp import api
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("SAGG_DEPLOYMENT", "SAGG_ANALYST_TOKEN", "SAGG_RECIPE_SERVER_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _last(out: str) -> float:
+    return float(out.strip().splitlines()[-1])
+
+
+def test_amplification(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(
+        capsys, "privacy", "amplification", "--eps0", "3", "--n", "5000", "--delta", "1e-6"
+    )
+    expected = api.amplification(3.0, 5000, 1e-6, "stronger_clones")
+    assert code == 0 and _last(out) == expected.eps
+    assert len(out.strip().splitlines()) > 1  # an explanation precedes the number
+    assert "stronger_clones" in out
+
+    # Deletion-model eps0 enters the replacement analysis doubled (dp.md §2.1).
+    code, out, _ = _run(
+        capsys,
+        *("privacy", "amplification", "--eps0", "1.5", "--n", "5000", "--delta", "1e-6"),
+        *("--deletion", "--analysis", "clones", "--json"),
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["eps"] == api.amplification(3.0, 5000, 1e-6, "clones").eps
+    assert doc["eps0_replacement"] == 3.0 and doc["analysis"] == "clones"
+
+
+def test_batch_size(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(
+        capsys, "privacy", "batch-size", "--eps0", "3", "--eps", "1", "--delta", "1e-6"
+    )
+    expected = api.batch_size(3.0, 1.0, 1e-6)
+    assert code == 0 and out.strip().splitlines()[-1] == str(expected)
+    code, out, _ = _run(
+        capsys,
+        *("privacy", "batch-size", "--eps0", "3", "--eps", "1", "--delta", "1e-6", "--json"),
+    )
+    assert json.loads(out)["min_batch_size"] == expected
+
+
+def test_sampling_and_gaussian(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "privacy", "sampling", "--eps", "2", "--q", "0.05")
+    assert code == 0 and _last(out) == api.sampling(2.0, 0.0, 0.05)[0]
+    code, out, _ = _run(
+        capsys, "privacy", "sampling", "--eps", "2", "--q", "0.05", "--delta", "1e-8", "--json"
+    )
+    doc = json.loads(out)
+    assert (doc["eps_sampled"], doc["delta_sampled"]) == api.sampling(2.0, 1e-8, 0.05)
+
+    code, out, _ = _run(
+        capsys,
+        *("privacy", "gaussian-sigma", "--eps", "0.5", "--delta", "1e-9"),
+        *("--sensitivity", str(math.sqrt(2))),
+    )
+    expected = api.gaussian_sigma(0.5, 1e-9, math.sqrt(2))
+    assert code == 0 and _last(out) == expected.sigma
+    code, out, _ = _run(
+        capsys,
+        *("privacy", "gaussian-sigma", "--eps", "0.5", "--delta", "1e-9"),
+        *("--sensitivity", "1", "--aggregators", "2", "--json"),
+    )
+    doc = json.loads(out)
+    assert doc["total_std"] == api.gaussian_sigma(0.5, 1e-9, 1.0, 2).total_std
+
+
+PRIVACY_USAGE = [
+    ["privacy"],
+    ["privacy", "amplification", "--eps0", "3", "--n", "0", "--delta", "1e-6"],
+    ["privacy", "amplification", "--eps0", "-1", "--n", "10", "--delta", "1e-6"],
+    ["privacy", "amplification", "--eps0", "3", "--n", "10", "--delta", "1"],
+    ["privacy", "amplification", "--eps0", "nan", "--n", "10", "--delta", "1e-6"],
+    ["privacy", "batch-size", "--eps0", "3", "--eps", "inf", "--delta", "1e-6"],
+    ["privacy", "batch-size", "--eps0", "3", "--eps", "1"],
+    ["privacy", "batch-size", "--eps0", "3", "--eps", "1", "--delta", "1e-6", "--analysis", "x"],
+    ["privacy", "sampling", "--eps", "1", "--q", "1.5"],
+    ["privacy", "sampling", "--eps", "1", "--q", "0"],
+    ["privacy", "gaussian-sigma", "--eps", "1", "--delta", "0", "--sensitivity", "1"],
+    ["privacy", "gaussian-sigma", "--eps", "1", "--delta", "1e-6", "--sensitivity", "zero"],
+]
+
+
+@pytest.mark.parametrize("argv", PRIVACY_USAGE, ids=" ".join)
+def test_privacy_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "error:" in err
+
+
+def test_privacy_unreachable_targets_fail_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(
+        capsys, "privacy", "batch-size", "--eps0", "20", "--eps", "0.001", "--delta", "1e-9"
+    )
+    assert code == 1 and err.startswith("sagg: privacy batch-size: no batch size")
+    code, _, err = _run(
+        capsys,
+        *("privacy", "amplification", "--eps0", "1", "--n", "100", "--delta", "1e-6"),
+        *("--deletion", "--analysis", "sym_rappor_exact"),
+    )
+    assert code == 1 and "--deletion" in err and len(err.strip().splitlines()) == 1
+
+
+# --- sagg recipe: what is checked before anything is sent ----------------------------------------
+
+
+def test_recipe_publish_needs_server_and_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, err = _run(capsys, "recipe", "publish", "r.json")
+    assert code == 1 and "no recipe server URL" in err
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_URL", "http://127.0.0.1:1")
+    code, _, err = _run(capsys, "recipe", "publish", "r.json")
+    assert code == 1 and "no analyst token" in err
+
+
+def test_recipe_files_are_checked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("SAGG_ANALYST_TOKEN", "t" * 32)
+    code, _, err = _run(capsys, "recipe", "publish", "missing.json")
+    assert code == 1 and "cannot read missing.json" in err
+    broken = tmp_path / "r.toml"
+    broken.write_text("recipe_id = ")
+    code, _, err = _run(capsys, "recipe", "publish", str(broken))
+    assert code == 1 and "not valid TOML" in err
+    invalid = tmp_path / "r.json"
+    invalid.write_text(json.dumps({"recipe_id": "x", "version": 0}))
+    code, _, err = _run(capsys, "recipe", "publish", str(invalid))
+    assert code == 1 and err.startswith(f"sagg: {invalid}: ") and "more" in err
+    assert len(err.strip().splitlines()) == 1
+    # A valid draft reaches the network; the unreachable server is named.
+    invalid.write_text(demo_recipe().model_dump_json())
+    code, _, err = _run(capsys, "recipe", "publish", str(invalid))
+    assert code == 1 and "cannot reach the recipe server at http://127.0.0.1:1" in err
+    code, _, err = _run(capsys, "recipe", "list")
+    assert code == 1 and "cannot reach the recipe server" in err
+
+
+# --- sagg keys init / sagg serve secret files ----------------------------------------------------
+
+
+def test_keys_init_writes_owner_only_files_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "config"
+    urls = [
+        *("--leader", "http://leader:8081", "--helper", "http://helper:8082"),
+        *("--collector", "http://collector:8083", "--token-issuer", "http://token-issuer:8084"),
+        *("--recipe-server", "http://recipe-server:8086"),
+    ]
+    code, out, err = _run(capsys, "keys", "init", "--dir", str(target), *urls)
+    assert code == 0, err
+    assert (target / "admin_token").read_text().strip() not in out  # no secret printed
+    for path in target.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    first = Deployment.model_validate_json((target / "deployment.json").read_text())
+    assert first.recipe_server == "http://recipe-server:8086"
+    assert first.admin_token == (target / "admin_token").read_text().strip()
+    assert first.recipe_server_public_key is not None and first.recipe_server_public_key in out
+    ca = load_manufacturer_ca(target / "manufacturer-ca.pem", target / "manufacturer-ca.key")
+    assert ca.certificate.subject == ca.certificate.issuer
+
+    code, _, _ = _run(capsys, "keys", "init", "--dir", str(target), *urls)
+    second = Deployment.model_validate_json((target / "deployment.json").read_text())
+    assert code == 0 and second == first  # same tokens and keys on a rerun
+
+    code, _, err = _run(capsys, "keys", "init", "--dir", str(target), "--leader", "http://l")
+    assert code == 1 and "missing --helper" in err
+
+
+def test_secret_files(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s" * 40 + "\n")
+    env = {
+        "SAGG_AGGREGATOR_ADMIN_TOKEN_FILE": str(token),
+        "SAGG_COLLECTOR_ADMIN_TOKEN_FILE": str(token),
+        # A setting of its own, not a secret reference.
+        "SAGG_RECIPE_SERVER_SIGNING_KEY_FILE": str(token),
+    }
+    assert secrets_from_files(env, "SAGG_AGGREGATOR_") == {"SAGG_AGGREGATOR_ADMIN_TOKEN": "s" * 40}
+    assert secrets_from_files(env, "SAGG_RECIPE_SERVER_") == {}
+    with pytest.raises(CliError, match="not both"):
+        secrets_from_files({**env, "SAGG_AGGREGATOR_ADMIN_TOKEN": "x" * 20}, "SAGG_AGGREGATOR_")
+    with pytest.raises(CliError, match="cannot read"):
+        secrets_from_files(
+            {"SAGG_AGGREGATOR_ADMIN_TOKEN_FILE": str(tmp_path / "none")}, "SAGG_AGGREGATOR_"
+        )
