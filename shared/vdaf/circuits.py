@@ -77,32 +77,6 @@ def _shares_inv(field: type[Field], num_shares: int) -> FieldArray:
     return field.inv(field.from_int(num_shares))
 
 
-def _chunked_range_check(
-    field: type[Field],
-    meas: FieldArray,
-    r: FieldArray,
-    num_shares: int,
-    calls: int,
-    chunk_length: int,
-    oracle: GadgetOracle,
-) -> FieldArray:
-    """Sum over elements x_i of r^(i+1) * x_i * (x_i - 1/SHARES), via ParallelSum(Mul).
-
-    This is the bit check shared by SumVec, Histogram and MultiHotHistogram (VDAF-08 §7.4.3-4):
-    padding elements are zero, and the powers of r run on across the padding.
-    """
-    n, meas_len = meas.shape[0], meas.shape[1]
-    padded_len = calls * chunk_length
-    elems = field.zeros((n, padded_len))
-    elems[:, :meas_len] = meas
-    r_powers = field.powers(r, padded_len + 1)[:, 1:]
-    wires = np.empty((n, padded_len, 2, field.LIMBS), dtype=np.uint64)
-    wires[:, :, 0] = field.mul(r_powers, elems)
-    wires[:, :, 1] = field.sub(elems, _shares_inv(field, num_shares))
-    outputs = oracle(wires.reshape(n, calls, 2 * chunk_length, field.LIMBS))
-    return field.sum(outputs, axis=-1)
-
-
 class Count(Valid):
     """Prio3Count's circuit: x * x - x == 0 (VDAF-08 §7.4.1)."""
 
@@ -175,7 +149,40 @@ class Sum(Valid):
         return {"bits": self.bits}
 
 
-class SumVec(Valid):
+class _ChunkedBitCheck(Valid):
+    """Circuits whose elements must all be bits, checked in chunks by ParallelSum(Mul).
+
+    SumVec, Histogram and MultiHotHistogram share this check (VDAF-08 §7.4.3-4): the sum over
+    elements x_i of r^(i+1) * x_i * (x_i - 1/SHARES), padding elements zero and the powers of r
+    running on across the padding.
+    """
+
+    def __init__(self, meas_len: int, chunk_length: int) -> None:
+        if chunk_length <= 0:
+            raise ValueError(f"{type(self).__name__} chunk_length must be positive")
+        self.chunk_length = chunk_length
+        self.MEAS_LEN = meas_len
+        self.GADGETS = (ParallelSum(Mul(), chunk_length),)
+        self.GADGET_CALLS = (-(-meas_len // chunk_length),)
+
+    def _range_check(
+        self, meas: FieldArray, r: FieldArray, num_shares: int, oracle: GadgetOracle
+    ) -> FieldArray:
+        field = self.field
+        n = meas.shape[0]
+        calls = self.GADGET_CALLS[0]
+        padded_len = calls * self.chunk_length
+        elems = field.zeros((n, padded_len))
+        elems[:, : self.MEAS_LEN] = meas
+        r_powers = field.powers(r, padded_len + 1)[:, 1:]
+        wires = np.empty((n, padded_len, 2, field.LIMBS), dtype=np.uint64)
+        wires[:, :, 0] = field.mul(r_powers, elems)
+        wires[:, :, 1] = field.sub(elems, _shares_inv(field, num_shares))
+        outputs = oracle(wires.reshape(n, calls, 2 * self.chunk_length, field.LIMBS))
+        return field.sum(outputs, axis=-1)
+
+
+class SumVec(_ChunkedBitCheck):
     """Prio3SumVec's circuit: `length` integers of `bits` bits each (VDAF-08 §7.4.3).
 
     The field is a parameter only so that the experimental multiproof variant can run it over
@@ -187,18 +194,15 @@ class SumVec(Valid):
     def __init__(
         self, length: int, bits: int, chunk_length: int, field: type[Field] = Field128
     ) -> None:
-        if length <= 0 or bits <= 0 or chunk_length <= 0:
-            raise ValueError("SumVec length, bits and chunk_length must be positive")
+        if length <= 0 or bits <= 0:
+            raise ValueError("SumVec length and bits must be positive")
         if 1 << bits >= field.MODULUS:
             raise ValueError("SumVec bits must be below the field size")
+        super().__init__(length * bits, chunk_length)
         self.field = field
         self.length = length
         self.bits = bits
-        self.chunk_length = chunk_length
-        self.MEAS_LEN = length * bits
         self.OUTPUT_LEN = length
-        self.GADGETS = (ParallelSum(Mul(), chunk_length),)
-        self.GADGET_CALLS = (-(-self.MEAS_LEN // chunk_length),)
 
     def eval(
         self,
@@ -207,15 +211,7 @@ class SumVec(Valid):
         num_shares: int,
         gadgets: Sequence[GadgetOracle],
     ) -> FieldArray:
-        return _chunked_range_check(
-            self.field,
-            meas,
-            joint_rand[:, 0],
-            num_shares,
-            self.GADGET_CALLS[0],
-            self.chunk_length,
-            gadgets[0],
-        )
+        return self._range_check(meas, joint_rand[:, 0], num_shares, gadgets[0])
 
     def encode(self, measurement: Any) -> list[int]:
         values = list(measurement)
@@ -234,21 +230,18 @@ class SumVec(Valid):
         return {"length": self.length, "bits": self.bits, "chunk_length": self.chunk_length}
 
 
-class Histogram(Valid):
+class Histogram(_ChunkedBitCheck):
     """Prio3Histogram's circuit: a one-hot vector of `length` buckets (VDAF-08 §7.4.4)."""
 
     field = Field128
     JOINT_RAND_LEN = 2
 
     def __init__(self, length: int, chunk_length: int) -> None:
-        if length <= 0 or chunk_length <= 0:
-            raise ValueError("Histogram length and chunk_length must be positive")
+        if length <= 0:
+            raise ValueError("Histogram length must be positive")
+        super().__init__(length, chunk_length)
         self.length = length
-        self.chunk_length = chunk_length
-        self.MEAS_LEN = length
         self.OUTPUT_LEN = length
-        self.GADGETS = (ParallelSum(Mul(), chunk_length),)
-        self.GADGET_CALLS = (-(-length // chunk_length),)
 
     def eval(
         self,
@@ -258,15 +251,7 @@ class Histogram(Valid):
         gadgets: Sequence[GadgetOracle],
     ) -> FieldArray:
         field = self.field
-        range_check = _chunked_range_check(
-            field,
-            meas,
-            joint_rand[:, 0],
-            num_shares,
-            self.GADGET_CALLS[0],
-            self.chunk_length,
-            gadgets[0],
-        )
+        range_check = self._range_check(meas, joint_rand[:, 0], num_shares, gadgets[0])
         sum_check = field.sub(field.sum(meas, axis=-1), _shares_inv(field, num_shares))
         return _combine_checks(field, joint_rand[:, 1], range_check, sum_check)
 
@@ -288,7 +273,7 @@ class Histogram(Valid):
         return {"length": self.length, "chunk_length": self.chunk_length}
 
 
-class MultiHotHistogram(Valid):
+class MultiHotHistogram(_ChunkedBitCheck):
     """A bit vector of `length` buckets with at most `max_count` ones (VDAF-08 reference code).
 
     The client appends the bits of `offset + sum(meas)`, offset = 2^bits_for_count - 1 - max_count,
@@ -299,19 +284,16 @@ class MultiHotHistogram(Valid):
     JOINT_RAND_LEN = 2
 
     def __init__(self, length: int, max_count: int, chunk_length: int) -> None:
-        if length <= 0 or chunk_length <= 0:
-            raise ValueError("MultiHotHistogram length and chunk_length must be positive")
+        if length <= 0:
+            raise ValueError("MultiHotHistogram length must be positive")
         if not 0 < max_count <= length:
             raise ValueError("MultiHotHistogram max_count must be in [1, length]")
+        self.bits_for_count = max_count.bit_length()
+        super().__init__(length + self.bits_for_count, chunk_length)
         self.length = length
         self.max_count = max_count
-        self.chunk_length = chunk_length
-        self.bits_for_count = max_count.bit_length()
         self.offset = (1 << self.bits_for_count) - 1 - max_count
-        self.MEAS_LEN = length + self.bits_for_count
         self.OUTPUT_LEN = length
-        self.GADGETS = (ParallelSum(Mul(), chunk_length),)
-        self.GADGET_CALLS = (-(-self.MEAS_LEN // chunk_length),)
 
     def eval(
         self,
@@ -321,15 +303,7 @@ class MultiHotHistogram(Valid):
         gadgets: Sequence[GadgetOracle],
     ) -> FieldArray:
         field = self.field
-        range_check = _chunked_range_check(
-            field,
-            meas,
-            joint_rand[:, 0],
-            num_shares,
-            self.GADGET_CALLS[0],
-            self.chunk_length,
-            gadgets[0],
-        )
+        range_check = self._range_check(meas, joint_rand[:, 0], num_shares, gadgets[0])
         shares_inv = _shares_inv(field, num_shares)
         count_check = field.add(
             field.mul(field.from_int(self.offset), shares_inv),
