@@ -5,6 +5,7 @@ Each PostgreSQL test gets a database of its own, created for it and dropped afte
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ import psycopg
 import pytest
 
 from services.common.clock import TestClock
+from shared.privacypass.issuance import IssuerKey
+from tests.aggregator.issuer import Issuer, make_issuer
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -58,3 +61,18 @@ def db_url(db_factory: DbFactory) -> str:
 def clock() -> TestClock:
     # A multiple of every time precision the tests use, so bucket arithmetic is easy to follow.
     return TestClock(1_700_006_400)
+
+
+@pytest.fixture(scope="session")
+def issuer_keys() -> Callable[[], IssuerKey]:
+    """Issuer keys drawn from a small pool made once (RSA generation is slow)."""
+    pool = [IssuerKey.generate() for _ in range(3)]
+    return itertools.cycle(pool).__next__
+
+
+@pytest.fixture
+def issuer(
+    tmp_path: Path, clock: TestClock, issuer_keys: Callable[[], IssuerKey]
+) -> Iterator[Issuer]:
+    """An in-process token issuer on the test clock (its own SQLite store)."""
+    yield from make_issuer(f"sqlite:///{tmp_path / 'issuer.db'}", clock, issuer_keys)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
 
 from services.aggregator.app import create_app
@@ -110,9 +111,21 @@ def aggregator_auth() -> dict[str, str]:
     return {"DAP-Auth-Token": helpers.AGGREGATOR_TOKEN}
 
 
-def make_env(db_factory: Any, clock: TestClock, params: TaskParams, **settings: Any) -> Env:
-    leader = TestClient(create_app(helpers.settings(db_factory(), **settings), clock=clock))
-    helper = TestClient(create_app(helpers.settings(db_factory(), **settings), clock=clock))
+def make_env(
+    db_factory: Any,
+    clock: TestClock,
+    params: TaskParams,
+    *,
+    issuer_http: httpx.Client | None = None,
+    **settings: Any,
+) -> Env:
+    """`issuer_http` reaches the token issuer (an in-process one's TestClient)."""
+    leader = TestClient(
+        create_app(helpers.settings(db_factory(), **settings), clock=clock, issuer_http=issuer_http)
+    )
+    helper = TestClient(
+        create_app(helpers.settings(db_factory(), **settings), clock=clock, issuer_http=issuer_http)
+    )
     helpers.provision(leader, params, "leader")
     helpers.provision(helper, params, "helper")
     runner = DriverRunner(leader.app.state.aggregator, http=helper)  # type: ignore[attr-defined]

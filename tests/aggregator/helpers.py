@@ -86,6 +86,11 @@ class TaskParams:
     task_id: TaskId = field(default_factory=TaskId.random)
     verify_key: bytes = field(default_factory=lambda: secrets.token_bytes(16))
     collector_key: hpke.HpkeKeyPair = field(default_factory=lambda: hpke.generate_keypair(9))
+    #: sagg's extensions policy: the recipe digest and the token policy (TokenPolicy fields).
+    recipe_digest: bytes | None = None
+    tokens: dict[str, Any] | None = None
+    #: Per-role changes to the definition (a leader provisioned unlike the helper).
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def collector_config(self) -> HpkeConfig:
@@ -115,6 +120,11 @@ class TaskParams:
         }
         if role == "leader":
             d["collector_auth_token"] = COLLECTOR_TOKEN
+        if self.recipe_digest is not None:
+            d["recipe_digest"] = b64(self.recipe_digest)
+        if self.tokens is not None:
+            d["tokens"] = self.tokens
+        d.update(self.overrides.get(role, {}))
         return d
 
 
@@ -160,8 +170,11 @@ def make_report(
     time: int,
     *,
     report_id: ReportId | None = None,
+    extensions: tuple[Any, ...] = (),
+    helper_extensions: tuple[Any, ...] | None = None,
 ) -> Report:
-    """Shard and seal one measurement exactly like a DAP-09 client."""
+    """Shard and seal one measurement exactly like a DAP-09 client; `extensions` go into
+    both input shares unless `helper_extensions` gives the helper's apart."""
     vdaf = params.prio3
     rid = report_id or ReportId.random()
     public_share, shares = vdaf.shard(measurement, rid.value, secrets.token_bytes(vdaf.RAND_SIZE))
@@ -169,8 +182,24 @@ def make_report(
     return Report(
         metadata,
         public_share,
-        seal_share(leader_config, Role.LEADER, params.task_id, metadata, public_share, shares[0]),
-        seal_share(helper_config, Role.HELPER, params.task_id, metadata, public_share, shares[1]),
+        seal_share(
+            leader_config,
+            Role.LEADER,
+            params.task_id,
+            metadata,
+            public_share,
+            shares[0],
+            extensions,
+        ),
+        seal_share(
+            helper_config,
+            Role.HELPER,
+            params.task_id,
+            metadata,
+            public_share,
+            shares[1],
+            extensions if helper_extensions is None else helper_extensions,
+        ),
     )
 
 

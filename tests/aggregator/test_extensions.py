@@ -1,0 +1,406 @@
+"""sagg's report extensions at both aggregators: recipe binding, Privacy Pass tokens, counters.
+
+Each aggregator checks the extensions of its *own* input share against its *own* task
+definition, so the helper catches what a malicious leader lets through: a lowered min batch
+size, a replayed token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import secrets
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from services.aggregator.datastore import Datastore, TokenSpend
+from services.aggregator.tokens import IssuerKeyCache, IssuerUnavailableError, max_age
+from services.common.clock import TestClock
+from services.common.db import Database
+from shared.constants import (
+    EXTENSION_PRIVACY_PASS_TOKEN,
+    EXTENSION_RECIPE_BINDING,
+    ISSUER_DIRECTORY_PATH,
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
+)
+from shared.dap.extensions import RecipeBinding, encode_extensions
+from shared.dap.ids import AggregationJobId, TaskId
+from shared.dap.messages import (
+    AggregationJobInitReq,
+    AggregationJobResp,
+    Extension,
+    Interval,
+    PartialBatchSelector,
+    PrepareError,
+    PrepareInit,
+    PrepareRespState,
+    Query,
+)
+from shared.privacypass.directory import DirectoryKey, IssuerDirectory
+from shared.privacypass.issuance import IssuerKey
+from shared.privacypass.messages import Token
+from tests.aggregator import helpers
+from tests.aggregator.conftest import DbFactory
+from tests.aggregator.env import Env, aggregator_auth, make_env
+from tests.aggregator.issuer import ISSUER_URL, Issuer
+
+DIGEST = hashlib.sha256(b"a canonical recipe").digest()
+
+
+def _binding(min_batch_size: int, digest: bytes = DIGEST) -> tuple[Extension, ...]:
+    return encode_extensions(binding=RecipeBinding(digest, min_batch_size))
+
+
+def _stats(client: TestClient, tid: str) -> dict[str, Any]:
+    r = client.get(f"/internal/tasks/{tid}/stats", headers=helpers.admin_headers())
+    assert r.status_code == 200, r.text
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
+def _problem(response: httpx.Response) -> str:
+    assert response.status_code == 400, response.text
+    kind: str = response.json()["type"].rsplit(":", 1)[-1]
+    return kind
+
+
+def _interval(env: Env) -> Query:
+    start = env.clock.now() - env.clock.now() % env.params.time_precision
+    return Query.time_interval(Interval(start, env.params.time_precision))
+
+
+# --- recipe binding ------------------------------------------------------------------------
+
+
+def test_recipe_binding_checked_at_upload(db_factory: DbFactory, clock: TestClock) -> None:
+    params = helpers.TaskParams(min_batch_size=2, recipe_digest=DIGEST)
+    env = make_env(db_factory, clock, params)
+    good = [env.report(1, extensions=_binding(2)) for _ in range(2)]
+    for report in good:
+        assert env.upload(report).status_code == 201
+    assert _problem(env.upload(env.report(1))) == "reportRejected"
+    assert _problem(env.upload(env.report(1, extensions=_binding(1)))) == "reportRejected"
+    other = hashlib.sha256(b"another recipe").digest()
+    assert _problem(env.upload(env.report(1, extensions=_binding(2, other)))) == "reportRejected"
+    unknown = (*_binding(2), Extension(0xFE7F, b""))
+    assert _problem(env.upload(env.report(1, extensions=unknown))) == "invalidMessage"
+    twice = (*_binding(2), *_binding(2))
+    assert _problem(env.upload(env.report(1, extensions=twice))) == "invalidMessage"
+    malformed = (Extension(EXTENSION_RECIPE_BINDING, b"short"),)
+    assert _problem(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
+
+    collection = env.collect(_interval(env))
+    assert collection.report_count == 2
+    upload = _stats(env.leader, env.tid)["rejections"]["upload"]
+    assert upload == {"binding_missing": 1, "binding_mismatch": 2, "invalid_extension": 3}
+    helper = _stats(env.helper, env.tid)
+    assert helper["rejections"]["aggregation"] == {}
+    assert helper["report_aggregations"] == {"finished": 2}
+
+
+def test_helper_refuses_a_lowered_min_batch_size(db_factory: DbFactory, clock: TestClock) -> None:
+    """A leader provisioned with B=1 where the helper has B=3 (the recipe's): reports the leader
+    takes (bound to its B) are refused by the helper, so no batch below 3 can come out."""
+    params = helpers.TaskParams(
+        min_batch_size=3,
+        recipe_digest=DIGEST,
+        overrides={"leader": {"min_batch_size": 1}},
+    )
+    env = make_env(db_factory, clock, params)
+    for _ in range(3):
+        assert env.upload(env.report(1, extensions=_binding(1))).status_code == 201
+    # A leader that skips its own check changes nothing: the helper reads its own share.
+    env.drive()
+    helper = _stats(env.helper, env.tid)
+    assert helper["rejections"]["aggregation"] == {"binding_mismatch": 3}
+    assert helper["report_aggregations"] == {"failed": 3}
+    leader = _stats(env.leader, env.tid)
+    assert leader["rejections"]["aggregation"] == {"invalid_message": 3}
+    assert leader["open_batches"] == []
+
+
+def test_extensions_at_helper_init(db_factory: DbFactory, clock: TestClock) -> None:
+    """Unknown, repeated and mismatched extensions are invalid_message at the helper."""
+    params = helpers.TaskParams(min_batch_size=2, recipe_digest=DIGEST)
+    env = make_env(db_factory, clock, params)
+    now = clock.now()
+    cases: list[tuple[tuple[Extension, ...], PrepareError | None]] = [
+        (_binding(2), None),
+        ((), PrepareError.INVALID_MESSAGE),
+        (_binding(3), PrepareError.INVALID_MESSAGE),
+        ((*_binding(2), Extension(0x0001, b"")), PrepareError.INVALID_MESSAGE),
+        ((*_binding(2), *_binding(2)), PrepareError.INVALID_MESSAGE),
+    ]
+    inits = [
+        helpers.prepare_init(params, env.helper_config, 1, now, extensions=ext) for ext, _ in cases
+    ]
+    resp = _helper_job(env, inits)
+    assert [_error(r) for r in resp.prepare_resps] == [e for _, e in cases]
+    assert _stats(env.helper, env.tid)["rejections"]["aggregation"] == {
+        "binding_missing": 1,
+        "binding_mismatch": 1,
+        "invalid_extension": 2,
+    }
+
+
+def _helper_job(env: Env, inits: list[PrepareInit]) -> AggregationJobResp:
+    job = AggregationJobId.random()
+    request = AggregationJobInitReq(b"", PartialBatchSelector.time_interval(), tuple(inits))
+    r = env.helper.put(
+        f"/tasks/{env.tid}/aggregation_jobs/{job.to_b64url()}",
+        content=request.encode(),
+        headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
+    )
+    assert r.status_code == 201, r.text
+    return AggregationJobResp.decode(r.content)
+
+
+def _error(resp: Any) -> PrepareError | None:
+    if resp.prepare_resp_state == PrepareRespState.CONTINUE:
+        return None
+    error: PrepareError = resp.prepare_error
+    return error
+
+
+# --- tokens --------------------------------------------------------------------------------
+
+
+def _token_env(db_factory: DbFactory, clock: TestClock, issuer: Issuer, **kw: Any) -> Env:
+    params = helpers.TaskParams(tokens=issuer.policy(), **kw)
+    return make_env(db_factory, clock, params, issuer_http=issuer.client)
+
+
+def _with_token(token: Token) -> tuple[Extension, ...]:
+    return encode_extensions(token=token)
+
+
+def test_tokens_at_upload(db_factory: DbFactory, clock: TestClock, issuer: Issuer) -> None:
+    env = _token_env(db_factory, clock, issuer)
+    tid, now = env.params.task_id, clock.now()
+    token = issuer.token(tid, now)
+    assert env.upload(env.report(1, extensions=_with_token(token))).status_code == 201
+    # The same token in a new report: refused, and the refused report id stays unused.
+    again = env.report(1, extensions=_with_token(token))
+    assert _problem(env.upload(again)) == "reportRejected"
+    assert _problem(env.upload(env.report(1))) == "reportRejected"
+    foreign = issuer.token(TaskId.random(), now)
+    assert _problem(env.upload(env.report(1, extensions=_with_token(foreign)))) == "reportRejected"
+    other_window = issuer.token(tid, now - 86_400)
+    rejected = env.upload(env.report(1, extensions=_with_token(other_window)))
+    assert _problem(rejected) == "reportRejected"
+    fresh = issuer.token(tid, now)
+    forged = dataclasses.replace(fresh, authenticator=bytes(len(fresh.authenticator)))
+    assert _problem(env.upload(env.report(1, extensions=_with_token(forged)))) == "reportRejected"
+    # An old window's token with a report time in it: valid, but the window is long over.
+    old_time = now - 3 * 86_400
+    old = issuer.token(tid, old_time)
+    stale = env.upload(env.report(1, old_time, extensions=_with_token(old)))
+    assert _problem(stale) == "reportRejected"
+    malformed = (Extension(EXTENSION_PRIVACY_PASS_TOKEN, b"\x00\x02" + bytes(10)),)
+    assert _problem(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
+    # The token rejected as spent did not burn its report id: with a fresh token it goes in.
+    resend = env.report(1, report_id=again.report_metadata.report_id, extensions=_with_token(fresh))
+    assert env.upload(resend).status_code == 201
+
+    assert env.collect(_interval(env)).report_count == 2
+    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {
+        "invalid_extension": 1,
+        "token_expired": 1,
+        "token_invalid": 3,
+        "token_missing": 1,
+        "token_spent": 1,
+    }
+    assert _stats(env.helper, env.tid)["report_aggregations"] == {"finished": 2}
+
+
+def test_helper_refuses_replayed_tokens(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    """A malicious leader replays a spent token under new report ids: in the same job and in a
+    later one. The helper's own spent set refuses every replay."""
+    env = _token_env(db_factory, clock, issuer)
+    now = clock.now()
+    token = issuer.token(env.params.task_id, now)
+    params = env.params
+
+    def init(t: Token | None) -> PrepareInit:
+        ext = () if t is None else _with_token(t)
+        return helpers.prepare_init(params, env.helper_config, 1, now, extensions=ext)
+
+    first = _helper_job(env, [init(token), init(token), init(None)])
+    assert [_error(r) for r in first.prepare_resps] == [
+        None,
+        PrepareError.INVALID_MESSAGE,
+        PrepareError.INVALID_MESSAGE,
+    ]
+    second = _helper_job(env, [init(token), init(issuer.token(params.task_id, now))])
+    assert [_error(r) for r in second.prepare_resps] == [PrepareError.INVALID_MESSAGE, None]
+    assert _stats(env.helper, env.tid)["rejections"]["aggregation"] == {
+        "token_missing": 1,
+        "token_spent": 2,
+    }
+
+
+def test_issuer_down_is_a_retry_not_a_rejection(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    down = httpx.Client(transport=httpx.MockTransport(lambda _: httpx.Response(503)))
+    params = helpers.TaskParams(tokens=issuer.policy())
+    env = make_env(db_factory, clock, params, issuer_http=down)
+    token = issuer.token(params.task_id, clock.now())
+    r = env.upload(env.report(1, extensions=_with_token(token)))
+    assert r.status_code == 503
+    init = helpers.prepare_init(
+        params, env.helper_config, 1, clock.now(), extensions=_with_token(token)
+    )
+    job = AggregationJobId.random().to_b64url()
+    r = env.helper.put(
+        f"/tasks/{env.tid}/aggregation_jobs/{job}",
+        content=AggregationJobInitReq(b"", PartialBatchSelector.time_interval(), (init,)).encode(),
+        headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
+    )
+    assert r.status_code == 503
+    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {}
+    assert _stats(env.helper, env.tid)["report_aggregations"] == {}
+
+
+# --- the spent set in the store -------------------------------------------------------------
+
+
+def test_put_report_spends_once(db_url: str) -> None:
+    ds = Datastore(Database.open(db_url))
+    ds.migrate()
+    task = secrets.token_bytes(32)
+    spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
+
+    def put(report_id: bytes, s: TokenSpend | None = spend) -> str:
+        return ds.put_report(task, report_id, 1, b"", b"", b"", None, 1, s)
+
+    assert put(b"r1" * 8) == "stored"
+    # A replayed report id is a replay, whatever its token.
+    assert put(b"r1" * 8, dataclasses.replace(spend, nonce=b"m" * 32)) == "replayed"
+    assert put(b"r2" * 8) == "token_spent"
+    assert ds.count_rows("client_reports", task) == 1
+    # Another context (task/window) or key: another token.
+    assert put(b"r3" * 8, dataclasses.replace(spend, context=b"d" * 32)) == "stored"
+    assert put(b"r4" * 8, dataclasses.replace(spend, token_key_id=b"j" * 32)) == "stored"
+    assert ds.count_rows("spent_tokens", task) == 3
+    assert ds.delete_task(task) is False  # no task row, but its data goes
+    assert ds.count_rows("spent_tokens", task) == 0
+
+
+# --- the issuer directory cache ---------------------------------------------------------------
+
+
+class _Directory:
+    """A fake issuer serving a directory document that the test edits."""
+
+    def __init__(self, keys: list[IssuerKey], cache_control: str = "max-age=100") -> None:
+        self.keys: list[tuple[IssuerKey, int | None]] = [(k, None) for k in keys]
+        self.cache_control = cache_control
+        self.status = 200
+        self.requests = 0
+
+    def fetch(self, url: str) -> httpx.Response:
+        assert url == ISSUER_URL.rstrip("/") + ISSUER_DIRECTORY_PATH
+        self.requests += 1
+        doc = IssuerDirectory(
+            "/request", [DirectoryKey(2, k.token_key.spki, nb) for k, nb in self.keys]
+        )
+        return httpx.Response(
+            self.status, content=doc.encode(), headers={"Cache-Control": self.cache_control}
+        )
+
+
+def test_directory_cache(issuer_keys: Any) -> None:
+    k1, k2, k3 = issuer_keys(), issuer_keys(), issuer_keys()
+    clock = TestClock(1_000_000)
+    fake = _Directory([k1])
+    cache = IssuerKeyCache(fake.fetch, clock, min_refetch_s=30, not_before_skew_s=10)
+
+    def ids(key_id: bytes | None = None) -> set[bytes]:
+        return {k.token_key_id for k in cache.keys(ISSUER_URL, key_id)}
+
+    assert ids() == {k1.token_key_id} and fake.requests == 1
+    fake.keys = [(k2, None)]  # k1 expired at the issuer, k2 took over
+    assert ids() == {k1.token_key_id} and fake.requests == 1  # cached for max-age
+    # An unknown key id refetches, once the last fetch is min_refetch_s old...
+    assert ids(k2.token_key_id) == {k1.token_key_id} and fake.requests == 1
+    clock.advance(30)
+    assert ids(k2.token_key_id) == {k2.token_key_id} and fake.requests == 2
+    # ...but at most once per min_refetch_s, however many forged ids arrive.
+    for _ in range(5):
+        assert ids(secrets.token_bytes(32)) == {k2.token_key_id}
+    assert fake.requests == 2
+    clock.advance(30)
+    ids(secrets.token_bytes(32))
+    assert fake.requests == 3
+    # Once max-age has passed the directory is fetched again: an expired key stops verifying.
+    fake.keys = [(k3, clock.now() + 1000), (k2, None)]
+    clock.advance(71)
+    assert ids() == {k2.token_key_id} and fake.requests == 3
+    clock.advance(30)
+    assert ids() == {k2.token_key_id}  # k3 is not valid before its not-before (+ skew)
+    clock.advance(1000)
+    fake.keys = [(k3, clock.now() - 1000)]
+    clock.advance(100)
+    assert ids() == {k3.token_key_id}
+    # The issuer down and the cache stale: no keys rather than stale ones.
+    fake.status = 503
+    clock.advance(100)
+    with pytest.raises(IssuerUnavailableError):
+        cache.keys(ISSUER_URL)
+
+
+def test_max_age_parsing() -> None:
+    assert max_age("public, max-age=60", 300, 86_400) == 60
+    assert max_age("max-age=999999", 300, 86_400) == 86_400
+    assert max_age(None, 300, 86_400) == 300
+    assert max_age("no-store", 300, 86_400) == 0
+    assert max_age("s-maxage=5", 300, 86_400) == 300
+
+
+# --- stats and metrics ---------------------------------------------------------------------
+
+
+def test_stats_and_metrics(db_factory: DbFactory, clock: TestClock) -> None:
+    params = helpers.TaskParams(min_batch_size=3, recipe_digest=DIGEST)
+    env = make_env(db_factory, clock, params)
+    assert env.leader.get(f"/internal/tasks/{env.tid}/stats").status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    assert env.leader.get(f"/internal/tasks/{env.tid}/stats", headers=wrong).status_code == 403
+    assert env.leader.get("/metrics").status_code == 401
+    unknown = TaskId.random().to_b64url()
+    r = env.leader.get(f"/internal/tasks/{unknown}/stats", headers=helpers.admin_headers())
+    assert r.status_code == 404
+    for _ in range(2):
+        assert env.upload(env.report(1, extensions=_binding(3))).status_code == 201
+    env.upload(env.report(1))
+    env.drive()
+    stats = _stats(env.leader, env.tid)
+    assert stats["reports"] == {"received": 2, "waiting": 0}
+    assert stats["aggregation_jobs"] == {"finished": 1}
+    assert [b["reports"] for b in stats["open_batches"]] == [2]
+
+    r = env.leader.get("/metrics", headers=helpers.admin_headers())
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    lines = r.text.splitlines()
+    labels = f'task="{env.tid}",role="leader"'
+    assert f"sagg_reports_received_total{{{labels}}} 2" in lines
+    assert (
+        f'sagg_reports_rejected_total{{{labels},stage="upload",reason="binding_missing"}} 1'
+        in lines
+    )
+    assert f'sagg_aggregation_jobs{{{labels},state="finished"}} 1' in lines
+    assert f"sagg_task_min_batch_size{{{labels}}} 3" in lines
+    assert any(line.startswith(f"sagg_batch_reports{{{labels},batch=") for line in lines)
+    assert "# TYPE sagg_reports_rejected_total counter" in lines
+    # Every sample line parses as name{labels} value.
+    for line in lines:
+        if not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            assert int(value) >= 0 and name_labels.endswith("}")
