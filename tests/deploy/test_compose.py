@@ -1,0 +1,178 @@
+"""docker-compose.yml describes the same topology as `sagg up` (deploy/launcher.py).
+
+Same five services with the same ports and the same `SAGG_<SERVICE>_*` setting names (a
+`..._TOKEN_FILE` in compose stands for the `..._TOKEN` that `sagg serve` reads from it), every
+name a real field of that service's settings; each aggregator its own PostgreSQL server used
+by nothing else; a healthcheck on every long-running service. No Docker engine is needed:
+the file is parsed with PyYAML, and checked by `docker-compose config` when that is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from pydantic_settings import BaseSettings
+
+from deploy.cli import SECRET_FILE_SUFFIXES, SERVE_MODULES
+from deploy.demo import demo_recipe
+from deploy.keys import ensure_keys
+from deploy.launcher import DEFAULT_PORTS, MODULES, SERVICES, STORES, Cluster, UpOptions
+from services.aggregator.settings import AggregatorSettings
+from services.collector.settings import CollectorSettings
+from services.recipe_server.settings import RecipeServerSettings
+from services.token_issuer.settings import TokenIssuerSettings
+from shared.recipe.model import RecipeDraft
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed in this environment")
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+SETTINGS: dict[str, type[BaseSettings]] = {
+    "SAGG_AGGREGATOR_": AggregatorSettings,
+    "SAGG_COLLECTOR_": CollectorSettings,
+    "SAGG_TOKEN_ISSUER_": TokenIssuerSettings,
+    "SAGG_RECIPE_SERVER_": RecipeServerSettings,
+}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return doc["services"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def launcher_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """The environment `sagg up` would give each service (SQLite, nothing started)."""
+    data = tmp_path_factory.mktemp("up")
+    cluster = Cluster(UpOptions(data_dir=data))
+    keys = ensure_keys(data / "keys")
+    databases = {role: f"sqlite:///{data / role}" for role in STORES}
+    return {s.name: s.env for s in cluster.plan(keys, databases)}
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    assert isinstance(env, dict), "environment as a mapping, please"
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _setting_names(env: dict[str, str]) -> set[str]:
+    return {
+        name.removesuffix("_FILE") if name.endswith(SECRET_FILE_SUFFIXES) else name for name in env
+    }
+
+
+def test_the_same_services(compose: dict[str, Any]) -> None:
+    assert set(SERVICES) <= set(compose)
+    for name in SERVICES:
+        module, _ = MODULES[name]
+        command = compose[name]["command"]
+        assert command[0] == "serve"
+        assert SERVE_MODULES[command[1]][0] == module, name
+
+
+def test_the_same_settings_names(
+    compose: dict[str, Any], launcher_env: dict[str, dict[str, str]]
+) -> None:
+    for name in SERVICES:
+        _, prefix = MODULES[name]
+        env = _env(compose[name])
+        assert _setting_names(env) == set(launcher_env[name]), name
+        fields = {prefix + f.upper() for f in SETTINGS[prefix].model_fields}
+        assert _setting_names(env) <= fields, name
+        # Secrets only through files: no token or secret value in the compose file.
+        for var in env:
+            assert not var.endswith(("_TOKEN", "_SECRET", "_SIGNING_KEY")), var
+
+
+def test_the_same_ports(compose: dict[str, Any]) -> None:
+    for name in SERVICES:
+        _, prefix = MODULES[name]
+        port = DEFAULT_PORTS[name]
+        assert _env(compose[name])[f"{prefix}PORT"] == str(port)
+        # Published on the host's loopback only.
+        assert compose[name]["ports"] == [f"127.0.0.1:{port}:{port}"]
+
+
+def _database_hosts(compose: dict[str, Any]) -> dict[str, set[str]]:
+    hosts: dict[str, set[str]] = {}
+    for name, service in compose.items():
+        for var, value in _env(service).items():
+            if var.endswith("DATABASE_URL"):
+                url = urlsplit(value)
+                assert url.scheme == "postgresql", (name, var)
+                assert url.hostname is not None and url.hostname in compose, (name, var)
+                hosts.setdefault(url.hostname, set()).add(name)
+    return hosts
+
+
+def test_each_aggregator_its_own_database(compose: dict[str, Any]) -> None:
+    hosts = _database_hosts(compose)
+    leader_db = {h for h, users in hosts.items() if "leader" in users}
+    helper_db = {h for h, users in hosts.items() if "helper" in users}
+    assert len(leader_db) == len(helper_db) == 1 and leader_db != helper_db
+    for db in leader_db | helper_db:
+        assert len(hosts[db]) == 1, f"{db} is shared by {sorted(hosts[db])}"
+        assert compose[db]["volumes"], db
+    # Every store a database of its own, also on the shared server.
+    urls = [
+        (urlsplit(v).hostname, urlsplit(v).path)
+        for s in compose.values()
+        for k, v in _env(s).items()
+        if k.endswith("DATABASE_URL")
+    ]
+    assert len(urls) == len(set(urls))
+
+
+def test_healthchecks_and_start_order(compose: dict[str, Any]) -> None:
+    for name in SERVICES:
+        service = compose[name]
+        test = service["healthcheck"]["test"]
+        port = str(DEFAULT_PORTS[name])
+        assert any("/healthz" in part and port in part for part in test), name
+        depends = service["depends_on"]
+        assert depends["init"]["condition"] == "service_completed_successfully"
+        for db in depends:
+            if db != "init":
+                assert depends[db]["condition"] == "service_healthy"
+                assert "healthcheck" in compose[db]
+    provision = compose["provision"]["depends_on"]
+    assert set(provision) == set(SERVICES)
+    assert all(d["condition"] == "service_healthy" for d in provision.values())
+
+
+def test_init_and_provision_use_the_cli(compose: dict[str, Any]) -> None:
+    init = compose["init"]["command"]
+    assert init[:2] == ["keys", "init"]
+    for name in SERVICES:
+        assert f"--{name}=http://{name}:{DEFAULT_PORTS[name]}" in init
+    assert compose["provision"]["command"][1:3] == ["recipe", "publish"]
+    assert compose["devices"]["command"][1:3] == ["devices", "run"]
+    assert "devices" in compose["devices"]["profiles"]
+
+
+def test_the_baked_demo_recipe_is_the_demo_recipe() -> None:
+    baked = json.loads((REPO / "deploy" / "docker" / "demo-recipe.json").read_text())
+    assert RecipeDraft.model_validate(baked) == demo_recipe()
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        pytest.skip("docker-compose is not installed")
+    done = subprocess.run(
+        [tool, "-f", str(COMPOSE), "--profile", "devices", "config", "-q"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
