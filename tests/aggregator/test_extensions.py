@@ -10,16 +10,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import secrets
+import threading
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from services.aggregator.app import create_app
 from services.aggregator.datastore import Datastore, TokenSpend
+from services.aggregator.service import Aggregator
 from services.aggregator.tokens import IssuerKeyCache, IssuerUnavailableError, max_age
 from services.common.clock import TestClock
 from services.common.db import Database
+from services.common.problems import DapProblemError
 from shared.constants import (
     EXTENSION_PRIVACY_PASS_TOKEN,
     EXTENSION_RECIPE_BINDING,
@@ -146,16 +150,23 @@ def test_extensions_at_helper_init(db_factory: DbFactory, clock: TestClock) -> N
     }
 
 
-def _helper_job(env: Env, inits: list[PrepareInit]) -> AggregationJobResp:
-    job = AggregationJobId.random()
+def _job_request(inits: list[PrepareInit]) -> tuple[str, bytes]:
     request = AggregationJobInitReq(b"", PartialBatchSelector.time_interval(), tuple(inits))
+    return AggregationJobId.random().to_b64url(), request.encode()
+
+
+def _send_job(env: Env, job: str, body: bytes) -> AggregationJobResp:
     r = env.helper.put(
-        f"/tasks/{env.tid}/aggregation_jobs/{job.to_b64url()}",
-        content=request.encode(),
+        f"/tasks/{env.tid}/aggregation_jobs/{job}",
+        content=body,
         headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
     )
     assert r.status_code == 201, r.text
     return AggregationJobResp.decode(r.content)
+
+
+def _helper_job(env: Env, inits: list[PrepareInit]) -> AggregationJobResp:
+    return _send_job(env, *_job_request(inits))
 
 
 def _error(resp: Any) -> PrepareError | None:
@@ -236,12 +247,51 @@ def test_helper_refuses_replayed_tokens(
         PrepareError.INVALID_MESSAGE,
         PrepareError.INVALID_MESSAGE,
     ]
-    second = _helper_job(env, [init(token), init(issuer.token(params.task_id, now))])
+    job, body = _job_request([init(token), init(issuer.token(params.task_id, now))])
+    second = _send_job(env, job, body)
     assert [_error(r) for r in second.prepare_resps] == [PrepareError.INVALID_MESSAGE, None]
+    # The leader retrying a job (after a crash or timeout) sends identical bytes: the stored
+    # answer comes back and nothing is spent or counted again.
+    assert _send_job(env, job, body) == second
     assert _stats(env.helper, env.tid)["rejections"]["aggregation"] == {
         "token_missing": 1,
         "token_spent": 2,
     }
+    assert _stats(env.helper, env.tid)["report_aggregations"] == {"failed": 3, "finished": 2}
+
+
+def test_racing_uploads_spend_a_token_once(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    """Two leader processes on one store get reports carrying one token at the same time:
+    the store's unique key lets exactly one in."""
+    env = _token_env(db_factory, clock, issuer)
+    token = issuer.token(env.params.task_id, clock.now())
+    # A second process on the leader's store.
+    leader_db = env.leader.app.state.settings.database_url  # type: ignore[attr-defined]
+    second_app = create_app(helpers.settings(leader_db), clock=clock, issuer_http=issuer.client)
+    second: Aggregator = second_app.state.aggregator
+    aggs = [env.leader_agg, second]
+    bodies = [env.report(1, extensions=_with_token(token)).encode() for _ in range(8)]
+    barrier = threading.Barrier(len(bodies))
+    outcomes: list[str] = []
+
+    def upload(i: int) -> None:
+        barrier.wait()
+        try:
+            aggs[i % 2].upload(env.tid, bodies[i])
+            outcomes.append("stored")
+        except DapProblemError as exc:
+            outcomes.append(exc.problem.value)
+
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["reportRejected"] * 7 + ["stored"]
+    assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 1
+    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {"token_spent": 7}
 
 
 def test_issuer_down_is_a_retry_not_a_rejection(
