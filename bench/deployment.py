@@ -1,0 +1,566 @@
+"""Issue #3: reports/s of a real three-process deployment, on SQLite and on PostgreSQL.
+
+Leader, helper and collector run as separate processes (`python -m services.aggregator`,
+`python -m services.collector`, configured only through their `SAGG_*` environment) on free
+loopback ports, each with a fresh store. A task is provisioned through the admin APIs
+(`deploy.tasks.create_task`), then for each VDAF:
+
+- the sealed reports are built first (`deploy.upload.build_reports`: `Prio3.shard_batch` and
+  `shared.hpke`), so client CPU is not part of the measurement;
+- a collection job for the reports' time bucket is requested before the first upload, with
+  `min_batch_size` = the number of reports: it completes exactly when every report is aggregated;
+- the reports are PUT by ~32 concurrent keep-alive connections of a minimal asyncio HTTP/1.1
+  client (httpx costs ~0.3 ms of client CPU per request, which on a 2-core machine would be taken
+  from the services being measured);
+- upload throughput and p50/p99 latency are measured, then the time from the first upload until
+  the collection is complete, and the collected aggregate is checked against the plain sum.
+
+The leader's and helper's CPU time per report (from /proc/<pid>/stat) is reported too: on this
+2-core machine it says more about the cost per report than wall-clock rates do.
+
+The drivers are configured for a short pipeline (`driver_poll_s` 0.1, `max_report_wait_s` 1,
+`collection_retry_s` 1, collector poll 0.2 s); the job sizes are the services' defaults. Run
+alone with `python -m bench.deployment [--reports N] [--stores sqlite,postgres]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from bench.common import Result, print_table
+from deploy.launcher import free_port
+from deploy.tasks import TaskParams, create_task
+from deploy.upload import (
+    ClientTask,
+    build_reports,
+    expected_aggregate,
+    fetch_hpke_config,
+    random_measurements,
+)
+from shared.constants import MEDIA_REPORT
+from shared.dap.ids import TaskId
+from shared.vdaf.spec import VdafSpec
+
+__all__ = [
+    "CASES",
+    "PutStats",
+    "Spawned",
+    "cpu_seconds",
+    "percentile",
+    "put_reports",
+    "rss_kib",
+    "run",
+    "spawn_deployment",
+]
+
+REPORTS = 5000
+CONCURRENCY = 32
+#: Goal of issue #3: end to end, Histogram(100), this 2-core machine (Janus: 1-2k/s).
+GOAL_E2E = 2000.0
+PRECISION = 3600
+POSTGRES_SERVER = os.environ.get("SAGG_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+HOST = "127.0.0.1"
+
+CASES: list[tuple[str, VdafSpec]] = [
+    ("Count", VdafSpec(type="Prio3Count")),
+    ("Histogram(100)", VdafSpec(type="Prio3Histogram", length=100, chunk_length=10)),
+]
+
+#: Short pipeline latencies; everything else stays at the services' defaults.
+AGGREGATOR_ENV = {
+    "DRIVER_POLL_S": "0.1",
+    "MAX_REPORT_WAIT_S": "1",
+    "COLLECTION_RETRY_S": "1",
+}
+COLLECTOR_ENV = {"POLL_INTERVAL": "0.2", "LOG_LEVEL": "warning"}
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+@dataclass
+class Spawned:
+    """A running leader, helper and collector; `stop()` ends them (also on any error)."""
+
+    store: str
+    leader: str
+    helper: str
+    collector: str
+    admin_token: str
+    log_dir: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (uvicorn drains and the drivers stop), SIGKILL whatever is still alive."""
+        running = [p for p in self.processes.values() if p.poll() is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in running:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+    def log_tail(self, name: str, lines: int = 5) -> str:
+        try:
+            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _postgres_create(names: Sequence[str]) -> None:
+    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as c:
+        for name in names:
+            c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _postgres_drop(names: Sequence[str]) -> None:
+    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as c:
+        for name in names:
+            c.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def postgres_available() -> bool:
+    try:
+        psycopg.connect(f"{POSTGRES_SERVER}/postgres", connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _clean_env() -> dict[str, str]:
+    # Inherited SAGG_* settings (a developer's shell) would silently change what is measured.
+    return {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
+
+
+def _wait_healthy(spawned: Spawned, name: str, url: str, deadline: float) -> None:
+    process = spawned.processes[name]
+    with httpx.Client(timeout=2.0) as http:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode}: {spawned.log_tail(name)}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if http.get(f"{url}/healthz").status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not healthy at {url}: {spawned.log_tail(name)}")
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def spawn_deployment(
+    store: str,
+    work_dir: Path,
+    *,
+    aggregator_env: dict[str, str] | None = None,
+    startup_timeout: float = 60.0,
+) -> Iterator[Spawned]:
+    """Leader, helper and collector on free loopback ports with fresh stores; all processes
+    are stopped and the PostgreSQL databases dropped when the block ends, however it ends."""
+    token = secrets.token_urlsafe(24)
+    log_dir = work_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    names = ("leader", "helper", "collector")
+    ports = {name: free_port(HOST) for name in names}
+    pg_names: list[str] = []
+    if store == "postgres":
+        prefix = f"sagg_bench_{secrets.token_hex(4)}"
+        pg_names = [f"{prefix}_{name}" for name in names]
+        _postgres_create(pg_names)
+        db_urls = {
+            name: f"{POSTGRES_SERVER}/{db}" for name, db in zip(names, pg_names, strict=True)
+        }
+    elif store == "sqlite":
+        db_urls = {name: f"sqlite:///{work_dir / f'{name}.sqlite3'}" for name in names}
+    else:
+        raise ValueError(f"unknown store {store!r}")
+    urls = {name: f"http://{HOST}:{ports[name]}" for name in names}
+    spawned = Spawned(
+        store,
+        urls["leader"],
+        urls["helper"],
+        urls["collector"],
+        admin_token=token,
+        log_dir=log_dir,
+    )
+    agg_extra = {**AGGREGATOR_ENV, **(aggregator_env or {})}
+    envs = {
+        name: {
+            "SAGG_AGGREGATOR_DATABASE_URL": db_urls[name],
+            "SAGG_AGGREGATOR_ADMIN_TOKEN": token,
+            "SAGG_AGGREGATOR_HOST": HOST,
+            "SAGG_AGGREGATOR_PORT": str(ports[name]),
+            # The helper has no driver work; its idle polling would only add noise.
+            "SAGG_AGGREGATOR_RUN_DRIVERS": "true" if name == "leader" else "false",
+            **{f"SAGG_AGGREGATOR_{k}": v for k, v in agg_extra.items()},
+        }
+        for name in ("leader", "helper")
+    }
+    envs["collector"] = {
+        "SAGG_COLLECTOR_DATABASE_URL": db_urls["collector"],
+        "SAGG_COLLECTOR_ADMIN_TOKEN": token,
+        "SAGG_COLLECTOR_HOST": HOST,
+        "SAGG_COLLECTOR_PORT": str(ports["collector"]),
+        **{f"SAGG_COLLECTOR_{k}": v for k, v in COLLECTOR_ENV.items()},
+    }
+    modules = {
+        "leader": "services.aggregator",
+        "helper": "services.aggregator",
+        "collector": "services.collector",
+    }
+    try:
+        for name in names:
+            with (log_dir / f"{name}.log").open("ab") as log:
+                spawned.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", modules[name]],
+                    env={**_clean_env(), **envs[name]},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    # Own session: a Ctrl-C of the bench reaches only us; we stop them in order.
+                    start_new_session=True,
+                )
+        deadline = time.monotonic() + startup_timeout
+        for name in names:
+            _wait_healthy(spawned, name, getattr(spawned, name), deadline)
+        yield spawned
+    finally:
+        spawned.stop()
+        if pg_names:
+            _postgres_drop(pg_names)
+
+
+# --- /proc ------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name may hold spaces; the fields after its closing ')' do not.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size (VmRSS) of a process in KiB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+# --- a minimal HTTP/1.1 uploader -------------------------------------------------------------
+
+
+@dataclass
+class PutStats:
+    """Outcome of a batch of PUTs: per-request latency (s) of the accepted ones, failures."""
+
+    accepted: int = 0
+    failed: int = 0
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, reason: str) -> None:
+        self.failed += 1
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length, chunked = 0, False
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        key = name.strip().lower()
+        if key == "content-length":
+            length = int(value)
+        elif key == "transfer-encoding" and "chunked" in value.lower():
+            chunked = True
+    if not chunked:
+        return status, await reader.readexactly(length) if length else b""
+    body = bytearray()
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            # Trailers are not used by the services; the final CRLF was just read.
+            return status, bytes(body)
+        body += chunk[:-2]
+
+
+class Uploader:
+    """PUTs pre-encoded reports to the leader over `concurrency` keep-alive connections.
+
+    Only what HTTP/1.1 needs is written: a constant request head, Content-Length, the body;
+    the response is parsed for status, Content-Length or chunks. This keeps the client at a few
+    tens of µs of CPU per request, so the services get nearly all of the machine."""
+
+    def __init__(self, leader: str, task_id: str, concurrency: int = CONCURRENCY) -> None:
+        parts = urlsplit(leader)
+        if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            # A load generator must never be pointed at someone else's server by accident.
+            raise ValueError(f"refusing a non-loopback leader {leader}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        path = f"{parts.path.rstrip('/')}/tasks/{task_id}/reports"
+        self.head = (
+            f"PUT {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Content-Type: {MEDIA_REPORT}\r\nContent-Length: "
+        ).encode()
+        self.concurrency = concurrency
+
+    async def put_all(
+        self, bodies: Sequence[bytes], stats: PutStats, deadline: float | None = None
+    ) -> None:
+        """Upload every body (stops early, between requests, at `deadline` on perf_counter)."""
+        position = iter(range(len(bodies)))
+
+        async def worker() -> None:
+            reader: asyncio.StreamReader | None = None
+            writer: asyncio.StreamWriter | None = None
+            try:
+                for index in position:
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        return
+                    body = bodies[index]
+                    try:
+                        if writer is None or reader is None:
+                            reader, writer = await asyncio.open_connection(self.host, self.port)
+                        start = time.perf_counter()
+                        writer.write(self.head + b"%d\r\n\r\n" % len(body) + body)
+                        status, _ = await _read_response(reader)
+                        elapsed = time.perf_counter() - start
+                    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                        stats.fail(type(exc).__name__)
+                        if writer is not None:
+                            writer.close()
+                        reader = writer = None
+                        continue
+                    if 200 <= status < 300:
+                        stats.accepted += 1
+                        stats.latencies.append(elapsed)
+                    else:
+                        stats.fail(f"HTTP {status}")
+            finally:
+                if writer is not None:
+                    writer.close()
+
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+
+
+def put_reports(
+    leader: str, task_id: str, bodies: Sequence[bytes], concurrency: int = CONCURRENCY
+) -> tuple[PutStats, float]:
+    """Upload all bodies; the stats and the wall-clock seconds it took."""
+    stats = PutStats()
+    uploader = Uploader(leader, task_id, concurrency)
+    start = time.perf_counter()
+    asyncio.run(uploader.put_all(bodies, stats))
+    return stats, time.perf_counter() - start
+
+
+# --- one case ---------------------------------------------------------------------------------
+
+
+def make_reports(
+    task: ClientTask, measurements: Sequence[Any], report_time: int
+) -> tuple[list[bytes], float]:
+    """Sharded, sealed and encoded reports, one per measurement, and the seconds that took."""
+    task_id = TaskId.from_b64url(task.task_id)
+    with httpx.Client(timeout=10.0) as http:
+        leader_config = fetch_hpke_config(http, task.leader, task_id)
+        helper_config = fetch_hpke_config(http, task.helper, task_id)
+    # The first call compiles and caches (numba kernels, HPKE suites): keep it out of the timing.
+    build_reports(task, measurements[:8], leader_config, helper_config, report_time)
+    start = time.perf_counter()
+    reports = build_reports(task, measurements, leader_config, helper_config, report_time)
+    bodies = [report.encode() for report in reports]
+    return bodies, time.perf_counter() - start
+
+
+def provision(spawned: Spawned, vdaf: VdafSpec, min_batch_size: int) -> dict[str, Any]:
+    params = TaskParams(
+        vdaf=vdaf,
+        min_batch_size=min_batch_size,
+        time_precision=PRECISION,
+        leader=spawned.leader,
+        helper=spawned.helper,
+        collector=spawned.collector,
+    )
+    return create_task(params, spawned.admin_token)
+
+
+def request_collection(http: httpx.Client, spawned: Spawned, task_id: str, start: int) -> str:
+    response = http.post(
+        f"{spawned.collector}/collections",
+        json={
+            "task_id": task_id,
+            "query": {"type": "time_interval", "start": start, "duration": PRECISION},
+        },
+        headers={"Authorization": f"Bearer {spawned.admin_token}"},
+    )
+    if response.status_code != 201:
+        raise RuntimeError(f"collector refused the collection: {response.text[:200]}")
+    job_id: str = response.json()["collection_job_id"]
+    return job_id
+
+
+def wait_collection(
+    http: httpx.Client, spawned: Spawned, job_id: str, timeout: float
+) -> dict[str, Any]:
+    """Poll often (50 ms): this poll's granularity adds to the measured end-to-end time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body: dict[str, Any] = http.get(
+            f"{spawned.collector}/collections/{job_id}",
+            headers={"Authorization": f"Bearer {spawned.admin_token}"},
+        ).json()
+        if body.get("state") in ("complete", "failed"):
+            return body
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"collection {job_id} not complete after {timeout:g} s: {body}")
+        time.sleep(0.05)
+
+
+def bench_case(
+    spawned: Spawned,
+    name: str,
+    vdaf: VdafSpec,
+    reports: int = REPORTS,
+    concurrency: int = CONCURRENCY,
+) -> list[Result]:
+    case = f"{name}, {spawned.store}"
+    info = provision(spawned, vdaf, reports)
+    task = ClientTask.model_validate(info)
+    measurements = random_measurements(vdaf, reports, random.Random(3))
+    now = int(time.time())
+    bucket = now - now % PRECISION
+    bodies, prep_s = make_reports(task, measurements, now)
+
+    leader, helper = spawned.pid("leader"), spawned.pid("helper")
+    with httpx.Client(timeout=30.0) as http:
+        job_id = request_collection(http, spawned, task.task_id, bucket)
+        cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
+        start = time.perf_counter()
+        stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency)
+        cpu1 = (cpu_seconds(leader), cpu_seconds(helper))
+        # Generous: a slow pipeline should show up as a low number, not as a crash.
+        body = wait_collection(http, spawned, job_id, timeout=60 + reports / 50)
+        e2e_s = time.perf_counter() - start
+        cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
+
+    exact = (
+        body.get("state") == "complete"
+        and body.get("report_count") == reports
+        and body.get("result") == expected_aggregate(vdaf, measurements)
+        and stats.accepted == reports
+    )
+    if not exact:
+        print(
+            f"{case}: NOT EXACT: accepted {stats.accepted}/{reports} {stats.errors}, "
+            f"collection {body.get('state')} count {body.get('report_count')} "
+            f"{body.get('error', '')}",
+            file=sys.stderr,
+        )
+    per_report_us = 1e6 / reports
+
+    def row(metric: str, value: float, unit: str) -> Result:
+        return Result("deployment", case, metric, value, unit)
+
+    return [
+        row("client: shard + seal", prep_s * per_report_us, "µs/report"),
+        row("upload accepted", stats.accepted / upload_s, "reports/s"),
+        row("upload latency p50", percentile(stats.latencies, 0.5) * 1e3, "ms"),
+        row("upload latency p99", percentile(stats.latencies, 0.99) * 1e3, "ms"),
+        # Includes the drivers' work that overlaps the uploads (jobs start after 100 reports).
+        row("leader CPU during uploads", (cpu1[0] - cpu0[0]) * per_report_us, "µs/report"),
+        row("upload to collected", reports / e2e_s, "reports/s"),
+        row("upload to collected", e2e_s, "s"),
+        row("leader CPU after uploads", (cpu2[0] - cpu1[0]) * per_report_us, "µs/report"),
+        row("helper CPU, all", (cpu2[1] - cpu0[1]) * per_report_us, "µs/report"),
+        row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
+    ]
+
+
+def run(
+    reports: int = REPORTS,
+    stores: Sequence[str] = ("sqlite", "postgres"),
+    concurrency: int = CONCURRENCY,
+) -> list[Result]:
+    results: list[Result] = []
+    for store in stores:
+        if store == "postgres" and not postgres_available():
+            print(f"bench.deployment: no PostgreSQL at {POSTGRES_SERVER}; skipped", file=sys.stderr)
+            continue
+        work = Path(tempfile.mkdtemp(prefix=f"sagg-bench-{store}-"))
+        try:
+            with spawn_deployment(store, work) as spawned:
+                for name, vdaf in CASES:
+                    results += bench_case(spawned, name, vdaf, reports, concurrency)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--reports", type=int, default=REPORTS)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    parser.add_argument("--stores", default="sqlite,postgres")
+    args = parser.parse_args(argv)
+    results = run(args.reports, args.stores.split(","), args.concurrency)
+    print_table(
+        results,
+        f"Deployment: leader + helper + collector processes, {args.reports} reports per case, "
+        f"{args.concurrency} connections (goal: {GOAL_E2E:,.0f} reports/s end to end, "
+        "Histogram(100))",
+    )
+
+
+if __name__ == "__main__":
+    main()
