@@ -1,0 +1,730 @@
+"""What a collection means: debiased estimates with standard errors, confidence intervals and
+thresholding, and the privacy statement of the batch that was actually released.
+
+The collector receives the sum of the VDAF measurements (DAP-09 §4.4.5; VDAF-08 §7 Prio3
+unshard). For a recipe task those measurements are randomized reports (000 §4.1, §4.4; 004 §6),
+so the raw aggregate is biased; this module turns it back into estimates (`shared.dp.vdaf_mapping`
+decoders, then each randomizer's debias and variance formulas: 000 appendices A and C for
+one-hot, 002 §4.1-4.2 for CMS/HCMS, 003 §3 for bit pushing) and states which (epsilon, delta)
+the batch has, under which neighbouring notion and which trust model (004 §3.3), computed from
+its actual report count by `shared.recipe.accounting` and `shared.dp.policy`.
+
+Entry points:
+
+* `collection_from_body(body)` -- a `Collection` from the collector's `GET /collections/{id}`.
+* `analyze(recipe, collection, ...)` -- the `Analysis` (recipe None: a plain task, raw counts).
+* `to_json`, `to_csv`, `to_table` -- writers; `services.collector.charts.write_chart` -- a PNG.
+
+Confidence intervals are normal approximations (`shared.dp.estimators`), as 004 §6.1.1 does: the
+estimates are sums of many independent reports. Standard errors plug the (clipped) estimate into
+the variance formula, so they are estimates themselves.
+
+Thresholding rule: an item is *below threshold* when its estimate does not clear
+``z * stderr`` with z the one-sided standard normal quantile at `threshold_level` (default 0.95,
+z = 1.645), or does not exceed `floor`; that is, when it is not significantly above zero and its
+value is dominated by the randomizer's noise (`Estimate.significant`; the same rule as the
+heavy-hitter search of `shared.dp.heavy_hitters` and 003 §5's bit squashing). For an item whose
+true count is 0 the chance it clears the threshold is about 1 - threshold_level, so with d items
+about d (1 - threshold_level) noise items survive; raise `threshold_level` for large d. Flagged
+items keep their estimate (it is still unbiased); writers mark them.
+
+Sampling: the estimates are counts among the `report_count` devices that reported; with a
+sampling rate q < 1 a population count is about the estimate divided by q (not done here).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+from shared.dp import amplification as amp
+from shared.dp.estimators import Estimate, z_value
+from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
+from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
+from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
+from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
+from shared.dp.vdaf_mapping import (
+    bit_tallies_from_aggregate,
+    cms_sketch_from_aggregate,
+    hcms_sketch_from_aggregate,
+)
+from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon
+from shared.recipe.model import (
+    BitPushingRandomizer,
+    BucketFeature,
+    CategoryFeature,
+    CmsRandomizer,
+    Encoding,
+    Feature,
+    HcmsRandomizer,
+    IntegerFeature,
+    NgramFeature,
+    OneHotRandomizer,
+    Recipe,
+    RecipeDraft,
+)
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_THRESHOLD_LEVEL",
+    "MAX_DEFAULT_CANDIDATES",
+    "Analysis",
+    "AnalysisError",
+    "Collection",
+    "Item",
+    "PrivacyStatement",
+    "TrustLine",
+    "analyze",
+    "collection_from_body",
+    "item_labels",
+    "privacy_statement",
+    "to_csv",
+    "to_json",
+    "to_table",
+]
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_THRESHOLD_LEVEL = 0.95
+#: CMS / HCMS without a candidate list estimate every one-hot index of the encoding, up to this
+#: many (each candidate costs k hash evaluations and one collision term).
+MAX_DEFAULT_CANDIDATES = 100_000
+
+OOV = "<OOV>"
+END = "<END>"
+
+#: 004 §3.3's trust models, in the order the statement lists them.
+TRUST_MODEL_DESCRIPTIONS: dict[TrustModel, str] = {
+    TrustModel.OAMC: "one honest aggregator, most clients honest",
+    TrustModel.OAOC: "one honest aggregator, only this client honest",
+    TrustModel.OC: "no honest server (only this client trusted)",
+}
+
+AnyRecipe = Recipe | RecipeDraft
+
+
+class AnalysisError(ValueError):
+    """The collection does not fit the recipe (wrong aggregate length, bad candidate, ...)."""
+
+
+# --- input ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A completed collection: what `GET /collections/{id}` returns (DAP-09 §4.5.2)."""
+
+    report_count: int
+    #: The unsharded aggregate: one int per VDAF output coordinate (a single int for
+    #: Prio3Count / Prio3Sum tasks).
+    aggregate: tuple[int, ...] | int
+    #: (start, duration) in seconds for time-interval tasks.
+    interval: tuple[int, int] | None = None
+    batch_id: str | None = None
+    task_id: str | None = None
+
+
+def collection_from_body(body: Mapping[str, Any]) -> Collection:
+    """The `Collection` of a completed `GET /collections/{id}` response body."""
+    if body.get("state") not in (None, "complete"):
+        raise AnalysisError(f"collection is {body.get('state')}, not complete")
+    count = body.get("report_count")
+    result = body.get("result")
+    if not isinstance(count, int) or count < 0:
+        raise AnalysisError("the collection has no report_count")
+    aggregate: tuple[int, ...] | int
+    if isinstance(result, list) and all(isinstance(v, int) for v in result):
+        aggregate = tuple(result)
+    elif isinstance(result, int):
+        aggregate = result
+    else:
+        raise AnalysisError("the collection result is neither an int nor a list of ints")
+    interval = body.get("interval")
+    span = (int(interval["start"]), int(interval["duration"])) if interval else None
+    batch_id = body.get("batch_id")
+    task_id = body.get("task_id")
+    return Collection(
+        count,
+        aggregate,
+        span,
+        str(batch_id) if batch_id else None,
+        str(task_id) if task_id else None,
+    )
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One output coordinate: a bucket (or candidate item, or bit pushing's mean / bit mean)."""
+
+    label: str
+    #: The one-hot index of the encoding (None for bit pushing's mean and bit means).
+    index: int | None
+    estimate: float
+    stderr: float
+    ci_low: float
+    ci_high: float
+    #: What the estimate must exceed not to be flagged: max(z * stderr, floor).
+    threshold: float
+    below_threshold: bool
+
+
+@dataclass(frozen=True)
+class TrustLine:
+    """The guarantee that holds under one trust model of 004 §3.3."""
+
+    trust_model: str
+    description: str
+    epsilon: float
+    delta: float
+    #: "replacement" or "deletion": which neighbouring datasets epsilon is about.
+    neighbouring: str
+    basis: str
+
+
+@dataclass(frozen=True)
+class PrivacyStatement:
+    """(epsilon, delta) of this batch, computed from its report count (000 §3; 001 Theorem 4)."""
+
+    report_count: int
+    min_batch_size: int
+    below_min_batch: bool
+    sampling_rate: float
+    analysis: str
+    neighbouring: str
+    #: The recipe's accounting at this report count (OAMC, after sampling at q).
+    epsilon: float
+    delta: float
+    claimed_epsilon: float
+    claimed_delta: float
+    claim_met: bool
+    local_epsilon: float
+    guarantees: tuple[TrustLine, ...]
+    notes: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """Human-readable statement, one fact per line."""
+        out = [
+            f"privacy: ({_num(self.epsilon)}, {self.delta:.3g})-DP for this batch of "
+            f"{self.report_count} reports ({self.neighbouring} neighbours; {self.analysis} "
+            f"analysis, sampling rate q={self.sampling_rate:g}, B={self.min_batch_size})",
+            f"recipe claims ({self.claimed_epsilon:g}, {self.claimed_delta:g}): "
+            + ("met" if self.claim_met else "NOT met at this report count"),
+        ]
+        for g in self.guarantees:
+            out.append(
+                f"  {g.trust_model:<5} {g.description}: epsilon={_num(g.epsilon)}, "
+                f"delta={g.delta:.3g} ({g.neighbouring}; {g.basis})"
+            )
+        out.extend(f"note: {n}" for n in self.notes)
+        return out
+
+    def headline(self) -> str:
+        """One line for chart titles."""
+        return (
+            f"({_num(self.epsilon)}, {self.delta:.2g})-DP, {self.neighbouring}, "
+            f"n={self.report_count}, OAMC; local eps={self.local_epsilon:g}"
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    recipe_id: str | None
+    recipe_version: int | None
+    #: e.g. "one_hot(symmetric)", "cms", "hcms", "bit_pushing", "none" (plain task).
+    randomizer: str
+    #: "count" (frequency estimates) or "mean" (bit pushing) or "raw" (plain task).
+    statistic: str
+    report_count: int
+    interval: tuple[int, int] | None
+    batch_id: str | None
+    confidence: float
+    threshold_level: float
+    items: tuple[Item, ...]
+    privacy: PrivacyStatement | None
+    notes: tuple[str, ...] = ()
+
+
+def _num(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.4g}"
+
+
+# --- labels --------------------------------------------------------------------------------------
+
+
+def _feature_labels(feature: Feature) -> list[str]:
+    """Bucket labels in bucket order (000 appendix B; `shared.recipe.model` bucket rules)."""
+    if isinstance(feature, BucketFeature):
+        b = feature.boundaries
+        return [OOV, *(f"[{lo:g}, {hi:g})" for lo, hi in itertools.pairwise(b))]
+    if isinstance(feature, CategoryFeature):
+        return [OOV, *feature.values]
+    if isinstance(feature, NgramFeature):
+        out = [OOV]
+        for prefix in feature.prefixes:
+            head = " ".join(prefix)
+            out += [f"{head} {END}", f"{head} {OOV}"]
+            out += [f"{head} {t}" for t in feature.known_tokens]
+        return out
+    assert isinstance(feature, IntegerFeature)
+    return [str(i) for i in range(feature.size)]
+
+
+def item_labels(encoding: Encoding) -> list[str]:
+    """The label of every one-hot index (mixed radix, first feature most significant).
+
+    One feature: its bucket label ("<OOV>", "[20, 30)", "fr", "hello world <END>"); several:
+    "field=label" joined by ", ".
+    """
+    per_feature = [_feature_labels(f) for f in encoding.features]
+    if len(per_feature) == 1:
+        return per_feature[0]
+    names = [f.field for f in encoding.features]
+    return [
+        ", ".join(f"{n}={v}" for n, v in zip(names, combo, strict=True))
+        for combo in itertools.product(*per_feature)
+    ]
+
+
+# --- estimates -----------------------------------------------------------------------------------
+
+
+def _items(
+    labels: Sequence[str],
+    indices: Sequence[int | None],
+    est: Estimate,
+    confidence: float,
+    threshold_level: float,
+    floor: float,
+) -> tuple[Item, ...]:
+    lo, hi = est.ci(confidence)
+    # One-sided: the question is "is this count above zero", not "is it different from zero".
+    z = float(special.ndtri(threshold_level))
+    keep = est.significant(threshold_level, floor)
+    return tuple(
+        Item(
+            label,
+            index,
+            float(v),
+            float(s),
+            float(a),
+            float(b),
+            max(z * float(s), floor),
+            not bool(k),
+        )
+        for label, index, v, s, a, b, k in zip(
+            labels, indices, est.value, est.stderr, lo, hi, keep, strict=True
+        )
+    )
+
+
+def _check_length(aggregate: npt.NDArray[np.int64], expected: int, what: str) -> None:
+    if aggregate.size != expected:
+        raise AnalysisError(
+            f"the aggregate has {aggregate.size} coordinates; {what} needs {expected}"
+        )
+
+
+def _candidate_indices(
+    encoding: Encoding, labels: Sequence[str] | None, candidates: Sequence[int | str] | None
+) -> list[int]:
+    d = encoding.dimension
+    if candidates is None:
+        if d > MAX_DEFAULT_CANDIDATES:
+            raise AnalysisError(
+                f"the encoding has {d} items; pass the candidate dictionary to estimate"
+            )
+        return list(range(d))
+    by_label = {lab: i for i, lab in enumerate(labels)} if labels is not None else {}
+    out: list[int] = []
+    for c in candidates:
+        if isinstance(c, str):
+            if c not in by_label:
+                raise AnalysisError(f"candidate {c!r} is not an item of the recipe's encoding")
+            out.append(by_label[c])
+        elif 0 <= c < d:
+            out.append(int(c))
+        else:
+            raise AnalysisError(f"candidate index {c} is outside [0, {d})")
+    if len(set(out)) != len(out):
+        raise AnalysisError("candidates must not repeat")
+    return out
+
+
+def _labels_if_small(encoding: Encoding) -> list[str] | None:
+    if any(isinstance(f, IntegerFeature) for f in encoding.features):
+        return None
+    return item_labels(encoding) if encoding.dimension <= 10 * MAX_DEFAULT_CANDIDATES else None
+
+
+def analyze(
+    recipe: AnyRecipe | None,
+    collection: Collection,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    threshold_level: float = DEFAULT_THRESHOLD_LEVEL,
+    floor: float = 0.0,
+    candidates: Sequence[int | str] | None = None,
+) -> Analysis:
+    """The `Analysis` of a completed collection of `recipe`'s task.
+
+    `confidence`: two-sided level of the intervals. `threshold_level`, `floor`: the thresholding
+    rule of the module docstring. `candidates` (CMS / HCMS only): the dictionary to estimate, as
+    one-hot indices or item labels; the device sketches its one-hot index (`client_sdk.query`),
+    so any index of the encoding can be a candidate; default every index.
+
+    `recipe=None` (a plain DAP task with no local randomizer): the raw counts, stderr 0, no
+    privacy statement.
+    """
+    z_value(confidence)  # validates the level
+    if not 0.5 < threshold_level < 1:
+        raise ValueError("threshold_level must be in (0.5, 1)")
+    n = collection.report_count
+    if recipe is None:
+        return _raw_analysis(collection, confidence, threshold_level)
+    if isinstance(collection.aggregate, int):
+        raise AnalysisError("a recipe task's aggregate is a vector, not a single int")
+    agg = np.asarray(collection.aggregate, dtype=np.int64)
+    r = recipe.randomizer
+    notes: list[str] = []
+    statistic = "count"
+    if isinstance(r, OneHotRandomizer):
+        d = recipe.encoding.dimension
+        _check_length(agg, d, f"one_hot over {d} buckets")
+        one_hot = DpOneHot(r.eps0, d, r.symmetric)
+        est = one_hot.estimate(agg, n)
+        labels = item_labels(recipe.encoding)
+        items = _items(labels, list(range(d)), est, confidence, threshold_level, floor)
+        name = f"one_hot({'symmetric' if r.symmetric else 'asymmetric'})"
+    elif isinstance(r, CmsRandomizer | HcmsRandomizer):
+        all_labels = _labels_if_small(recipe.encoding)
+        chosen = _candidate_indices(recipe.encoding, all_labels, candidates)
+        # The device hashes the decimal string of its one-hot index (`client_sdk.query`).
+        keys = item_keys(chosen)
+        if isinstance(r, CmsRandomizer):
+            cms = CountMeanSketch(r.eps0, r.k, r.m, r.seed)
+            _check_length(agg, r.k * r.m + r.k, f"cms(k={r.k}, m={r.m})")
+            rows = int(agg[r.k * r.m :].sum())
+            if rows != n:
+                # MultiHotHistogram bounds a report's weight, not its row indicator: a
+                # malicious client can set none or several (vdaf_mapping docstring).
+                notes.append(f"row indicators sum to {rows}, not report_count {n}")
+            est = cms.estimate(cms_sketch_from_aggregate(cms, agg), n, keys)
+            name = "cms"
+        else:
+            hcms = HadamardCountMeanSketch(r.eps0, r.k, r.m, r.seed)
+            _check_length(agg, 2 * r.k * r.m, f"hcms(k={r.k}, m={r.m})")
+            if int(agg.sum()) != n:
+                notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
+            est = hcms.estimate(hcms_sketch_from_aggregate(hcms, agg), n, keys)
+            name = "hcms"
+        labels = [all_labels[i] if all_labels else str(i) for i in chosen]
+        items = _items(labels, chosen, est, confidence, threshold_level, floor)
+        notes.append(
+            f"sketch estimates for {len(chosen)} candidates; the variance's collision term "
+            "takes them as the whole dictionary (002 §4)"
+        )
+    else:
+        assert isinstance(r, BitPushingRandomizer)
+        feature = recipe.encoding.features[0]
+        assert isinstance(feature, IntegerFeature)
+        bp = BitPushing(feature.bits, r.eps0)
+        _check_length(agg, 2 * feature.bits, f"bit_pushing over {feature.bits} bits")
+        if int(agg.sum()) != n:
+            notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
+        tallies = bit_tallies_from_aggregate(bp, agg)
+        items = _bit_pushing_items(bp, tallies, feature.field, confidence, threshold_level, floor)
+        if np.any(tallies.reports == 0):
+            notes.append("some bits have no report: their mean is taken as 0")
+        name = "bit_pushing"
+        statistic = "mean"
+        notes.append(
+            f"mean of {feature.field} (003 §3); its variance needs a second collection of "
+            "centred squares (003 §3.3)"
+        )
+    return Analysis(
+        recipe.recipe_id,
+        recipe.version,
+        name,
+        statistic,
+        n,
+        collection.interval,
+        collection.batch_id,
+        confidence,
+        threshold_level,
+        items,
+        privacy_statement(recipe, n),
+        tuple(notes),
+    )
+
+
+def _bit_pushing_items(
+    bp: BitPushing,
+    tallies: BitTallies,
+    field: str,
+    confidence: float,
+    threshold_level: float,
+    floor: float,
+) -> tuple[Item, ...]:
+    """003 §3: the mean, then each bit's debiased mean (variance as in `BitPushing.mean`)."""
+    mean = bp.mean(tallies)
+    means = bp.bit_means(tallies)
+    q = bp.flip_probability
+    m = np.clip(means, 0.0, 1.0)
+    var_j = (m * (1 - m) + q * (1 - q) / (1 - 2 * q) ** 2) / np.maximum(tallies.reports, 1)
+    bits = Estimate(np.asarray(means, dtype=np.float64), np.sqrt(var_j))
+    labels = [f"mean({field})", *(f"bit {j}" for j in range(bp.bits))]
+    combined = Estimate(
+        np.concatenate([mean.value, bits.value]), np.concatenate([mean.stderr, bits.stderr])
+    )
+    return _items(labels, [None] * len(labels), combined, confidence, threshold_level, floor)
+
+
+def _raw_analysis(collection: Collection, confidence: float, threshold_level: float) -> Analysis:
+    raw = collection.aggregate
+    values = [raw] if isinstance(raw, int) else list(raw)
+    labels = ["value"] if isinstance(raw, int) else [str(i) for i in range(len(values))]
+    items = tuple(
+        Item(
+            lab, None if isinstance(raw, int) else i, float(v), 0.0, float(v), float(v), 0.0, False
+        )
+        for i, (lab, v) in enumerate(zip(labels, values, strict=True))
+    )
+    return Analysis(
+        None,
+        None,
+        "none",
+        "raw",
+        collection.report_count,
+        collection.interval,
+        collection.batch_id,
+        confidence,
+        threshold_level,
+        items,
+        None,
+        ("plain task: raw aggregate, no local randomizer, no privacy statement",),
+    )
+
+
+# --- privacy -------------------------------------------------------------------------------------
+
+
+def _neighbouring(analysis: amp.Analysis) -> str:
+    # Only the deletion-exact analysis compares a client's report with the all-noise reference;
+    # every other analysis (and every local eps0 here) is about replacing one client's data.
+    return "deletion" if analysis == "sym_rappor_deletion_exact" else "replacement"
+
+
+def privacy_statement(recipe: AnyRecipe, report_count: int) -> PrivacyStatement:
+    """The (epsilon, delta) of a batch of `report_count` reports of `recipe`, per trust model.
+
+    Aggregate: `accounting.aggregate_guarantee` at this report count (000 Theorem 3.1 or the
+    numerical analyses, then 001 Theorem 4 for sampling at q, with the recipe's delta split).
+    Trust models (004 §3.3) via `DpPolicy.guarantee` with the client randomization at this
+    report count: OAMC gets the amplified epsilon (plus sampling); OAOC and OC only the local
+    eps0 (no aggregator noise in a recipe; other clients may be malicious or the servers
+    collude, so neither amplification nor sampling secrecy can be relied on).
+    """
+    claim = recipe.privacy
+    q = recipe.sampling_rate
+    n = report_count
+    notes: list[str] = []
+    eps0 = analysis_epsilon(recipe.randomizer, claim.analysis)
+    if n < 1:
+        eps, delta = math.inf, claim.delta
+        notes.append("no report: nothing was released, no amplification to state")
+    else:
+        eps, delta = aggregate_guarantee(recipe.randomizer, n, q, claim)
+    # aggregate_guarantee returns q * delta_a after sampling, delta_a itself without.
+    delta_a = delta / q if q < 1 else delta
+    policy = DpPolicy(client=ClientRandomization(eps0, max(n, 1), delta_a, claim.analysis))
+    neighbouring = _neighbouring(claim.analysis)
+    lines: list[TrustLine] = []
+    for model, text in TRUST_MODEL_DESCRIPTIONS.items():
+        if model is TrustModel.OAMC:
+            # The accounting's number (amplification then sampling); `DpPolicy` gives the same
+            # amplified epsilon before sampling (tests check it), named in the basis.
+            basis = f"amplification by aggregation ({claim.analysis}, n={n})"
+            if q < 1:
+                basis += f", then Poisson sampling at q={q:g}"
+            lines.append(TrustLine(model.value, text, eps, delta, neighbouring, basis))
+            continue
+        g = policy.guarantee(model)
+        assert g is not None  # a recipe always has client randomization
+        lines.append(TrustLine(model.value, text, g.eps, g.delta, "replacement", g.basis))
+    below = n < recipe.min_batch_size
+    if below:
+        notes.append(
+            f"report_count {n} < B = {recipe.min_batch_size}: the aggregators should not have "
+            "released this batch; the OAMC epsilon above is for the smaller batch"
+        )
+    if math.isinf(eps):
+        notes.append(f"the {claim.analysis} analysis does not apply at n={n}")
+    # Same slack as accounting.assess_privacy: the bisections overshoot by up to EPS_TOL.
+    met = eps <= claim.epsilon + amp.EPS_TOL and delta <= claim.delta * (1 + 1e-12)
+    return PrivacyStatement(
+        report_count=n,
+        min_batch_size=recipe.min_batch_size,
+        below_min_batch=below,
+        sampling_rate=q,
+        analysis=claim.analysis,
+        neighbouring=neighbouring,
+        epsilon=eps,
+        delta=delta,
+        claimed_epsilon=claim.epsilon,
+        claimed_delta=claim.delta,
+        claim_met=met,
+        local_epsilon=recipe.randomizer.local_epsilon,
+        guarantees=tuple(lines),
+        notes=tuple(notes),
+    )
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: non-finite floats become null (the notes say why)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_document(analysis: Analysis) -> dict[str, Any]:
+    """The analysis as plain JSON-able data (what `to_json` writes)."""
+    doc = _finite(asdict(analysis))
+    assert isinstance(doc, dict)
+    if analysis.interval is not None:
+        doc["interval"] = {"start": analysis.interval[0], "duration": analysis.interval[1]}
+    if analysis.privacy is not None:
+        doc["privacy"]["statement"] = analysis.privacy.lines()
+    return doc
+
+
+def to_json(analysis: Analysis) -> str:
+    return json.dumps(to_document(analysis), indent=2, allow_nan=False)
+
+
+CSV_COLUMNS = (
+    "index",
+    "label",
+    "estimate",
+    "stderr",
+    "ci_low",
+    "ci_high",
+    "threshold",
+    "below_threshold",
+)
+
+
+def to_csv(analysis: Analysis) -> str:
+    """One row per item (full float precision); the privacy statement is in JSON / table only."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for it in analysis.items:
+        writer.writerow(
+            [
+                "" if it.index is None else it.index,
+                it.label,
+                repr(it.estimate),
+                repr(it.stderr),
+                repr(it.ci_low),
+                repr(it.ci_high),
+                repr(it.threshold),
+                "true" if it.below_threshold else "false",
+            ]
+        )
+    return out.getvalue()
+
+
+def _fmt(x: float) -> str:
+    if math.isinf(x) or math.isnan(x):
+        return str(x)
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e9):
+        return f"{x:.4g}"
+    return f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def to_table(analysis: Analysis, max_rows: int | None = None) -> str:
+    """Aligned text: a header, one row per item (estimate, +- CI half-width, interval, flag),
+    then the privacy statement. `max_rows`: show only the largest estimates."""
+    a = analysis
+    pct = f"{100 * a.confidence:g}%"
+    head = [
+        f"recipe        {a.recipe_id} v{a.recipe_version}"
+        if a.recipe_id
+        else "recipe        (none: plain task)",
+        f"randomizer    {a.randomizer}",
+        f"reports       {a.report_count}",
+    ]
+    if a.interval is not None:
+        head.append(f"interval      start {a.interval[0]}, {a.interval[1]} s")
+    if a.batch_id:
+        head.append(f"batch         {a.batch_id}")
+    items = list(a.items)
+    hidden = 0
+    if max_rows is not None and len(items) > max_rows:
+        keep = sorted(items, key=lambda it: -it.estimate)[:max_rows]
+        hidden = len(items) - max_rows
+        order = {id(it): i for i, it in enumerate(a.items)}
+        items = sorted(keep, key=lambda it: order[id(it)])
+    rows = [
+        (
+            it.label,
+            _fmt(it.estimate),
+            f"± {_fmt((it.ci_high - it.ci_low) / 2)}",
+            f"[{_fmt(it.ci_low)}, {_fmt(it.ci_high)}]",
+            "below threshold" if it.below_threshold else "",
+        )
+        for it in items
+    ]
+    titles = (
+        "item",
+        a.statistic if a.statistic != "raw" else "value",
+        f"± ({pct})",
+        f"{pct} CI",
+        "",
+    )
+    widths = [max([len(titles[c])] + [len(r[c]) for r in rows]) for c in range(5)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cells[0].ljust(widths[0]),
+            cells[1].rjust(widths[1]),
+            cells[2].rjust(widths[2]),
+            cells[3].rjust(widths[3]),
+            cells[4],
+        ]
+        return "  ".join(parts).rstrip()
+
+    body = [line(titles), *(line(r) for r in rows)]
+    if hidden:
+        body.append(f"... {hidden} smaller items not shown")
+    tail: list[str] = []
+    if a.privacy is None and a.statistic != "raw":
+        tail.append("privacy: no statement")
+    if a.privacy is not None:
+        flagged = sum(it.below_threshold for it in a.items)
+        tail.append(
+            f"{flagged} of {len(a.items)} items below threshold (estimate <= z * stderr at "
+            f"one-sided level {a.threshold_level:g})"
+        )
+        tail.extend(a.privacy.lines())
+    tail.extend(f"note: {n}" for n in a.notes)
+    return "\n".join([*head, "", *body, "", *tail]).rstrip()
