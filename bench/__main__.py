@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from bench import field, hpke, privacypass, vdaf
+from bench import deployment, field, hpke, load, privacypass, vdaf
 from bench.common import Result, print_table
 
 
 def main() -> None:
     results: list[Result] = []
-    for module in (field, hpke, privacypass, vdaf):
+    for module in (field, hpke, privacypass, vdaf, deployment, load):
         results += module.run()
     print_table(results, "Summary of all benchmarks")
 

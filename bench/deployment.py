@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,18 @@ __all__ = [
     "CASES",
     "PutStats",
     "Spawned",
+    "Uploader",
     "cpu_seconds",
+    "make_reports",
     "percentile",
+    "provision",
+    "postgres_available",
     "put_reports",
+    "request_collection",
     "rss_kib",
     "run",
     "spawn_deployment",
+    "wait_collection",
 ]
 
 REPORTS = 5000
@@ -358,16 +364,30 @@ class Uploader:
         self, bodies: Sequence[bytes], stats: PutStats, deadline: float | None = None
     ) -> None:
         """Upload every body (stops early, between requests, at `deadline` on perf_counter)."""
-        position = iter(range(len(bodies)))
+        position = iter(bodies)
+
+        async def next_body() -> bytes | None:
+            return next(position, None)
+
+        await self.put_stream(next_body, stats, deadline)
+
+    async def put_stream(
+        self,
+        next_body: Callable[[], Awaitable[bytes | None]],
+        stats: PutStats,
+        deadline: float | None = None,
+    ) -> None:
+        """Upload bodies from `next_body` until it returns None or `deadline` (perf_counter)
+        passes; a request in flight at the deadline is finished, none is started after it."""
 
         async def worker() -> None:
             reader: asyncio.StreamReader | None = None
             writer: asyncio.StreamWriter | None = None
             try:
-                for index in position:
-                    if deadline is not None and time.perf_counter() >= deadline:
+                while deadline is None or time.perf_counter() < deadline:
+                    body = await next_body()
+                    if body is None:
                         return
-                    body = bodies[index]
                     try:
                         if writer is None or reader is None:
                             reader, writer = await asyncio.open_connection(self.host, self.port)
@@ -435,12 +455,14 @@ def provision(spawned: Spawned, vdaf: VdafSpec, min_batch_size: int) -> dict[str
     return create_task(params, spawned.admin_token)
 
 
-def request_collection(http: httpx.Client, spawned: Spawned, task_id: str, start: int) -> str:
+def request_collection(
+    http: httpx.Client, spawned: Spawned, task_id: str, start: int, duration: int = PRECISION
+) -> str:
     response = http.post(
         f"{spawned.collector}/collections",
         json={
             "task_id": task_id,
-            "query": {"type": "time_interval", "start": start, "duration": PRECISION},
+            "query": {"type": "time_interval", "start": start, "duration": duration},
         },
         headers={"Authorization": f"Bearer {spawned.admin_token}"},
     )
