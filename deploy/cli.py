@@ -17,6 +17,8 @@
     sagg recipe publish FILE [--recipe-server U]      (a RecipeDraft as JSON or TOML)
     sagg recipe list [--recipe-server U] [--json]
     sagg interop aggregator|collector|client --port P      (services/interop)
+    sagg devices run --recipe ID [--count N ...]            (client_sdk; defaults from the
+                                                             deployment file)
 
 Every failure is one line on stderr (`sagg: ...`) and a non-zero exit status; no tracebacks.
 """
@@ -34,11 +36,12 @@ import tomllib
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, NoReturn, cast, get_args
 
 import httpx
 from pydantic import ValidationError
 
+from client_sdk.cli import add_devices_parser
 from deploy import privacy
 from deploy.collect import CollectError, format_result, request_collection, wait_for_collection
 from deploy.config import (
@@ -499,6 +502,42 @@ def cmd_recipe_list(args: argparse.Namespace) -> int:
 # --- parser -----------------------------------------------------------------------------------
 
 
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    """The `name` subcommand parser of `parser`, if it has one."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found = action.choices.get(name)
+            return found if isinstance(found, argparse.ArgumentParser) else None
+    return None
+
+
+#: `sagg devices run`'s own default, when neither a flag nor a deployment file names the server.
+_DEVICES_DEFAULT_RECIPE_SERVER = f"http://127.0.0.1:{DEFAULT_PORTS['recipe-server']}"
+
+
+def _devices_defaults(args: argparse.Namespace) -> None:
+    """Fill what `sagg devices run` was not told from the deployment: the recipe server, its
+    public key (pinned, rather than trusted on first use from GET /keys) and the manufacturer
+    CA that certifies the simulated devices."""
+    deployment = _deployment(args)
+    server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
+    args.recipe_server = server or _DEVICES_DEFAULT_RECIPE_SERVER
+    if deployment is None:
+        return
+    same_server = (deployment.recipe_server or "").rstrip("/") == args.recipe_server.rstrip("/")
+    if args.recipe_key is None and same_server:
+        args.recipe_key = deployment.recipe_server_public_key
+    if (
+        not args.no_tokens
+        and args.manufacturer_ca is None
+        and args.manufacturer_key is None
+        and deployment.manufacturer_ca_cert
+        and deployment.manufacturer_ca_key
+    ):
+        args.manufacturer_ca = Path(deployment.manufacturer_ca_cert)
+        args.manufacturer_key = Path(deployment.manufacturer_ca_key)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sagg", description="sagg: private aggregation with DAP-09 and Prio3")
     parser.add_argument("--deployment", help="deployment file (default .data/deployment.json)")
@@ -617,6 +656,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Owned by services/interop: the DAP interop test API roles (`sagg interop ROLE --port P`).
     add_interop_parser(sub)
+    # Owned by client_sdk: `sagg devices run ...`; its defaults come from the deployment file.
+    # (Its signature names plain ArgumentParser subparsers; ours make `_Parser`s, a subclass.)
+    add_devices_parser(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
+    devices_run = _subcommand(sub.choices["devices"], "run")
+    if devices_run is not None:
+        devices_run.set_defaults(recipe_server=None)
     return parser
 
 
@@ -630,6 +675,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         parser.error("--interval-start/--interval-duration cannot be combined with a batch query")
     try:
+        if args.command == "devices" and getattr(args, "devices_command", None) == "run":
+            _devices_defaults(args)
         code: int = args.func(args)
         return code
     except (

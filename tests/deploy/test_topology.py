@@ -4,18 +4,23 @@ recipe server, which the leader and helper then hold (checked through their admi
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from deploy.cli import main
 from deploy.config import Deployment
 from deploy.demo import demo_recipe
-from deploy.launcher import SERVICES
-from tests.deploy.conftest import Up
+from deploy.launcher import SERVICES, free_port
+from tests.deploy.conftest import REPO, Up
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +37,32 @@ def _url(deployment: Deployment, name: str) -> str:
     return url
 
 
-def test_five_services_healthy_and_recipe_publication(up: Up, tmp_path: Path) -> None:
+class _Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> _Result:
+    """`sagg` without a fresh interpreter (the import alone costs seconds on a busy machine)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return _Result(code, out, err)
+
+
+def test_five_services_healthy_and_recipe_publication(
+    up: Up, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     deployment = _deployment(up)
+    for name in [n for n in os.environ if n.startswith("SAGG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SAGG_DEPLOYMENT", str(up.data_dir / "deployment.json"))
+
+    def sagg(*argv: str) -> _Result:
+        return _in_process(capsys, *argv)
+
     assert deployment.analyst_token and deployment.recipe_server_public_key
     with httpx.Client(timeout=10.0) as http:
         for name in SERVICES:
@@ -46,7 +75,7 @@ def test_five_services_healthy_and_recipe_publication(up: Up, tmp_path: Path) ->
     draft = demo_recipe()
     draft_file = tmp_path / "recipe.json"
     draft_file.write_text(draft.model_dump_json())
-    published = up.sagg("recipe", "publish", str(draft_file))
+    published = sagg("recipe", "publish", str(draft_file))
     assert published.returncode == 0, published.stderr
     summary = json.loads(published.stdout)
     assert summary["created"] and summary["verified"]
@@ -65,12 +94,12 @@ def test_five_services_healthy_and_recipe_publication(up: Up, tmp_path: Path) ->
             assert body["vdaf"]["type"] == summary["vdaf"]["type"]
 
     # The same draft again is the same recipe; a changed one under the same version conflicts.
-    again = up.sagg("recipe", "publish", str(draft_file))
+    again = sagg("recipe", "publish", str(draft_file))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["created"] is False
     rival = tmp_path / "rival.json"
     rival.write_text(draft.model_copy(update={"description": "other"}).model_dump_json())
-    refused = up.sagg("recipe", "publish", str(rival))
+    refused = sagg("recipe", "publish", str(rival))
     assert refused.returncode == 1 and "HTTP 409" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
@@ -79,15 +108,21 @@ def test_five_services_healthy_and_recipe_publication(up: Up, tmp_path: Path) ->
     weak.update(recipe_id="demo.weak", min_batch_size=10)
     weak_file = tmp_path / "weak.json"
     weak_file.write_text(json.dumps(weak))
-    refused = up.sagg("recipe", "publish", str(weak_file))
+    refused = sagg("recipe", "publish", str(weak_file))
     assert refused.returncode == 1 and "min_batch_size" in refused.stderr
     assert "Traceback" not in refused.stderr
 
-    listed = up.sagg("recipe", "list")
+    listed = sagg("recipe", "list")
     assert listed.returncode == 0, listed.stderr
     assert draft.recipe_id in listed.stdout and summary["task_id"] in listed.stdout
-    listing = json.loads(up.sagg("recipe", "list", "--json").stdout)
+    listing = json.loads(sagg("recipe", "list", "--json").stdout)
     assert [r["recipe_id"] for r in listing["recipes"]] == [draft.recipe_id]
+
+    # `sagg devices run` finds server, pinned key and manufacturer CA in the deployment file:
+    # the devices enroll with the attester, get tokens and upload.
+    devices = sagg("devices", "run", "--recipe", draft.recipe_id, "--count", "8")
+    assert devices.returncode == 0, devices.stderr
+    assert "uploaded 8" in devices.stdout
 
     # SIGTERM stops all five.
     ports = [int(_url(deployment, name).rsplit(":", 1)[1]) for name in SERVICES]
@@ -96,3 +131,55 @@ def test_five_services_healthy_and_recipe_publication(up: Up, tmp_path: Path) ->
     for port in ports:
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
             pass
+
+
+def test_sagg_serve_reads_secret_files(tmp_path: Path) -> None:
+    """What the compose file relies on: `sagg serve <service>` with `..._TOKEN_FILE` secrets."""
+    token = tmp_path / "analyst_token"
+    token.write_text("a" * 32 + "\n")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
+    env.update(
+        PYTHONPATH=str(REPO),
+        SAGG_RECIPE_SERVER_ANALYST_TOKEN_FILE=str(token),
+        SAGG_RECIPE_SERVER_SIGNING_KEY_FILE=str(tmp_path / "recipe.key"),
+    )
+    argv = ["serve", "recipe-server", "--port", str(port)]
+    argv += ["--database-url", f"sqlite:///{tmp_path / 'recipes.sqlite3'}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deploy.cli", *argv],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "sagg serve recipe-server did not come up"
+            time.sleep(0.1)
+        # The token from the file is the one that may publish: an empty draft is then a 422
+        # (an unknown token would be a 401).
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/recipes",
+            content=b"{}",
+            headers={"Authorization": "Bearer " + "a" * 32},
+            timeout=5,
+        )
+        assert answer.status_code == 422
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            # uvicorn shuts down gracefully, then re-raises the signal it caught (uvicorn >= 0.29).
+            assert process.wait(timeout=20) in (0, -signal.SIGTERM)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=5)
