@@ -1,0 +1,101 @@
+"""A PNG bar chart of a collection's `Analysis`: estimates with their confidence intervals.
+
+Bars are the debiased estimates (`services.collector.analysis`), error bars the two-sided
+intervals at the analysis' confidence level; items below the threshold are drawn pale and
+hatched (their value is noise-dominated, module docstring of `analysis`). The optional ground
+truth (a simulation or the demo knows it) is drawn as markers, so that coverage can be seen.
+The title names the recipe and the OAMC privacy statement of 004 §3.3 for this batch.
+
+The figure is a bare `matplotlib.figure.Figure` on an Agg canvas: no pyplot, so no display, no
+global backend switch and no figure registry to leak into the caller (the CLI) or across threads.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from services.collector.analysis import Analysis, Item
+
+__all__ = ["DEFAULT_MAX_BARS", "write_chart"]
+
+#: More bars than this are unreadable: the chart then shows the largest estimates.
+DEFAULT_MAX_BARS = 40
+
+
+def _shown(analysis: Analysis, max_bars: int) -> tuple[list[Item], int]:
+    items = list(analysis.items)
+    if len(items) <= max_bars:
+        return items, 0
+    order = {id(it): i for i, it in enumerate(items)}
+    keep = sorted(items, key=lambda it: -it.estimate)[:max_bars]
+    return sorted(keep, key=lambda it: order[id(it)]), len(items) - max_bars
+
+
+def write_chart(
+    analysis: Analysis,
+    path: Path,
+    truth: Mapping[str, float] | None = None,
+    *,
+    max_bars: int = DEFAULT_MAX_BARS,
+) -> Path:
+    """Write the bar chart of `analysis` to `path` (PNG) and return the path.
+
+    `truth`: label -> true value (count, or mean for bit pushing), drawn as markers for the
+    labels shown. `max_bars`: at most this many bars (the largest estimates), in item order.
+    """
+    items, hidden = _shown(analysis, max_bars)
+    x = list(range(len(items)))
+    est = [it.estimate for it in items]
+    err = [
+        [it.estimate - it.ci_low for it in items],
+        [it.ci_high - it.estimate for it in items],
+    ]
+    width = min(16.0, max(6.0, 0.38 * len(items) + 2.5))
+    fig = Figure(figsize=(width, 5.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colours = ["#c9d4e3" if it.below_threshold else "#3b6ea5" for it in items]
+    bars = ax.bar(x, est, color=colours, edgecolor="#2b4f78", linewidth=0.6)
+    for bar, it in zip(bars, items, strict=True):
+        if it.below_threshold:
+            bar.set_hatch("//")
+    ax.errorbar(
+        x, est, yerr=err, fmt="none", ecolor="#222222", elinewidth=1.0, capsize=3,
+        label=f"{100 * analysis.confidence:g}% CI",
+    )  # fmt: skip
+    if truth is not None:
+        tx = [i for i, it in zip(x, items, strict=True) if it.label in truth]
+        ty = [truth[it.label] for it in items if it.label in truth]
+        ax.scatter(tx, ty, marker="D", s=28, color="#d1495b", zorder=3, label="truth")
+    if any(it.below_threshold for it in items):
+        # An empty patch only to explain the hatching in the legend.
+        ax.bar([0], [0], color="#c9d4e3", hatch="//", edgecolor="#2b4f78", label="below threshold")
+    ax.axhline(0, color="#888888", linewidth=0.8)
+    ax.set_xticks(x)
+    ax.set_xticklabels(
+        [textwrap.shorten(it.label, 28, placeholder="...") for it in items],
+        rotation=45 if len(items) > 6 else 0,
+        ha="right" if len(items) > 6 else "center",
+        fontsize=8,
+    )
+    ax.set_ylabel("estimated mean" if analysis.statistic == "mean" else "estimated count")
+    ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    recipe = (
+        f"{analysis.recipe_id} v{analysis.recipe_version}" if analysis.recipe_id else "plain task"
+    )
+    title = f"{recipe}: {analysis.randomizer}, {analysis.report_count} reports"
+    if hidden:
+        title += f" (largest {len(items)} of {len(items) + hidden} items)"
+    privacy = (
+        analysis.privacy.headline() if analysis.privacy else "no privacy statement (raw counts)"
+    )
+    ax.set_title(f"{title}\n{privacy}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
