@@ -1,0 +1,464 @@
+"""Collection analysis on simulated data: CI coverage, thresholding, privacy statement, writers.
+
+Reports are drawn with `shared.dp`'s batch randomizers from a known Zipf distribution, mapped to
+their VDAF measurements (`shared.dp.vdaf_mapping`) and summed, which is what Prio3 unshard gives
+the collector (VDAF-08 §7.2); the analysis must then recover the truth at the stated rates.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from client_sdk.query import randomize_indices
+from services.collector.analysis import (
+    Analysis,
+    AnalysisError,
+    Collection,
+    analyze,
+    collection_from_body,
+    item_labels,
+    privacy_statement,
+    to_csv,
+    to_json,
+    to_table,
+)
+from shared.dp import amplification as amp
+from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
+from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
+from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
+from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
+from shared.dp.vdaf_mapping import (
+    encode_bit_pushing,
+    encode_cms,
+    encode_hcms,
+    encode_one_hot,
+)
+from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon, assess_privacy
+from shared.recipe.model import RecipeDraft
+from tests.recipe.helpers import complete, example_recipe
+
+D = 24  # categories; bucket 0 is OOV, so the one-hot dimension is D + 1
+ZEROS = 6  # the last ZEROS categories never occur (their true count is 0)
+
+
+def draft(randomizer: dict[str, Any], **overrides: Any) -> RecipeDraft:
+    doc: dict[str, Any] = {
+        "recipe_id": "test.words",
+        "version": 3,
+        "analysis_id": "test",
+        "query": {"stream": "s", "fields": ["word"], "selection": {"kind": "latest"}},
+        "encoding": {
+            "features": [
+                {"kind": "categories", "field": "word", "values": [f"w{i}" for i in range(D)]}
+            ]
+        },
+        "randomizer": randomizer,
+        "sampling_rate": 1.0,
+        "min_batch_size": 1000,
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "analysis": "stronger_clones"},
+    }
+    doc.update(overrides)
+    return RecipeDraft.model_validate(doc)
+
+
+def zipf_indices(rng: np.random.Generator, n: int, s: float = 1.1) -> np.ndarray:
+    """One-hot indices: Zipf over 0..D-ZEROS (0 = OOV, the most frequent); the rest never."""
+    support = D + 1 - ZEROS
+    p = 1 / np.arange(1, support + 1) ** s
+    return rng.choice(support, size=n, p=p / p.sum())
+
+
+def true_counts(indices: np.ndarray, length: int = D + 1) -> np.ndarray:
+    return np.bincount(indices, minlength=length).astype(np.float64)
+
+
+def collection(agg: np.ndarray, n: int) -> Collection:
+    return Collection(n, tuple(int(v) for v in agg), (1_700_000_000, 3600), None, "task")
+
+
+# --- aggregation as the VDAF does it: the sum of the mapped measurements -------------------------
+
+
+def one_hot_aggregate(r: DpOneHot, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.asarray(np.asarray(encode_one_hot(r.randomize(idx, rng))).sum(axis=0))
+
+
+def cms_aggregate(cms: CountMeanSketch, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`encode_cms` summed, computed in numpy (a test below checks it is the same)."""
+    rep = cms.randomize(item_keys(idx.tolist()), rng)
+    ones = np.zeros((cms.k, cms.m), dtype=np.int64)
+    np.add.at(ones, rep.j, (rep.signs.astype(np.int64) + 1) // 2)
+    rows = np.bincount(rep.j, minlength=cms.k)
+    return np.concatenate([ones.ravel(), rows])
+
+
+def hcms_aggregate(
+    hcms: HadamardCountMeanSketch, idx: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    rep = hcms.randomize(item_keys(idx.tolist()), rng)
+    return np.asarray(np.bincount(encode_hcms(hcms, rep), minlength=2 * hcms.k * hcms.m))
+
+
+def test_numpy_cms_aggregate_is_the_sum_of_encode_cms() -> None:
+    cms = CountMeanSketch(2.0, 4, 16, seed=5)
+    idx = zipf_indices(np.random.default_rng(1), 300)
+    expected = np.asarray(encode_cms(cms, cms.randomize(item_keys(idx.tolist()), _rng(7))))
+    assert np.array_equal(cms_aggregate(cms, idx, _rng(7)), expected.sum(axis=0))
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def coverage_ok(covered: int, total: int, level: float = 0.95) -> bool:
+    return bool(stats.binomtest(covered, total, level).pvalue > 1e-4)
+
+
+# --- CI coverage ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_one_hot_intervals_cover_the_truth(symmetric: bool) -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.5, "symmetric": symmetric})
+    r = DpOneHot(1.5, D + 1, symmetric)
+    rng = _rng(11 if symmetric else 12)
+    covered = total = 0
+    for _ in range(30):
+        idx = zipf_indices(rng, 4000)
+        a = analyze(recipe, collection(one_hot_aggregate(r, idx, rng), idx.size))
+        truth = true_counts(idx)
+        assert [it.index for it in a.items] == list(range(D + 1))
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+    assert coverage_ok(covered, total), covered / total
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.99])
+def test_confidence_level_is_a_parameter(confidence: float) -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.0, "symmetric": True})
+    r = DpOneHot(1.0, D + 1, True)
+    rng = _rng(13)
+    covered = total = 0
+    for _ in range(30):
+        idx = zipf_indices(rng, 3000)
+        a = analyze(
+            recipe, collection(one_hot_aggregate(r, idx, rng), idx.size), confidence=confidence
+        )
+        assert a.confidence == confidence
+        truth = true_counts(idx)
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+        # The interval is estimate +- z stderr with the two-sided z of the level.
+        z = special.ndtri(0.5 + confidence / 2)
+        it = a.items[3]
+        assert it.ci_high - it.estimate == pytest.approx(z * it.stderr)
+    assert coverage_ok(covered, total, confidence), covered / total
+
+
+@pytest.mark.parametrize("kind", ["cms", "hcms"])
+def test_sketch_intervals_cover_the_truth(kind: str) -> None:
+    rng = _rng(21 if kind == "cms" else 22)
+    covered = total = 0
+    for rep in range(24):
+        # A fresh public hash seed per repetition: the variance formula averages over the
+        # family, so coverage holds across seeds, not for one fixed family's collisions.
+        params = {"name": kind, "eps0": 3.0, "k": 8, "m": 64, "seed": rep}
+        recipe = draft(params)
+        idx = zipf_indices(rng, 5000)
+        if kind == "cms":
+            agg = cms_aggregate(CountMeanSketch(3.0, 8, 64, rep), idx, rng)
+        else:
+            agg = hcms_aggregate(HadamardCountMeanSketch(3.0, 8, 64, rep), idx, rng)
+        a = analyze(recipe, collection(agg, idx.size))
+        truth = true_counts(idx)
+        assert [it.index for it in a.items] == list(range(D + 1))
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+    assert coverage_ok(covered, total), covered / total
+
+
+def test_sketch_candidates_by_label_and_index_through_the_device_path() -> None:
+    """The device (client_sdk.query) sketches its one-hot index; candidates map the same way."""
+    recipe = complete(draft({"name": "cms", "eps0": 4.0, "k": 8, "m": 64, "seed": 3}))
+    rng = _rng(31)
+    idx = zipf_indices(rng, 3000)
+    measurements = randomize_indices(recipe, idx.tolist(), rng)
+    agg = np.asarray(measurements).sum(axis=0)
+    labels = item_labels(recipe.encoding)
+    by_label = analyze(recipe, collection(agg, idx.size), candidates=["<OOV>", "w0", "w20"])
+    by_index = analyze(recipe, collection(agg, idx.size), candidates=[0, 1, 21])
+    assert [it.label for it in by_label.items] == ["<OOV>", "w0", labels[21]]
+    assert [it.estimate for it in by_label.items] == [it.estimate for it in by_index.items]
+    truth = true_counts(idx)
+    oov, w0, w20 = by_label.items
+    assert oov.ci_low <= truth[0] <= oov.ci_high or abs(oov.estimate - truth[0]) < 4 * oov.stderr
+    assert not oov.below_threshold and not w0.below_threshold
+    assert truth[21] == 0 and w20.estimate < 4 * w20.stderr
+    with pytest.raises(AnalysisError):
+        analyze(recipe, collection(agg, idx.size), candidates=["no such word"])
+    with pytest.raises(AnalysisError):
+        analyze(recipe, collection(agg, idx.size), candidates=[D + 1])
+
+
+def test_bit_pushing_mean_interval_covers_the_truth() -> None:
+    recipe = draft(
+        {"name": "bit_pushing", "eps0": 2.0},
+        query={"stream": "s", "fields": ["size"], "selection": {"kind": "latest"}},
+        encoding={"features": [{"kind": "integer", "field": "size", "bits": 10}]},
+    )
+    bp = BitPushing(10, 2.0)
+    probabilities = weighted_probabilities(10, 1.0)
+    rng = _rng(41)
+    covered = 0
+    reps = 120
+    for _ in range(reps):
+        values = np.minimum(rng.zipf(1.6, 4000) * 7, 1023)
+        reports = bp.randomize(values, probabilities, rng)
+        agg = np.bincount(encode_bit_pushing(reports), minlength=20)
+        a = analyze(recipe, collection(agg, values.size))
+        assert a.statistic == "mean" and a.items[0].label == "mean(size)"
+        assert len(a.items) == 11  # the mean, then each bit's mean
+        mean = a.items[0]
+        covered += mean.ci_low <= values.mean() <= mean.ci_high
+    assert coverage_ok(covered, reps), covered / reps
+
+
+# --- thresholding --------------------------------------------------------------------------------
+
+
+def test_thresholding_flags_the_noise_items() -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.5, "symmetric": True})
+    r = DpOneHot(1.5, D + 1, True)
+    rng = _rng(51)
+    z = special.ndtri(0.95)
+    kept_zero = zero = 0
+    for _ in range(30):
+        idx = zipf_indices(rng, 4000)
+        a = analyze(recipe, collection(one_hot_aggregate(r, idx, rng), idx.size))
+        truth = true_counts(idx)
+        for it, t in zip(a.items, truth, strict=True):
+            # The documented rule, exactly.
+            assert it.threshold == pytest.approx(z * it.stderr)
+            assert it.below_threshold == (not it.estimate > z * it.stderr)
+            if t > it.threshold + 5 * it.stderr:
+                assert not it.below_threshold, (it, t)  # a big count is never thrown away
+            if t == 0:
+                zero += 1
+                kept_zero += not it.below_threshold
+    # A count of 0 clears the one-sided 95% threshold about 5% of the time.
+    assert zero == 30 * ZEROS
+    assert stats.binomtest(kept_zero, zero, 0.05).pvalue > 1e-4, kept_zero / zero
+
+
+def test_threshold_level_and_floor() -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.5, "symmetric": True})
+    rng = _rng(52)
+    idx = zipf_indices(rng, 4000)
+    agg = one_hot_aggregate(DpOneHot(1.5, D + 1, True), idx, rng)
+    loose = analyze(recipe, collection(agg, idx.size), threshold_level=0.9)
+    strict = analyze(recipe, collection(agg, idx.size), threshold_level=0.999)
+    floored = analyze(recipe, collection(agg, idx.size), floor=500.0)
+    n_loose = sum(it.below_threshold for it in loose.items)
+    n_strict = sum(it.below_threshold for it in strict.items)
+    assert n_loose < n_strict
+    for it in floored.items:
+        assert it.below_threshold == (it.estimate <= max(it.threshold, 500.0))
+        assert it.threshold >= 500.0
+    with pytest.raises(ValueError):
+        analyze(recipe, collection(agg, idx.size), threshold_level=0.4)
+    with pytest.raises(ValueError):
+        analyze(recipe, collection(agg, idx.size), confidence=1.0)
+
+
+# --- privacy statement ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("randomizer", "analysis", "q"),
+    [
+        ({"name": "one_hot", "eps0": 1.0, "symmetric": True}, "stronger_clones", 1.0),
+        ({"name": "one_hot", "eps0": 1.0, "symmetric": True}, "sym_rappor_exact", 0.5),
+        ({"name": "one_hot", "eps0": 1.0, "symmetric": True}, "sym_rappor_deletion_exact", 1.0),
+        ({"name": "one_hot", "eps0": 2.0, "symmetric": False}, "clones", 0.25),
+        ({"name": "cms", "eps0": 3.0, "k": 4, "m": 32}, "stronger_clones", 1.0),
+        ({"name": "hcms", "eps0": 3.0, "k": 4, "m": 32}, "stronger_clones", 0.1),
+    ],
+)
+def test_privacy_statement_is_the_accounting_for_this_report_count(
+    randomizer: dict[str, Any], analysis: str, q: float
+) -> None:
+    recipe = draft(
+        randomizer,
+        sampling_rate=q,
+        min_batch_size=2000,
+        privacy={"epsilon": 1.0, "delta": 1e-6, "analysis": analysis},
+    )
+    claim = recipe.privacy
+    seen = set()
+    for n in (2500, 9000):
+        st = privacy_statement(recipe, n)
+        eps, delta = aggregate_guarantee(recipe.randomizer, n, q, claim)
+        assert (st.epsilon, st.delta) == (eps, delta)
+        assert st.report_count == n and not st.below_min_batch
+        assert st.claim_met == assess_privacy(recipe.randomizer, n, q, claim).claim_met
+        assert st.neighbouring == (
+            "deletion" if analysis == "sym_rappor_deletion_exact" else "replacement"
+        )
+        lines = {g.trust_model: g for g in st.guarantees}
+        assert list(lines) == ["OAMC", "OAOC", "OC"]
+        # OAMC: DpPolicy's amplified epsilon at this n, then 001 Theorem 4's sampling.
+        eps0 = analysis_epsilon(recipe.randomizer, analysis)  # type: ignore[arg-type]
+        delta_a = delta / q if q < 1 else delta
+        policy = DpPolicy(client=ClientRandomization(eps0, n, delta_a, claim.analysis))
+        amplified = policy.guarantee(TrustModel.OAMC)
+        assert amplified is not None
+        expected = amplified.eps if q == 1 else amp.poisson_sampling(amplified.eps, delta_a, q)[0]
+        assert lines["OAMC"].epsilon == pytest.approx(expected, rel=1e-12)
+        assert lines["OAMC"].epsilon == st.epsilon
+        # OAOC and OC: no amplification, only the local randomizer's replacement epsilon.
+        for model in ("OAOC", "OC"):
+            assert lines[model].epsilon == recipe.randomizer.local_epsilon
+            assert lines[model].delta == 0.0
+            assert lines[model].neighbouring == "replacement"
+        assert st.epsilon < recipe.randomizer.local_epsilon
+        seen.add(st.epsilon)
+    assert len(seen) == 2  # computed per batch, not a constant
+
+
+def test_privacy_statement_below_min_batch_and_out_of_range() -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.0, "symmetric": True}, min_batch_size=5000)
+    st = privacy_statement(recipe, 800)
+    assert st.below_min_batch
+    assert any("B = 5000" in note for note in st.notes)
+    assert any("should not have" in line for line in st.lines())
+    closed = draft(
+        {"name": "one_hot", "eps0": 3.0, "symmetric": False},
+        privacy={"epsilon": 1.0, "delta": 1e-6, "analysis": "closed_form"},
+    )
+    out = privacy_statement(closed, 1000)
+    assert math.isinf(out.epsilon) and not out.claim_met
+    a = analyze(closed, collection(np.zeros(D + 1, dtype=np.int64), 1000))
+    doc = json.loads(to_json(a))  # strict JSON: no Infinity
+    assert doc["privacy"]["epsilon"] is None
+    assert doc["privacy"]["guarantees"][0]["epsilon"] is None
+
+
+# --- plain tasks, input validation ---------------------------------------------------------------
+
+
+def test_plain_task_gives_raw_counts_without_privacy() -> None:
+    body = {
+        "state": "complete",
+        "task_id": "abc",
+        "report_count": 10,
+        "interval": {"start": 3600, "duration": 60},
+        "result": [3, 0, 7],
+    }
+    c = collection_from_body(body)
+    assert c == Collection(10, (3, 0, 7), (3600, 60), None, "abc")
+    a = analyze(None, c)
+    assert a.privacy is None and a.statistic == "raw"
+    assert [(it.estimate, it.stderr, it.below_threshold) for it in a.items] == [
+        (3.0, 0.0, False),
+        (0.0, 0.0, False),
+        (7.0, 0.0, False),
+    ]
+    assert "privacy:" not in to_table(a)
+    assert json.loads(to_json(a))["privacy"] is None
+    count = analyze(None, collection_from_body({"report_count": 4, "result": 4}))
+    assert [it.label for it in count.items] == ["value"]
+
+
+def test_bad_collections_are_refused() -> None:
+    recipe = draft({"name": "one_hot", "eps0": 1.0, "symmetric": True})
+    with pytest.raises(AnalysisError):
+        analyze(recipe, collection(np.zeros(D), 100))  # one coordinate short
+    with pytest.raises(AnalysisError):
+        analyze(recipe, Collection(100, 5))
+    with pytest.raises(AnalysisError):
+        collection_from_body({"state": "pending"})
+    with pytest.raises(AnalysisError):
+        collection_from_body({"state": "complete", "report_count": 3, "result": ["x"]})
+
+
+def test_labels_of_multi_feature_and_ngram_encodings() -> None:
+
+    recipe = example_recipe()
+    labels = item_labels(recipe.encoding)
+    assert len(labels) == recipe.encoding.dimension == len(set(labels))
+    assert labels[0] == "age=<OOV>, typed_ngrams=<OOV>"
+    i = recipe.encoding.index({"age": 25, "typed_ngrams": ("hello", "world", "c")})
+    assert labels[i] == "age=[20, 30), typed_ngrams=hello world c"
+    j = recipe.encoding.index({"age": 71, "typed_ngrams": ("how", "are")})
+    assert labels[j] == "age=[70, 80), typed_ngrams=how are <END>"
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+def _analysis() -> Analysis:
+    recipe = draft({"name": "one_hot", "eps0": 1.5, "symmetric": True})
+    rng = _rng(61)
+    idx = zipf_indices(rng, 3000)
+    return analyze(
+        recipe, collection(one_hot_aggregate(DpOneHot(1.5, D + 1, True), idx, rng), 3000)
+    )
+
+
+def test_json_has_the_same_numbers() -> None:
+    a = _analysis()
+    doc = json.loads(to_json(a))
+    assert doc["recipe_id"] == "test.words" and doc["report_count"] == 3000
+    assert doc["interval"] == {"start": 1_700_000_000, "duration": 3600}
+    for it, row in zip(a.items, doc["items"], strict=True):
+        assert row["label"] == it.label
+        assert (row["estimate"], row["stderr"], row["ci_low"], row["ci_high"]) == (
+            it.estimate,
+            it.stderr,
+            it.ci_low,
+            it.ci_high,
+        )
+        assert row["below_threshold"] == it.below_threshold
+    assert a.privacy is not None
+    assert doc["privacy"]["epsilon"] == a.privacy.epsilon
+    assert doc["privacy"]["statement"] == a.privacy.lines()
+    assert [g["trust_model"] for g in doc["privacy"]["guarantees"]] == ["OAMC", "OAOC", "OC"]
+
+
+def test_csv_has_the_same_numbers() -> None:
+    a = _analysis()
+    rows = list(csv.DictReader(io.StringIO(to_csv(a))))
+    assert len(rows) == len(a.items)
+    for it, row in zip(a.items, rows, strict=True):
+        assert int(row["index"]) == it.index and row["label"] == it.label
+        assert float(row["estimate"]) == it.estimate
+        assert float(row["stderr"]) == it.stderr
+        assert (float(row["ci_low"]), float(row["ci_high"])) == (it.ci_low, it.ci_high)
+        assert row["below_threshold"] == ("true" if it.below_threshold else "false")
+
+
+def test_table_is_aligned_and_carries_the_statement() -> None:
+    a = _analysis()
+    text = to_table(a)
+    lines = text.splitlines()
+    assert a.privacy is not None
+    for line in a.privacy.lines():
+        assert line in lines
+    rows = [line for line in lines if line.startswith(("w", "<OOV>"))]
+    assert len(rows) == D + 1
+    # Right-aligned numeric columns: every row's estimate column ends at the same offset.
+    ends = {len(r.split("  ±")[0].rstrip()) for r in rows}
+    assert len(ends) == 1
+    flagged = [r for r in rows if r.endswith("below threshold")]
+    assert len(flagged) == sum(it.below_threshold for it in a.items)
+    assert f"{a.items[0].estimate:.3f}".rstrip("0").rstrip(".") in text
+    short = to_table(a, max_rows=5)
+    assert "smaller items not shown" in short
