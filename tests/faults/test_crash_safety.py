@@ -1,0 +1,346 @@
+"""Crash safety of the three-process deployment under kill -9, a lossy link and a DB restart.
+
+Every scenario uploads a few hundred reports into one hour (the "main" batch) and
+min_batch_size - 1 into the hour before (the "small" batch), injects its faults, collects both
+through the collector service, and checks the invariants:
+
+- the main collection completes with report_count and aggregate equal to exactly the reports
+  the client saw accepted (plus the unanswered ones, which were re-sent with the same bytes and
+  then answered): nothing lost, nothing counted twice;
+- the collection succeeded, so leader and helper agreed on count and checksum;
+- the small batch is never released (it stays below min_batch_size).
+
+Seeds are printed on failure; SAGG_FAULT_SEED=<seed> replays one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import (
+    Action,
+    ClientReport,
+    Crossing,
+    Deployment,
+    Ledger,
+    Outcome,
+    Schedule,
+    Uploader,
+    expected,
+    postgres_available,
+    seeded,
+    wait_until,
+)
+
+HISTOGRAM: dict[str, Any] = {"type": "Prio3Histogram", "length": 4, "chunk_length": 2}
+COUNT: dict[str, Any] = {"type": "Prio3Count"}
+PRECISION = 3600
+MIN_BATCH = 50
+REPORTS = 200
+COLLECT_TIMEOUT = 60.0
+
+
+class Batches:
+    """The main and the small batch of one scenario, built once (same bytes on re-sends)."""
+
+    def __init__(self, dep: Deployment, vdaf: dict[str, Any], rng: Any, reports: int = REPORTS):
+        self.dep = dep
+        self.vdaf = vdaf
+        self.task = dep.create_task(vdaf, MIN_BATCH, PRECISION)
+        self.uploader = Uploader(self.task)
+        now = int(time.time())
+        self.start = now - now % PRECISION
+        self.small_start = self.start - PRECISION
+        values = 2 if vdaf["type"] == "Prio3Count" else int(vdaf["length"])
+        self.main = self.uploader.build([rng.randrange(values) for _ in range(reports)], now)
+        self.small = self.uploader.build(
+            [rng.randrange(values) for _ in range(MIN_BATCH - 1)], self.small_start
+        )
+
+    def upload_all(self, after_each: Callable[[int], None] | None = None) -> None:
+        self.uploader.send(self.main + self.small, after_each=after_each)
+
+    def collect_and_check(
+        self, *, started: str | None = None, small_job: str | None = None
+    ) -> dict[str, Any]:
+        """Collect both batches; assert the invariants; the main collection's view."""
+        dep = self.dep
+        self.uploader.resend_unanswered()
+        small_job = small_job or dep.start_collection(self.small_start, PRECISION)
+        job = started or dep.start_collection(self.start, PRECISION)
+        body = dep.wait_collection(job, COLLECT_TIMEOUT)
+        assert body["state"] == "complete", body
+        ledger = Ledger.of(self.main)
+        assert ledger.unknown == 0
+        assert body["report_count"] == len(ledger.counted), (body, len(ledger.counted))
+        assert body["result"] == expected(self.vdaf, ledger.counted)
+        assert body["interval"]["start"] >= self.start
+        # The small batch was aggregated too by now (same drivers), yet stays withheld.
+        small = dep.collection(small_job)
+        assert small["state"] not in ("complete", "failed"), small
+        assert "result" not in small and len(Ledger.of(self.small).counted) < MIN_BATCH
+        return body
+
+    def close(self) -> None:
+        self.uploader.close()
+
+
+def _outcomes(reports: list[ClientReport]) -> dict[Outcome, int]:
+    counts: dict[Outcome, int] = {}
+    for r in reports:
+        for o in r.outcomes:
+            counts[o] = counts.get(o, 0) + 1
+    return counts
+
+
+def _kill_on(
+    dep: Deployment,
+    kind: str,
+    victim: str,
+    nth: int,
+    answer: Action | None,
+    *,
+    also: tuple[str, ...] = (),
+) -> threading.Event:
+    """Kill -9 `victim` (and `also`) when the `nth` request of `kind` crosses the proxy.
+
+    `answer` replaces the proxy's reply to that request (e.g. DROP_RESPONSE: the helper did
+    the work, the leader never hears). The returned event is set once the kill is done."""
+    assert dep.proxy is not None
+    seen = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def hook(crossing: Crossing) -> Action | None:
+        nonlocal seen
+        if crossing.kind != kind or done.is_set():
+            return None
+        with lock:
+            seen += 1
+            if seen != nth:
+                return None
+        dep.services[victim].kill9()
+        for name in also:
+            dep.services[name].kill9()
+        done.set()
+        return answer
+
+    dep.proxy.hooks.append(hook)
+    return done
+
+
+def _resent_later(dep: Deployment, path: str, after: int) -> list[Crossing]:
+    assert dep.proxy is not None
+    return [c for c in dep.proxy.snapshot() if c.path == path and c.index > after]
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+
+
+def test_leader_killed_during_uploads(tmp_path: Path, seed: int) -> None:
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        kill_at = rng.randrange(40, 160)
+        killed = threading.Event()
+
+        def after_each(n: int) -> None:
+            if n >= kill_at and not killed.is_set():
+                killed.set()
+                dep.leader.kill9()
+
+        batches.upload_all(after_each)
+        assert killed.is_set()
+        first = _outcomes(batches.main + batches.small)
+        # Uploads in flight and those after the kill got no answer; the rest were accepted.
+        assert first.get(Outcome.NO_ANSWER, 0) > 0 and first.get(Outcome.ACCEPTED, 0) >= kill_at - 8
+        assert Outcome.REJECTED not in first
+        dep.leader.start()
+        batches.collect_and_check()
+        # Every unanswered report was answered on a re-send (accepted, or seen already).
+        assert all(r.counted for r in batches.main)
+        batches.close()
+
+
+@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE])
+def test_leader_killed_during_aggregation(tmp_path: Path, seed: int, answer: Action) -> None:
+    """The leader dies while it holds leases on aggregation jobs, once before the helper saw
+    the job and once after the helper answered it; after the leases expire the restarted
+    leader re-sends the identical request and the helper answers from its stored response."""
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        nth = rng.randrange(2, 6)
+        killed = _kill_on(dep, "aggregation_job", "leader", nth, answer)
+        batches.upload_all()
+        wait_until("the leader killed mid-aggregation", killed.is_set, 60)
+        victim = [c for c in dep.proxy.snapshot() if c.kind == "aggregation_job"][nth - 1]  # type: ignore[union-attr]
+        dep.leader.start()
+        batches.collect_and_check()
+        again = _resent_later(dep, victim.path, victim.index)
+        assert again and again[-1].upstream_status in (200, 201), again
+        batches.close()
+
+
+def test_leader_and_collector_killed_during_collection(tmp_path: Path, seed: int) -> None:
+    """The leader dies after freezing the batch, while its aggregate-share request is at the
+    helper (which answers; the answer is lost); the collector dies with it, mid-poll."""
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, COUNT, rng)
+        killed = _kill_on(
+            dep, "aggregate_share", "leader", 1, Action.DROP_RESPONSE, also=("collector",)
+        )
+        batches.upload_all()
+        small_job = dep.start_collection(batches.small_start, PRECISION)
+        job = dep.start_collection(batches.start, PRECISION)
+        wait_until("the leader killed mid-collection", killed.is_set, COLLECT_TIMEOUT)
+        time.sleep(rng.uniform(0, 1.5))
+        dep.leader.start()
+        dep.collector.start()
+        batches.collect_and_check(started=job, small_job=small_job)
+        shares = [c for c in dep.proxy.snapshot() if c.kind == "aggregate_share"]  # type: ignore[union-attr]
+        assert len(shares) >= 2 and shares[-1].upstream_status == 200, shares
+        batches.close()
+
+
+@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE])
+def test_helper_killed_during_aggregation(tmp_path: Path, seed: int, answer: Action) -> None:
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        killed = _kill_on(dep, "aggregation_job", "helper", rng.randrange(2, 6), answer)
+        batches.upload_all()
+        wait_until("the helper killed mid-aggregation", killed.is_set, 60)
+        time.sleep(rng.uniform(0.5, 2.0))
+        dep.helper.start()
+        batches.collect_and_check()
+        batches.close()
+
+
+@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE])
+def test_helper_killed_during_aggregate_share(tmp_path: Path, seed: int, answer: Action) -> None:
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, COUNT, rng)
+        killed = _kill_on(dep, "aggregate_share", "helper", 1, answer)
+        batches.upload_all()
+        small_job = dep.start_collection(batches.small_start, PRECISION)
+        job = dep.start_collection(batches.start, PRECISION)
+        wait_until("the helper killed mid-collection", killed.is_set, COLLECT_TIMEOUT)
+        time.sleep(rng.uniform(0.5, 2.0))
+        dep.helper.start()
+        batches.collect_and_check(started=job, small_job=small_job)
+        batches.close()
+
+
+@pytest.mark.slow
+def test_helper_down_for_a_while(tmp_path: Path, seed: int) -> None:
+    """The helper is down from the first aggregation job for several seconds: the collection
+    waits (pending, no error) and completes once it is back, with nothing lost."""
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        killed = _kill_on(dep, "aggregation_job", "helper", 1, Action.DROP_REQUEST)
+        batches.upload_all()
+        wait_until("the helper killed", killed.is_set, 60)
+        small_job = dep.start_collection(batches.small_start, PRECISION)
+        job = dep.start_collection(batches.start, PRECISION)
+        down_until = time.monotonic() + rng.uniform(6.0, 9.0)
+        while time.monotonic() < down_until:
+            state = dep.collection(job)["state"]
+            assert state not in ("complete", "failed"), state
+            time.sleep(0.5)
+        dep.helper.start()
+        batches.collect_and_check(started=job, small_job=small_job)
+        batches.close()
+
+
+def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None:
+    """Seeded faults on every leader->helper request: drops both ways, 503s, delays."""
+    schedule = Schedule(
+        seed,
+        weights={
+            Action.PASS: 0.45,
+            Action.DROP_RESPONSE: 0.25,
+            Action.DROP_REQUEST: 0.1,
+            Action.UNAVAILABLE: 0.1,
+            Action.DELAY: 0.1,
+        },
+        delay_s=(0.1, 1.0),
+    )
+    with seeded(seed) as rng, Deployment(tmp_path, schedule) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        # The first aggregate-share answer is lost for sure.
+        assert dep.proxy is not None
+        first_share = threading.Event()
+
+        def lose_first_share(crossing: Crossing) -> Action | None:
+            if crossing.kind == "aggregate_share" and not first_share.is_set():
+                first_share.set()
+                return Action.DROP_RESPONSE
+            return None
+
+        dep.proxy.hooks.append(lose_first_share)
+        batches.upload_all()
+        batches.collect_and_check()
+        crossings = dep.proxy.snapshot()
+        # The helper processed requests whose answers the leader never got, and the identical
+        # re-sends were answered (from the helper's stored response) and counted once.
+        lost = [
+            c
+            for c in crossings
+            if c.action is Action.DROP_RESPONSE and c.upstream_status in (200, 201)
+        ]
+        assert any(c.kind == "aggregation_job" for c in lost)
+        assert any(c.kind == "aggregate_share" for c in lost)
+        for c in lost:
+            later = [d for d in crossings if d.path == c.path and d.index > c.index]
+            assert any(d.upstream_status in (200, 201) for d in later), (c, later)
+        batches.close()
+
+
+@pytest.mark.skipif(not postgres_available(), reason="no PostgreSQL server on 127.0.0.1:5432")
+def test_postgres_leader_backends_terminated(tmp_path: Path, seed: int) -> None:
+    """Both aggregators on PostgreSQL; the leader's backend connections are killed (its pool
+    has to reconnect) during uploads, during aggregation and during collection."""
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed), postgres=True) as dep:
+        batches = Batches(dep, HISTOGRAM, rng)
+        points = set(rng.sample(range(20, REPORTS), 3))
+        terminated: list[int] = []
+
+        def after_each(n: int) -> None:
+            if n in points:
+                terminated.append(dep.terminate_leader_backends())
+
+        assert dep.proxy is not None
+        aggregation_points = {2, 4}
+        seen: list[Crossing] = []
+
+        def during_drivers(crossing: Crossing) -> Action | None:
+            seen.append(crossing)
+            if crossing.kind == "aggregate_share" or len(seen) in aggregation_points:
+                terminated.append(dep.terminate_leader_backends())
+            return None
+
+        dep.proxy.hooks.append(during_drivers)
+        batches.upload_all(after_each)
+        batches.collect_and_check()
+        assert sum(terminated) > 0, terminated
+        assert dep.leader.running
+        batches.close()
+
+
+def test_harness_notices_a_lost_report(tmp_path: Path, seed: int) -> None:
+    """The invariant check itself: a report the client saw accepted but that is missing from
+    the aggregate fails the check."""
+    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
+        batches = Batches(dep, COUNT, rng, reports=MIN_BATCH + 5)
+        batches.upload_all()
+        # Pretend one more report was accepted than the leader ever received.
+        phantom = batches.uploader.build([1], batches.start)[0]
+        phantom.outcomes.append(Outcome.ACCEPTED)
+        batches.main.append(phantom)
+        with pytest.raises(AssertionError):
+            batches.collect_and_check()
+        batches.close()
