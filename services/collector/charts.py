@@ -46,46 +46,64 @@ def write_chart(
     """Write the bar chart of `analysis` to `path` (PNG) and return the path.
 
     `truth`: label -> true value (count, or mean for bit pushing), drawn as markers for the
-    labels shown. `max_bars`: at most this many bars (the largest estimates), in item order.
+    labels shown. `max_bars`: at most this many bars (the largest estimates), in item order;
+    being selected as the largest, their estimates are biased up (the truth markers show it).
     """
     items, hidden = _shown(analysis, max_bars)
-    x = list(range(len(items)))
+    # Long labels (multi-feature, n-grams) or many bars read better as horizontal bars, the
+    # first item on top; short ones as columns.
+    horizontal = len(items) > 20 or max((len(it.label) for it in items), default=0) > 10
+    pos = list(range(len(items)))
+    if horizontal:
+        pos = pos[::-1]
     est = [it.estimate for it in items]
     err = [
         [it.estimate - it.ci_low for it in items],
         [it.ci_high - it.estimate for it in items],
     ]
-    width = min(16.0, max(6.0, 0.38 * len(items) + 2.5))
-    fig = Figure(figsize=(width, 5.6), dpi=100)
+    if horizontal:
+        size = (10.0, min(16.0, max(4.0, 0.3 * len(items) + 2.0)))
+    else:
+        size = (min(16.0, max(6.0, 0.45 * len(items) + 2.5)), 5.6)
+    fig = Figure(figsize=size, dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     colours = ["#c9d4e3" if it.below_threshold else "#3b6ea5" for it in items]
-    bars = ax.bar(x, est, color=colours, edgecolor="#2b4f78", linewidth=0.6)
+    draw = ax.barh if horizontal else ax.bar
+    bars = draw(pos, est, color=colours, edgecolor="#2b4f78", linewidth=0.6)
     for bar, it in zip(bars, items, strict=True):
         if it.below_threshold:
             bar.set_hatch("//")
-    ax.errorbar(
-        x, est, yerr=err, fmt="none", ecolor="#222222", elinewidth=1.0, capsize=3,
-        label=f"{100 * analysis.confidence:g}% CI",
-    )  # fmt: skip
+    ci = f"{100 * analysis.confidence:g}% CI"
+    if horizontal:
+        ax.errorbar(est, pos, xerr=err, fmt="none", ecolor="#222222", capsize=3, label=ci)
+    else:
+        ax.errorbar(pos, est, yerr=err, fmt="none", ecolor="#222222", capsize=3, label=ci)
     if truth is not None:
-        tx = [i for i, it in zip(x, items, strict=True) if it.label in truth]
-        ty = [truth[it.label] for it in items if it.label in truth]
-        ax.scatter(tx, ty, marker="D", s=28, color="#d1495b", zorder=3, label="truth")
+        shown = [
+            (p, truth[it.label]) for p, it in zip(pos, items, strict=True) if it.label in truth
+        ]
+        tp, tv = [p for p, _ in shown], [v for _, v in shown]
+        sx, sy = (tv, tp) if horizontal else (tp, tv)
+        ax.scatter(sx, sy, marker="D", s=28, color="#d1495b", zorder=3, label="truth")
     if any(it.below_threshold for it in items):
         # An empty patch only to explain the hatching in the legend.
-        ax.bar([0], [0], color="#c9d4e3", hatch="//", edgecolor="#2b4f78", label="below threshold")
-    ax.axhline(0, color="#888888", linewidth=0.8)
-    ax.set_xticks(x)
-    ax.set_xticklabels(
-        [textwrap.shorten(it.label, 28, placeholder="...") for it in items],
-        rotation=45 if len(items) > 6 else 0,
-        ha="right" if len(items) > 6 else "center",
-        fontsize=8,
-    )
-    ax.set_ylabel("estimated mean" if analysis.statistic == "mean" else "estimated count")
-    ax.legend(loc="upper right", fontsize=8, frameon=False)
-    ax.grid(axis="y", alpha=0.3)
+        draw([0], [0], color="#c9d4e3", hatch="//", edgecolor="#2b4f78", label="below threshold")
+    labels = [textwrap.shorten(it.label, 48, placeholder="...") for it in items]
+    value_axis = "estimated mean" if analysis.statistic == "mean" else "estimated count"
+    if horizontal:
+        ax.axvline(0, color="#888888", linewidth=0.8)
+        ax.set_yticks(pos)
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xlabel(value_axis)
+        ax.grid(axis="x", alpha=0.3)
+    else:
+        ax.axhline(0, color="#888888", linewidth=0.8)
+        ax.set_xticks(pos)
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel(value_axis)
+        ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="lower right" if horizontal else "upper right", fontsize=8, frameon=False)
     recipe = (
         f"{analysis.recipe_id} v{analysis.recipe_version}" if analysis.recipe_id else "plain task"
     )
