@@ -131,7 +131,7 @@ def test_one_hot_intervals_cover_the_truth(symmetric: bool) -> None:
     r = DpOneHot(1.5, D + 1, symmetric)
     rng = _rng(11 if symmetric else 12)
     covered = total = 0
-    for _ in range(30):
+    for _ in range(20):
         idx = zipf_indices(rng, 4000)
         a = analyze(recipe, collection(one_hot_aggregate(r, idx, rng), idx.size))
         truth = true_counts(idx)
@@ -147,7 +147,7 @@ def test_confidence_level_is_a_parameter(confidence: float) -> None:
     r = DpOneHot(1.0, D + 1, True)
     rng = _rng(13)
     covered = total = 0
-    for _ in range(30):
+    for _ in range(20):
         idx = zipf_indices(rng, 3000)
         a = analyze(
             recipe, collection(one_hot_aggregate(r, idx, rng), idx.size), confidence=confidence
