@@ -9,6 +9,7 @@ the PostgreSQL databases it made. Every wait has a deadline.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import secrets
@@ -18,11 +19,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from deploy.cli import main
 from deploy.launcher import DEFAULT_PORTS, STORES, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,16 +37,25 @@ class Up:
         self.data_dir = data_dir
         self.env = env
 
-    def sagg(self, *argv: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "deploy.cli", *argv],
-            check=False,
-            env=self.env,
-            cwd=self.data_dir.parent,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+    def sagg(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """`sagg ARGV` in this process, with the deployment's environment and working dir.
+
+        In-process because a fresh interpreter spends seconds importing on a busy machine; the
+        CLI's own subprocess behaviour is tested in test_cli_errors.py. Every command that
+        waits takes its own bound (`--wait`).
+        """
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            mock.patch.dict(os.environ, self.env, clear=True),
+            contextlib.chdir(self.data_dir.parent),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+        return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
 def _kill_leftovers(data_dir: Path) -> None:

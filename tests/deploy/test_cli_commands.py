@@ -17,6 +17,7 @@ from deploy.cli import CliError, main, secrets_from_files
 from deploy.config import Deployment
 from deploy.demo import demo_recipe
 from deploy.keys import load_manufacturer_ca
+from deploy.launcher import Cluster, UpOptions
 from shared.dp import api
 
 
@@ -220,3 +221,18 @@ def test_secret_files(tmp_path: Path) -> None:
         secrets_from_files(
             {"SAGG_AGGREGATOR_ADMIN_TOKEN_FILE": str(tmp_path / "none")}, "SAGG_AGGREGATOR_"
         )
+
+
+def test_sagg_up_keeps_the_tokens_of_an_older_deployment_file(tmp_path: Path) -> None:
+    """A data dir from the three-service `sagg up` (tokens in deployment.json, no keys/)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    old = {"leader": "http://l", "helper": "http://h", "collector": "http://c"}
+    (data / "deployment.json").write_text(json.dumps({**old, "admin_token": "o" * 40}))
+    cluster = Cluster(UpOptions(data_dir=data))
+    keys = cluster._keys()
+    assert keys.admin_token == "o" * 40 and keys.analyst_token != keys.admin_token
+    # Leader and helper never share a store; every store has its own file.
+    plan = cluster.plan(keys, cluster._database_urls())
+    urls = [v for s in plan for k, v in s.env.items() if k.endswith("DATABASE_URL")]
+    assert len(urls) == len(set(urls)) == 6

@@ -15,7 +15,6 @@ import signal
 import socket
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,39 +109,3 @@ def test_up_create_upload_collect_teardown(up: Up) -> None:
     assert up.process.wait(timeout=30) == 0
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", leader_port), timeout=1):
         pass
-
-
-@pytest.mark.slow
-def test_fixed_size_task_from_a_config_file(up: Up, tmp_path: Path) -> None:
-    config = tmp_path / "task.toml"
-    config.write_text(
-        'query_type = "fixed_size"\n'
-        "min_batch_size = 40\n"
-        "max_batch_size = 60\n"
-        "time_precision = 60\n"
-        '[vdaf]\ntype = "Prio3Sum"\nbits = 4\n'
-    )
-    created = up.sagg("task", "create", "--config", str(config))
-    assert created.returncode == 0, created.stderr
-    info = json.loads(created.stdout)
-    assert info["query_type"] == "fixed_size" and info["max_batch_size"] == 60
-
-    task_file = tmp_path / "task.json"
-    task_file.write_text(created.stdout)
-    uploaded = up.sagg("upload", "--task-file", str(task_file), "--random", "50", "--seed", "7")
-    assert uploaded.returncode == 0, uploaded.stderr
-    summary = json.loads(uploaded.stdout)
-    assert (summary["uploaded"], summary["rejected"]) == (50, 0)
-    expected = summary["expected_aggregate"]
-    done = up.sagg(
-        "collect", "--task", info["task_id"], "--current-batch", "--format", "json", "--wait", "60"
-    )
-    assert done.returncode == 0, done.stderr
-    body = json.loads(done.stdout)
-    assert body["result"] == expected and body["report_count"] == 50
-    # The batch the leader picked can be collected again by its id.
-    again = up.sagg(
-        "collect", "--task", info["task_id"], "--batch-id", body["batch_id"], "--format", "csv"
-    )
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.split() == ["result", str(expected)]

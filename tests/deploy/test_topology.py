@@ -37,6 +37,43 @@ def _url(deployment: Deployment, name: str) -> str:
     return url
 
 
+def _fixed_size_task_from_a_config_file(up: Up, tmp_path: Path) -> None:
+    """A fixed_size task from a TOML config file: upload, collect the current batch, then the
+    same batch again by its id (moved here from test_end_to_end.py to share its `sagg up`)."""
+    config = tmp_path / "task.toml"
+    config.write_text(
+        'query_type = "fixed_size"\n'
+        "min_batch_size = 40\n"
+        "max_batch_size = 60\n"
+        "time_precision = 60\n"
+        '[vdaf]\ntype = "Prio3Sum"\nbits = 4\n'
+    )
+    created = up.sagg("task", "create", "--config", str(config))
+    assert created.returncode == 0, created.stderr
+    info = json.loads(created.stdout)
+    assert info["query_type"] == "fixed_size" and info["max_batch_size"] == 60
+
+    task_file = tmp_path / "task.json"
+    task_file.write_text(created.stdout)
+    uploaded = up.sagg("upload", "--task-file", str(task_file), "--random", "50", "--seed", "7")
+    assert uploaded.returncode == 0, uploaded.stderr
+    summary = json.loads(uploaded.stdout)
+    assert (summary["uploaded"], summary["rejected"]) == (50, 0)
+    expected = summary["expected_aggregate"]
+    done = up.sagg(
+        "collect", "--task", info["task_id"], "--current-batch", "--format", "json", "--wait", "60"
+    )
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["result"] == expected and body["report_count"] == 50
+    # The batch the leader picked can be collected again by its id.
+    again = up.sagg(
+        "collect", "--task", info["task_id"], "--batch-id", body["batch_id"], "--format", "csv"
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["result", str(expected)]
+
+
 class _Result:
     def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
@@ -55,6 +92,7 @@ def _in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> _Result:
 def test_five_services_healthy_and_recipe_publication(
     up: Up, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _fixed_size_task_from_a_config_file(up, tmp_path)
     deployment = _deployment(up)
     for name in [n for n in os.environ if n.startswith("SAGG_")]:
         monkeypatch.delenv(name)
