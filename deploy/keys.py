@@ -132,7 +132,9 @@ def ensure_keys(
     `admin_token`/`analyst_token` seed new token files (an older deployment file's tokens,
     so scripts holding them keep working); existing files win.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    # Owner-only for a new directory; an existing one (a compose volume) keeps its mode, and
+    # the files in it are 0600 either way.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     admin = _token(directory / ADMIN_TOKEN_FILE, admin_token)
     analyst = _token(directory / ANALYST_TOKEN_FILE, analyst_token)
     signer = _recipe_key(directory / RECIPE_KEY_FILE)

@@ -133,6 +133,21 @@ def test_privacy_unreachable_targets_fail_in_one_line(capsys: pytest.CaptureFixt
         *("--deletion", "--analysis", "sym_rappor_exact"),
     )
     assert code == 1 and "--deletion" in err and len(err.strip().splitlines()) == 1
+    # Outside 000 Theorem 3.1's regime the closed form bounds nothing: no number is printed
+    # (the library refuses).
+    code, out, err = _run(
+        capsys,
+        *("privacy", "amplification", "--eps0", "8", "--n", "100", "--delta", "1e-6"),
+        *("--analysis", "closed_form"),
+    )
+    assert code == 1 and out == "" and "Theorem 3.1 needs" in err
+    code, out, _ = _run(
+        capsys,
+        *("privacy", "amplification", "--eps0", "1", "--n", "100000", "--delta", "1e-6"),
+        *("--analysis", "closed_form"),
+    )
+    expected = api.amplification(1.0, 100000, 1e-6, "closed_form")
+    assert code == 0 and expected.closed_form is not None and _last(out) == expected.eps
 
 
 # --- sagg recipe: what is checked before anything is sent ----------------------------------------
