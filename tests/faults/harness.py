@@ -237,6 +237,9 @@ class FaultProxy:
     def __init__(self, target: str, schedule: Schedule) -> None:
         self.target = target.rstrip("/")
         self.schedule = schedule
+        #: Run before the request is forwarded (an override decides whether it is) ...
+        self.before_hooks: list[Hook] = []
+        #: ... and after the helper answered, before the leader gets the answer.
         self.hooks: list[Hook] = []
         self.crossings: list[Crossing] = []
         self._lock = threading.Lock()
@@ -288,6 +291,10 @@ class FaultProxy:
                 action, delay = self.schedule.choose(index)
                 # Reserve the index now; the record is completed below.
                 self.crossings.append(Crossing(index, method, path, action, None))
+            for hook in list(self.before_hooks):
+                override = hook(Crossing(index, method, path, action, None))
+                if override is not None:
+                    action = override
         upstream: httpx.Response | None = None
         if action is Action.DELAY:
             time.sleep(delay)
@@ -308,6 +315,11 @@ class FaultProxy:
                 override = hook(crossing)
                 if override is not None:
                     action = override
+            if action is not crossing.action:  # the record says what was done
+                with self._lock:
+                    self.crossings[index] = Crossing(
+                        index, method, path, action, crossing.upstream_status
+                    )
         if action is Action.UNAVAILABLE:
             self._reply(handler, 503, {"Content-Type": "text/plain"}, b"injected 503")
         elif upstream is None or action in (Action.DROP_REQUEST, Action.DROP_RESPONSE):

@@ -110,8 +110,9 @@ def _kill_on(
 ) -> threading.Event:
     """Kill -9 `victim` (and `also`) when the `nth` request of `kind` crosses the proxy.
 
-    `answer` replaces the proxy's reply to that request (e.g. DROP_RESPONSE: the helper did
-    the work, the leader never hears). The returned event is set once the kill is done."""
+    `answer` is what the proxy then does with that request: DROP_REQUEST kills before the
+    helper sees it, DROP_RESPONSE after the helper answered (the leader never hears), None
+    after forwarding it as scheduled. The returned event is set once the kill is done."""
     assert dep.proxy is not None
     seen = 0
     lock = threading.Lock()
@@ -131,7 +132,7 @@ def _kill_on(
         done.set()
         return answer
 
-    dep.proxy.hooks.append(hook)
+    (dep.proxy.before_hooks if answer is Action.DROP_REQUEST else dep.proxy.hooks).append(hook)
     return done
 
 
@@ -261,10 +262,10 @@ def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None
     schedule = Schedule(
         seed,
         weights={
-            Action.PASS: 0.45,
-            Action.DROP_RESPONSE: 0.25,
+            Action.PASS: 0.35,
+            Action.DROP_RESPONSE: 0.3,
             Action.DROP_REQUEST: 0.1,
-            Action.UNAVAILABLE: 0.1,
+            Action.UNAVAILABLE: 0.15,
             Action.DELAY: 0.1,
         },
         delay_s=(0.1, 1.0),
@@ -276,7 +277,8 @@ def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None
         first_share = threading.Event()
 
         def lose_first_share(crossing: Crossing) -> Action | None:
-            if crossing.kind == "aggregate_share" and not first_share.is_set():
+            answered = crossing.upstream_status == 200
+            if crossing.kind == "aggregate_share" and answered and not first_share.is_set():
                 first_share.set()
                 return Action.DROP_RESPONSE
             return None
@@ -292,6 +294,8 @@ def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None
             for c in crossings
             if c.action is Action.DROP_RESPONSE and c.upstream_status in (200, 201)
         ]
+        faulted = [c for c in crossings if c.action is not Action.PASS]
+        assert len(faulted) >= 5, crossings
         assert any(c.kind == "aggregation_job" for c in lost)
         assert any(c.kind == "aggregate_share" for c in lost)
         for c in lost:
