@@ -54,7 +54,14 @@ from deploy.config import (
 from deploy.demo import run_demo
 from deploy.keys import KeysError, ensure_keys
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
-from deploy.recipes import RecipeError, format_listing, list_recipes, load_draft, publish_recipe
+from deploy.recipes import (
+    RecipeError,
+    fetch_recipe,
+    format_listing,
+    list_recipes,
+    load_draft,
+    publish_recipe,
+)
 from deploy.tasks import ProvisionError, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
@@ -63,8 +70,18 @@ from deploy.upload import (
     random_measurements,
     upload_reports,
 )
+from services.collector.analysis import (
+    AnalysisError,
+    analyze,
+    collection_from_body,
+    to_csv,
+    to_json,
+    to_table,
+)
+from services.collector.charts import write_chart
 from services.interop.cli import add_interop_parser
 from shared.dp.amplification import Analysis
+from shared.recipe.model import Recipe
 
 __all__ = ["main"]
 
@@ -141,6 +158,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.5 < value < 1:
+        raise argparse.ArgumentTypeError(f"confidence must be in (0.5, 1): {text!r}")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -171,11 +198,42 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "duration": args.interval_duration,
         }
     token = _admin_token(deployment)
+    recipe = _collect_recipe(args, deployment)
     with httpx.Client(timeout=30.0) as http:
         job_id = request_collection(http, collector, token, args.task, query)
         body = wait_for_collection(http, collector, token, job_id, args.wait)
-    print(format_result(body, args.format))
+    if recipe is None:
+        print(format_result(body, args.format))
+        return 0
+    try:
+        analysis = analyze(recipe, collection_from_body(body), confidence=args.confidence)
+    except AnalysisError as exc:
+        raise CliError(f"cannot analyse the collection: {exc}") from None
+    writers = {"table": to_table, "json": to_json, "csv": to_csv}
+    print(writers[args.format](analysis))
+    if args.chart is not None:
+        write_chart(analysis, Path(args.chart))
+        print(f"chart written to {args.chart}", file=sys.stderr)
     return 0
+
+
+def _collect_recipe(args: argparse.Namespace, deployment: Deployment | None) -> Recipe | None:
+    """The verified recipe whose analysis `sagg collect --recipe` applies, if one was named."""
+    if args.recipe is None:
+        if args.chart is not None:
+            raise CliError("--chart needs --recipe: the chart shows the recipe's estimates")
+        return None
+    server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
+    key = deployment.recipe_server_public_key if deployment is not None else None
+    if server is None or key is None:
+        raise CliError("--recipe needs the recipe server URL and key: run `sagg up` first")
+    try:
+        recipe = fetch_recipe(server, args.recipe, key, version=args.recipe_version)
+    except RecipeError as exc:
+        raise CliError(str(exc)) from None
+    if recipe.task.task_id != args.task:
+        raise CliError(f"recipe {args.recipe!r} is for task {recipe.task.task_id}, not {args.task}")
+    return recipe
 
 
 # --- sagg task create -------------------------------------------------------------------------
@@ -604,6 +662,13 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--collector")
     collect.add_argument("--format", choices=("table", "json", "csv"), default="table")
     collect.add_argument("--wait", type=_seconds, default=60.0, help="seconds to wait for it")
+    collect.add_argument(
+        "--recipe", help="analyse with this recipe: debiased estimates, CIs, privacy statement"
+    )
+    collect.add_argument("--recipe-version", type=_positive)
+    collect.add_argument("--recipe-server", metavar="URL")
+    collect.add_argument("--confidence", type=_confidence, default=0.95)
+    collect.add_argument("--chart", metavar="PNG", help="with --recipe: write a chart here")
     collect.set_defaults(func=cmd_collect)
 
     keys = sub.add_parser("keys", help="deployment secrets and keys")

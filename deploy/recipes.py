@@ -24,7 +24,7 @@ from shared.recipe.log import (
     verify_inclusion,
     verify_tree_head,
 )
-from shared.recipe.model import RecipeDraft
+from shared.recipe.model import Recipe, RecipeDraft
 from shared.recipe.signing import RecipeVerificationError, verify_signed_recipe
 
 __all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
@@ -71,11 +71,11 @@ def _refusal(response: httpx.Response) -> str:
     return f"HTTP {response.status_code} {detail}".strip()
 
 
-def _verify(body: dict[str, Any], public_key: str) -> None:
+def _verify(body: dict[str, Any], public_key: str) -> Recipe:
     """Signature, tree head and inclusion, as a device checks them (000 §4.1)."""
     try:
         key = b64url_decode(public_key, "recipe server public key")
-        _, canonical = verify_signed_recipe(body["signed_recipe"], key)
+        recipe, canonical = verify_signed_recipe(body["signed_recipe"], key)
         head = SignedTreeHead.model_validate(body["tree_head"])
         verify_tree_head(head, key)
         proof = [b64url_decode(p, "inclusion proof") for p in body["inclusion_proof"]]
@@ -94,6 +94,7 @@ def _verify(body: dict[str, Any], public_key: str) -> None:
             else "is malformed"
         )
         raise RecipeError(f"the recipe server's answer {kind}: {exc}") from None
+    return recipe
 
 
 def publish_recipe(
@@ -140,6 +141,35 @@ def publish_recipe(
     if public_key is not None:
         _verify(answer, public_key)
     return summary
+
+
+def fetch_recipe(
+    server: str,
+    recipe_id: str,
+    public_key: str,
+    *,
+    version: int | None = None,
+    http: httpx.Client | None = None,
+) -> Recipe:
+    """A published recipe, verified like a device would (signature and log inclusion)."""
+    params = {} if version is None else {"version": str(version)}
+    client = http or httpx.Client(timeout=30.0)
+    try:
+        response = client.get(f"{server.rstrip('/')}/recipes/{recipe_id}", params=params)
+    except httpx.HTTPError as exc:
+        raise RecipeError(
+            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+        ) from None
+    finally:
+        if http is None:
+            client.close()
+    if response.status_code != 200:
+        raise RecipeError(f"no recipe {recipe_id!r}: {_refusal(response)}")
+    try:
+        body: dict[str, Any] = response.json()
+    except ValueError:
+        raise RecipeError("the recipe server's answer is malformed") from None
+    return _verify(body, public_key)
 
 
 def list_recipes(server: str, *, http: httpx.Client | None = None) -> dict[str, Any]:
