@@ -1,0 +1,268 @@
+"""Rate limiting by anonymous tokens (001 §4.4): token reuse and sybil devices are contained.
+
+The deployment is the joint token issuer + attester (one process, RFC 9576 §4) in front of an
+in-process leader and helper whose task requires a Privacy Pass token in each input share.
+
+- A token spent twice: the leader refuses the second report at upload; a leader that forwards
+  it anyway is stopped by the helper's own spent-token set.
+- A forged or foreign token (another task's challenge): refused.
+- Many "devices" behind one attestation (one manufacturer certificate / key, i.e. a sybil farm
+  sharing a device): every token request is charged to that one device id, so the farm gets
+  the quota of one device (429 + Retry-After after that), and contributes at most that many
+  reports to the aggregate. A farm that makes up its own certificates cannot enroll at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from services.common.clock import TestClock
+from services.common.db import Database
+from services.token_issuer.app import create_app
+from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
+from services.token_issuer.keys import KeySchedule, KeyStore
+from services.token_issuer.settings import TokenIssuerSettings
+from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
+from shared.dap.extensions import encode_extensions, token_challenge
+from shared.dap.ids import TaskId
+from shared.dap.messages import PrepareError, PrepareRespState
+from shared.dap.task import TokenPolicy
+from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
+from shared.privacypass.client import create_token_request, finalize_token
+from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.issuance import IssuerKey
+from shared.privacypass.messages import Token
+from tests.adversaries.harness import BUCKET, NOW, Deployment, Task, deploy, problem_type
+
+QUOTA = 3
+POLICY = {"issuer_url": "http://issuer.test/", "issuer_name": "issuer.test"}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@pytest.fixture(scope="module")
+def issuer_keys() -> list[IssuerKey]:
+    """Keys for the issuer's epochs: distinct truncated ids (the store redraws on a clash)."""
+    keys: list[IssuerKey] = []
+    while len(keys) < 3:
+        key = IssuerKey.generate()
+        if all(
+            k.token_key.truncated_token_key_id != key.token_key.truncated_token_key_id for k in keys
+        ):
+            keys.append(key)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def manufacturer() -> ManufacturerCA:
+    return ManufacturerCA.generate(now=NOW)
+
+
+@dataclass
+class World:
+    clock: TestClock
+    issuer: TestClient
+    dep: Deployment
+
+    def enroll(self, device: SimulatedDevice) -> None:
+        r = self.issuer.post("/attester/enroll", json={"certificate": device.certificate_pem()})
+        assert r.status_code in (200, 201), r.text
+
+    def request_token(self, device: SimulatedDevice, task_id: TaskId | None = None) -> Token | int:
+        """A token for a report now (or the attester's refusal status)."""
+        policy = TokenPolicy.model_validate(POLICY)
+        challenge = token_challenge(task_id or self.dep.task.task_id, NOW, policy)
+        doc = IssuerDirectory.decode(self.issuer.get(ISSUER_DIRECTORY_PATH).content)
+        selected = doc.select_key(self.clock.now())
+        assert selected is not None
+        request, state = create_token_request(challenge, selected.token_key_object())
+        body = request.encode()
+        r = self.issuer.post("/attester/challenge", json={"device_id": _b64(device.device_id)})
+        assert r.status_code == 200, r.text
+        nonce = base64.urlsafe_b64decode(r.json()["nonce"] + "==")
+        r = self.issuer.post(
+            "/attester/token-request",
+            content=body,
+            headers={
+                "Content-Type": MEDIA_TOKEN_REQUEST,
+                DEVICE_ID_HEADER: _b64(device.device_id),
+                NONCE_HEADER: _b64(nonce),
+                SIGNATURE_HEADER: _b64(device.sign(nonce, body)),
+            },
+        )
+        if r.status_code != 200:
+            status: int = r.status_code
+            return status
+        return finalize_token(state, r.content)
+
+    def upload_with(self, token: Token, measurement: int = 1) -> int:
+        s = self.dep.shard(measurement)
+        report = self.dep.seal_report(s, encode_extensions(token=token))
+        return self.dep.upload(report).status_code
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, issuer_keys: list[IssuerKey], manufacturer: ManufacturerCA
+) -> Iterator[World]:
+    clock = TestClock(NOW)
+    pool = itertools.cycle(issuer_keys)
+
+    def keys(db: Database, schedule: KeySchedule, c: TestClock) -> KeyStore:
+        return KeyStore(db, schedule, c, generate=pool.__next__)
+
+    settings = TokenIssuerSettings(
+        role="joint",
+        issuer_database_url=f"sqlite:///{tmp_path / 'issuer.db'}",
+        attester_database_url=f"sqlite:///{tmp_path / 'attester.db'}",
+        quota_tokens=QUOTA,
+    )
+    app = create_app(
+        settings,
+        clock=clock,
+        trust_anchors=[manufacturer.certificate],
+        key_store_factory=keys,  # type: ignore[arg-type]
+    )
+    with TestClient(app, base_url="http://issuer.test") as issuer:
+        task = Task({"type": "Prio3Count"}, per_role={})
+        for role in ("leader", "helper"):
+            task.per_role[role] = {"tokens": POLICY}
+        yield World(clock, issuer, deploy(tmp_path, task, clock, issuer_http=issuer))
+
+
+def test_token_spent_twice_is_refused_at_upload(world: World, manufacturer: ManufacturerCA) -> None:
+    device = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(device)
+    token = world.request_token(device)
+    assert isinstance(token, Token)
+    assert world.upload_with(token) in (200, 201)
+    s = world.dep.shard(1)
+    second = world.dep.upload(world.dep.seal_report(s, encode_extensions(token=token)))
+    assert problem_type(second) == "reportRejected"
+    assert world.dep.collect(BUCKET) == (1, 1)
+
+
+def test_helper_refuses_a_token_the_leader_lets_through_twice(
+    world: World, manufacturer: ManufacturerCA
+) -> None:
+    """A malicious leader skips its own spent-token check and sends the helper two reports
+    carrying the same token: the helper keeps its own spent set and rejects the second."""
+    device = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(device)
+    token = world.request_token(device)
+    assert isinstance(token, Token)
+    dep = world.dep
+    exts = encode_extensions(token=token)
+    first = dep.prepare_init(dep.shard(1), extensions=exts)
+    second = dep.prepare_init(dep.shard(1), extensions=exts)
+    resps = dep.helper_resps([first]).prepare_resps
+    assert resps[0].prepare_resp_state == PrepareRespState.CONTINUE
+    resps = dep.helper_resps([second]).prepare_resps
+    assert resps[0].prepare_resp_state == PrepareRespState.REJECT
+    # Within one job too: the first use is spent, the second refused.
+    third, fourth = (dep.prepare_init(dep.shard(1), extensions=exts) for _ in range(2))
+    resps = dep.helper_resps([third, fourth]).prepare_resps
+    assert [r.prepare_resp_state for r in resps] == [PrepareRespState.REJECT] * 2
+    assert "token_spent" in str(dep.stats(dep.helper)["rejections"])
+
+
+def test_forged_and_foreign_tokens_are_refused(world: World, manufacturer: ManufacturerCA) -> None:
+    device = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(device)
+    foreign = world.request_token(device, TaskId.random())  # another task's challenge
+    assert isinstance(foreign, Token)
+    assert world.upload_with(foreign) == 400
+    real = world.request_token(device)
+    assert isinstance(real, Token)
+    forged = Token(
+        secrets.token_bytes(32),
+        real.challenge_digest,
+        real.token_key_id,
+        secrets.token_bytes(256),
+    )
+    assert world.upload_with(forged) == 400
+    no_token = world.dep.upload(world.dep.seal_report(world.dep.shard(1)))
+    assert problem_type(no_token) == "reportRejected"
+    # A malicious leader forwarding the forged token: the helper checks it itself.
+    init = world.dep.prepare_init(world.dep.shard(1), extensions=encode_extensions(token=forged))
+    resp = world.dep.helper_resps([init]).prepare_resps[0]
+    assert resp.prepare_resp_state == PrepareRespState.REJECT
+    assert resp.prepare_error == PrepareError.INVALID_MESSAGE  # sagg's extension refusals
+    assert "token_invalid" in str(world.dep.stats(world.dep.helper)["rejections"])
+
+
+def test_sybils_behind_one_attestation_share_one_quota(
+    world: World, manufacturer: ManufacturerCA
+) -> None:
+    """Ten virtual devices driven by one attested key: the attester sees one device id, so the
+    farm obtains QUOTA tokens in the window and its reports add at most QUOTA to the count."""
+    device = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(device)
+    world.enroll(device)  # re-enrolling the same certificate is the same device (no new quota)
+    outcomes = [world.request_token(device) for _ in range(10)]
+    tokens = [t for t in outcomes if isinstance(t, Token)]
+    assert len(tokens) == QUOTA
+    assert outcomes[QUOTA:] == [429] * (10 - QUOTA)
+    for token in tokens:
+        assert world.upload_with(token) in (200, 201)
+        assert world.upload_with(token) == 400  # and none of them twice
+    honest = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(honest)
+    other = world.request_token(honest)  # another device still has its own quota
+    assert isinstance(other, Token)
+    assert world.upload_with(other) in (200, 201)
+    assert world.dep.collect(BUCKET) == (QUOTA + 1, QUOTA + 1)
+
+
+def test_quota_refusal_carries_retry_after(world: World, manufacturer: ManufacturerCA) -> None:
+    device = SimulatedDevice.manufacture(manufacturer)
+    world.enroll(device)
+    for _ in range(QUOTA):
+        assert isinstance(world.request_token(device), Token)
+    policy = TokenPolicy.model_validate(POLICY)
+    doc = IssuerDirectory.decode(world.issuer.get(ISSUER_DIRECTORY_PATH).content)
+    selected = doc.select_key(NOW)
+    assert selected is not None
+    request, _ = create_token_request(
+        token_challenge(world.dep.task.task_id, NOW, policy), selected.token_key_object()
+    )
+    nonce_doc = world.issuer.post(
+        "/attester/challenge", json={"device_id": _b64(device.device_id)}
+    ).json()
+    nonce = base64.urlsafe_b64decode(nonce_doc["nonce"] + "==")
+    r = world.issuer.post(
+        "/attester/token-request",
+        content=request.encode(),
+        headers={
+            "Content-Type": MEDIA_TOKEN_REQUEST,
+            DEVICE_ID_HEADER: _b64(device.device_id),
+            NONCE_HEADER: _b64(nonce),
+            SIGNATURE_HEADER: _b64(device.sign(nonce, request.encode())),
+        },
+    )
+    assert r.status_code == 429
+    assert int(r.headers["retry-after"]) > 0
+    # The quota comes back with the next window, not before.
+    world.clock.advance(int(r.headers["retry-after"]))
+    assert isinstance(world.request_token(device), Token)
+
+
+def test_self_made_certificates_cannot_enroll(world: World) -> None:
+    """A farm minting device certificates under its own CA gets no device id at all."""
+    rogue = ManufacturerCA.generate("rogue factory", now=NOW)
+    for _ in range(3):
+        device = SimulatedDevice.manufacture(rogue)
+        r = world.issuer.post("/attester/enroll", json={"certificate": device.certificate_pem()})
+        assert r.status_code == 403
+        r = world.issuer.post("/attester/challenge", json={"device_id": _b64(device.device_id)})
+        assert r.status_code == 401
