@@ -56,7 +56,6 @@ from shared.dap.extensions import (
     RecipeBinding,
     encode_extensions,
     recipe_digest,
-    token_policy_for_issuer,
 )
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
@@ -77,8 +76,6 @@ class DeviceConfig:
     recipe_server_key: bytes = b""
     #: Where to enroll and ask for tokens; None: the recipe's token issuer URL (joint mode).
     attester_url: str | None = None
-    #: The token window (must match the aggregators' `TokenPolicy.window_seconds`).
-    token_window_seconds: int = 86_400
     #: Attach a token to every report (the aggregators require one when the task has a policy).
     use_tokens: bool = True
     #: Attach the recipe-binding extension (001 §4.8). Off only for aggregators that predate
@@ -330,7 +327,9 @@ class Device:
         return RecipeBinding(recipe_digest(bytes(row[0])), recipe.min_batch_size)
 
     def token_policy(self, recipe: Recipe) -> TokenPolicy:
-        return token_policy_for_issuer(recipe.token_issuer.url, self.config.token_window_seconds)
+        # The recipe's issuer name and window (signed, logged, and what the recipe server
+        # provisioned the aggregators' TokenPolicy with); older recipes get the defaults there.
+        return recipe.token_issuer.token_policy()
 
     def attester_url(self, recipe: Recipe) -> str:
         return self.config.attester_url or recipe.token_issuer.url

@@ -14,9 +14,10 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
-from shared.dap.task import CollectorTask, TaskDefinition, b64url_encode
+from shared.dap.task import CollectorTask, TaskDefinition, TokenPolicy, b64url_encode
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["ProvisionError", "TaskParams", "create_task"]
@@ -83,9 +84,24 @@ def create_task(
     *,
     http: httpx.Client | None = None,
     now: int | None = None,
+    task_id: str | None = None,
+    recipe_digest: str | None = None,
+    tokens: TokenPolicy | None = None,
 ) -> dict[str, Any]:
-    """Create a fresh task on collector, leader and helper; returns what a client needs."""
-    task_id = TaskId.random().to_b64url()
+    """Create a fresh task on collector, leader and helper; returns what a client needs.
+
+    `task_id` (default: random) lets a caller fix the id beforehand: the recipe server does, as
+    the recipe it binds with `recipe_digest` (b64url SHA-256 of the recipe's canonical bytes)
+    names the task. `tokens` makes the aggregators require Privacy Pass tokens. With both,
+    the aggregators accept only reports that carry a token and this recipe's binding.
+    """
+    if task_id is None:
+        task_id = TaskId.random().to_b64url()
+    else:
+        try:
+            TaskId.from_b64url(task_id)
+        except DecodeError as exc:
+            raise ProvisionError(f"invalid task id: {exc}") from None
     verify_key = b64url_encode(secrets.token_bytes(VERIFY_KEY_SIZE))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
@@ -132,6 +148,8 @@ def create_task(
             "task_expiration": expiration,
             "collector_hpke_config": answer["collector_hpke_config"],
             "aggregator_auth_token": aggregator_token,
+            "recipe_digest": recipe_digest,
+            "tokens": tokens,
         }
         try:
             leader = TaskDefinition(**common, role="leader", collector_auth_token=collector_token)
@@ -158,4 +176,8 @@ def create_task(
         info["max_batch_size"] = params.max_batch_size
     if expiration is not None:
         info["task_expiration"] = expiration
+    if recipe_digest is not None:
+        info["recipe_digest"] = recipe_digest
+    if tokens is not None:
+        info["tokens"] = tokens.model_dump()
     return info

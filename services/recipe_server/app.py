@@ -87,7 +87,12 @@ def _analysts(settings: RecipeServerSettings) -> dict[bytes, Analyst]:
 def _default_issuer(settings: RecipeServerSettings) -> TokenIssuerRef | None:
     if settings.token_issuer_url is None:
         return None
-    return TokenIssuerRef(url=settings.token_issuer_url, key_ids=tuple(settings.token_key_ids))
+    return TokenIssuerRef(
+        url=settings.token_issuer_url,
+        key_ids=tuple(settings.token_key_ids),
+        issuer_name=settings.token_issuer_name,
+        window_seconds=settings.token_window_seconds,
+    )
 
 
 def _int_param(request: Request, name: str) -> int | None:

@@ -1,9 +1,14 @@
 """Creating the DAP task behind a recipe, or checking an existing one (DAP-09 §4.2).
 
-`DapProvisioner` reuses `deploy.tasks.create_task` (collector first, for its HPKE config, then
-leader and helper through their admin APIs), then fetches each aggregator's HPKE config list
-(DAP-09 §4.4.1, ``GET /hpke_config?task_id=``) so that the recipe can carry them: a device then
-needs no unauthenticated fetch, and the keys it encrypts to are the logged ones (001 §4.1).
+The recipe names its task and carries the aggregators' HPKE configs, while the task is bound to
+the recipe's digest (SHA-256 of its canonical bytes, `TaskDefinition.recipe_digest`). So the
+service picks the task id and fetches the aggregators' HPKE config lists first (DAP-09 §4.4.1,
+``GET /hpke_config`` without a task id: an aggregator's keys serve all its tasks), builds the
+final recipe and its digest, and only then has `DapProvisioner.create` provision the task with
+that digest and the recipe's token policy (`deploy.tasks.create_task`: collector first, for its
+HPKE config, then leader and helper through their admin APIs). A device then needs no
+unauthenticated config fetch, the keys it encrypts to are the logged ones (001 §4.1), and both
+aggregators refuse reports without a token of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
@@ -14,14 +19,28 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import httpx
+from pydantic import ValidationError
 
 from deploy.tasks import ProvisionError, TaskParams, create_task
 from shared.codec import DecodeError
+from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import b64url_encode
+from shared.dap.task import TokenPolicy, b64url_encode
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["DapProvisioner", "ProvisionError", "ProvisionedTask", "Provisioner", "TaskRequest"]
+__all__ = [
+    "DapProvisioner",
+    "ExistingTask",
+    "NewTask",
+    "ProvisionError",
+    "Provisioner",
+    "TaskMissingError",
+    "TaskRequest",
+]
+
+
+class TaskMissingError(ProvisionError):
+    """The leader or the helper does not know the task (404), as opposed to an outage."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +53,31 @@ class TaskRequest:
     time_precision: int
     expires_in: int | None
 
+    def expiration(self, now: int) -> int | None:
+        """The expiration of a task created at `now`, as `create_task` computes it."""
+        return None if self.expires_in is None else now + self.expires_in
+
 
 @dataclass(frozen=True)
-class ProvisionedTask:
+class NewTask:
+    """A task to create under a chosen id, bound to a recipe digest and a token policy."""
+
+    task_id: str
+    request: TaskRequest
+    #: Creation time (seconds); the expiration is `request.expiration(now)`.
+    now: int
+    #: Unpadded base64url SHA-256 of the final recipe's canonical bytes.
+    recipe_digest: str
+    tokens: TokenPolicy
+
+
+@dataclass(frozen=True)
+class ExistingTask:
     task_id: str
     task_expiration: int | None
+    #: What the aggregators enforce (None: no recipe binding / no tokens).
+    recipe_digest: str | None
+    tokens: TokenPolicy | None
     #: Unpadded base64url HpkeConfigList of each aggregator.
     leader_hpke_configs: str
     helper_hpke_configs: str
@@ -48,12 +87,21 @@ class Provisioner(Protocol):
     leader_url: str
     helper_url: str
 
-    def create(self, request: TaskRequest) -> ProvisionedTask:
-        """Create a fresh task on collector, leader and helper; ProvisionError on failure."""
+    def new_task_id(self) -> str:
+        """A fresh task id (unpadded base64url)."""
         ...
 
-    def existing(self, task_id: str, request: TaskRequest) -> ProvisionedTask:
-        """Check that the leader and helper hold `task_id` with these parameters."""
+    def hpke_configs(self) -> tuple[str, str]:
+        """The leader's and the helper's HpkeConfigList (unpadded base64url)."""
+        ...
+
+    def create(self, task: NewTask) -> None:
+        """Create the task on collector, leader and helper; ProvisionError on failure."""
+        ...
+
+    def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
+        """Check that the leader and helper hold `task_id` with these parameters;
+        TaskMissingError if either does not know it."""
         ...
 
 
@@ -77,9 +125,10 @@ class DapProvisioner:
             raise ProvisionError("no admin token configured: cannot provision tasks")
         return self._admin_token
 
-    def _hpke_configs(self, base: str, what: str, task_id: str) -> str:
+    def _hpke_configs(self, base: str, what: str, task_id: str | None = None) -> str:
+        params = {} if task_id is None else {"task_id": task_id}
         try:
-            response = self._http.get(f"{base}/hpke_config", params={"task_id": task_id})
+            response = self._http.get(f"{base}/hpke_config", params=params)
         except httpx.HTTPError as exc:
             raise ProvisionError(
                 f"cannot reach the {what} at {base}: {type(exc).__name__}"
@@ -92,7 +141,17 @@ class DapProvisioner:
             raise ProvisionError(f"the {what} sent a malformed HPKE config list: {exc}") from None
         return b64url_encode(response.content)
 
-    def create(self, request: TaskRequest) -> ProvisionedTask:
+    def new_task_id(self) -> str:
+        return TaskId.random().to_b64url()
+
+    def hpke_configs(self) -> tuple[str, str]:
+        return (
+            self._hpke_configs(self.leader_url, "leader"),
+            self._hpke_configs(self.helper_url, "helper"),
+        )
+
+    def create(self, task: NewTask) -> None:
+        request = task.request
         params = TaskParams(
             vdaf=request.vdaf,
             query_type=request.query_type,
@@ -103,17 +162,19 @@ class DapProvisioner:
             helper=self.helper_url,
             collector=self.collector_url,
         )
-        info = create_task(params, self._token(), http=self._http)
-        task_id = str(info["task_id"])
-        return ProvisionedTask(
-            task_id=task_id,
-            task_expiration=info.get("task_expiration"),
-            leader_hpke_configs=self._hpke_configs(self.leader_url, "leader", task_id),
-            helper_hpke_configs=self._hpke_configs(self.helper_url, "helper", task_id),
+        create_task(
+            params,
+            self._token(),
+            http=self._http,
+            now=task.now,
+            task_id=task.task_id,
+            recipe_digest=task.recipe_digest,
+            tokens=task.tokens,
         )
 
-    def existing(self, task_id: str, request: TaskRequest) -> ProvisionedTask:
+    def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
         expiration: int | None = None
+        bindings: list[tuple[str | None, TokenPolicy | None]] = []
         for base, what in ((self.leader_url, "leader"), (self.helper_url, "helper")):
             try:
                 response = self._http.get(
@@ -125,7 +186,7 @@ class DapProvisioner:
                     f"cannot reach the {what} at {base}: {type(exc).__name__}"
                 ) from None
             if response.status_code == 404:
-                raise ProvisionError(f"the {what} does not know task {task_id}")
+                raise TaskMissingError(f"the {what} does not know task {task_id}")
             if response.status_code != 200:
                 raise ProvisionError(f"the {what} refused: HTTP {response.status_code}")
             task = response.json()
@@ -144,9 +205,21 @@ class DapProvisioner:
                     + ", ".join(mismatches)
                 )
             expiration = task.get("task_expiration", expiration)
-        return ProvisionedTask(
+            try:
+                tokens = None if task.get("tokens") is None else TokenPolicy(**task["tokens"])
+            except (TypeError, ValidationError):
+                raise ProvisionError(f"the {what} sent a malformed token policy") from None
+            bindings.append((task.get("recipe_digest"), tokens))
+        if bindings[0] != bindings[1]:
+            # Each aggregator enforces its own; no recipe can satisfy both.
+            raise ProvisionError(
+                f"leader and helper bind task {task_id} to different recipes or token policies"
+            )
+        return ExistingTask(
             task_id=task_id,
             task_expiration=expiration,
+            recipe_digest=bindings[0][0],
+            tokens=bindings[0][1],
             leader_hpke_configs=self._hpke_configs(self.leader_url, "leader", task_id),
             helper_hpke_configs=self._hpke_configs(self.helper_url, "helper", task_id),
         )

@@ -11,22 +11,49 @@ Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
 5. B reaches the claimed (epsilon, delta) under `shared.recipe.accounting` (amplification by
    aggregation of B eps0-LDP reports, then by sampling at q); if not, the error gives the B
    that would;
-6. the task is created on collector, leader and helper (or an existing one is checked), and its
-   id and the aggregators' HPKE configs complete the recipe;
-7. the recipe is signed and appended to the log, with a signed tree head for the new size, in
+6. the task id is chosen and the aggregators' HPKE configs fetched; with them (and the token
+   issuer with its name and window spelled out) the recipe is final, and its digest is known;
+7. the task is created on collector, leader and helper bound to that digest and the issuer's
+   token policy (`TaskDefinition.recipe_digest`, `.tokens`), so both aggregators refuse
+   reports without a token or without this recipe's binding (or an analyst-named existing
+   task is checked: it must not be bound to another recipe or token policy);
+8. the recipe is signed and appended to the log, with a signed tree head for the new size, in
    one transaction.
+
+Retries. Step 7 talks to three other services and step 8 to the database, so a publication can
+fail after the task exists. Before creating a task the service records it as pending (task id
+and final recipe bytes, `RecipeStore.put_pending`); the append of step 8 clears it in its
+transaction. A retry of the same draft finds the pending task: if leader and helper hold it,
+it is reused with the recorded bytes (the digest the task is bound to), so a retry never
+creates a second task for one recipe; if either does not know it (the earlier attempt stopped
+within step 7), a fresh id replaces it and the half-made task is left unused: no recipe names
+it, so no device reports to it. An outage while checking is a 502 and keeps the pending task.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from services.common.clock import Clock
-from services.recipe_server.provision import Provisioner, ProvisionError, TaskRequest
-from services.recipe_server.store import KeyConflictError, RecipeRecord, RecipeStore, StoredHead
+from services.recipe_server.provision import (
+    NewTask,
+    Provisioner,
+    ProvisionError,
+    TaskMissingError,
+    TaskRequest,
+)
+from services.recipe_server.store import (
+    KeyConflictError,
+    PendingTask,
+    RecipeRecord,
+    RecipeStore,
+    StoredHead,
+)
 from shared.constants import TREE_HEAD_SIGNATURE_CONTEXT
+from shared.dap.extensions import recipe_digest
 from shared.dap.task import b64url_decode, b64url_encode
 from shared.recipe.accounting import assess_privacy, expected_vdaf
 from shared.recipe.canonical import canonical_json
@@ -89,6 +116,15 @@ class BadRequestError(Exception):
 
 class ProvisioningFailedError(Exception):
     """502: a DAP party refused the task or could not be reached."""
+
+
+class _RacedError(Exception):
+    """A concurrent publication of the same recipe key recorded its pending task first."""
+
+
+#: How long a publication waits for a concurrent one of the same draft (it provisions a task:
+#: three services, each with its own request timeout).
+_AWAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -177,7 +213,10 @@ class RecipeService:
         problems = self.validate(draft)
         if problems:
             raise InvalidDraftError(problems)
-        recipe = self._complete(draft)
+        try:
+            recipe = self._provision(draft, digest)
+        except _RacedError:
+            return self._await_publication(draft, digest)
         signed = self.signer.sign_recipe(recipe)
         canonical = recipe_bytes(recipe)
         record = RecipeRecord(
@@ -205,7 +244,8 @@ class RecipeService:
             ) from None
         return PublishResult(stored, created)
 
-    def _complete(self, draft: RecipeDraft) -> Recipe:
+    def _provision(self, draft: RecipeDraft, draft_digest: bytes) -> Recipe:
+        """Steps 6-7: the final recipe, its task existing and bound to its digest."""
         vdaf = expected_vdaf(draft.randomizer, draft.encoding)
         request = TaskRequest(
             vdaf=vdaf,
@@ -214,29 +254,137 @@ class RecipeService:
             time_precision=draft.task.time_precision,
             expires_in=draft.task.expires_in,
         )
-        try:
-            if draft.task.task_id is not None:
-                task = self.provisioner.existing(draft.task.task_id, request)
-            else:
-                task = self.provisioner.create(request)
-        except ProvisionError as exc:
-            raise ProvisioningFailedError(str(exc)) from None
         issuer = draft.token_issuer or self.default_token_issuer
         assert issuer is not None  # validate() refused drafts without one
-        return draft.complete(
-            RecipeTask(
-                task_id=task.task_id,
-                leader=self.provisioner.leader_url,
-                helper=self.provisioner.helper_url,
-                query_type=draft.task.query_type,
-                vdaf=vdaf,
-                time_precision=draft.task.time_precision,
-                task_expiration=task.task_expiration,
-                leader_hpke_configs=task.leader_hpke_configs,
-                helper_hpke_configs=task.helper_hpke_configs,
+        # Published with name and window spelled out: devices and aggregators read the same.
+        issuer = issuer.explicit()
+        try:
+            if draft.task.task_id is not None:
+                return self._bind_existing(draft, request, issuer)
+            pending = self.store.pending(draft.recipe_id, draft.version)
+            if pending is not None and pending.draft_hash == draft_digest:
+                reused = self._resume(pending, request)
+                if reused is not None:
+                    return reused
+            return self._create(draft, request, issuer, pending, draft_digest)
+        except ProvisionError as exc:
+            raise ProvisioningFailedError(str(exc)) from None
+
+    def _await_publication(self, draft: RecipeDraft, draft_digest: bytes) -> PublishResult:
+        """Another publication of this key got its pending task in first: if it is this
+        draft, its result is ours (publication stays idempotent under concurrency)."""
+        deadline = time.monotonic() + _AWAIT_SECONDS
+        while True:
+            record = self.store.get(draft.recipe_id, draft.version)
+            if record is not None:
+                if record.draft_hash != draft_digest:
+                    break
+                return PublishResult(record, False)
+            pending = self.store.pending(draft.recipe_id, draft.version)
+            if pending is None or pending.draft_hash != draft_digest:
+                break
+            if time.monotonic() > deadline:
+                raise ConflictError(
+                    f"recipe {draft.recipe_id} version {draft.version} is being published; retry"
+                )
+            time.sleep(0.05)
+        raise ConflictError(
+            f"recipe {draft.recipe_id} version {draft.version} exists with other content"
+        )
+
+    def _task(
+        self,
+        draft: RecipeDraft,
+        request: TaskRequest,
+        task_id: str,
+        expiration: int | None,
+        configs: tuple[str, str],
+    ) -> RecipeTask:
+        return RecipeTask(
+            task_id=task_id,
+            leader=self.provisioner.leader_url,
+            helper=self.provisioner.helper_url,
+            query_type=draft.task.query_type,
+            vdaf=request.vdaf,
+            time_precision=draft.task.time_precision,
+            task_expiration=expiration,
+            leader_hpke_configs=configs[0],
+            helper_hpke_configs=configs[1],
+        )
+
+    def _bind_existing(
+        self, draft: RecipeDraft, request: TaskRequest, issuer: TokenIssuerRef
+    ) -> Recipe:
+        """An analyst-named task: checked, never re-provisioned (its definition is fixed)."""
+        assert draft.task.task_id is not None
+        task = self.provisioner.existing(draft.task.task_id, request)
+        recipe = draft.complete(
+            self._task(
+                draft,
+                request,
+                task.task_id,
+                task.task_expiration,
+                (task.leader_hpke_configs, task.helper_hpke_configs),
             ),
             issuer,
         )
+        digest = b64url_encode(recipe_digest(recipe_bytes(recipe)))
+        # A task bound to another recipe or token policy would refuse every report of this
+        # one. A task with neither (made by `sagg task create`) is the operator's choice.
+        if task.recipe_digest is not None and task.recipe_digest != digest:
+            raise ProvisionError(f"task {task.task_id} is bound to another recipe")
+        if task.tokens is not None and task.tokens != issuer.token_policy():
+            raise ProvisionError(
+                f"task {task.task_id} requires tokens of another issuer name or window"
+            )
+        return recipe
+
+    def _resume(self, pending: PendingTask, request: TaskRequest) -> Recipe | None:
+        """The recipe of an earlier attempt whose task exists, or None if it does not."""
+        recipe = Recipe.model_validate_json(pending.canonical)
+        try:
+            task = self.provisioner.existing(pending.task_id, request)
+        except TaskMissingError:
+            return None  # stopped within create: start over under a fresh id
+        if task.recipe_digest != b64url_encode(recipe_digest(pending.canonical)) or (
+            task.tokens != recipe.token_issuer.token_policy()
+        ):
+            raise ProvisionError(f"pending task {pending.task_id} is bound otherwise")
+        return recipe
+
+    def _create(
+        self,
+        draft: RecipeDraft,
+        request: TaskRequest,
+        issuer: TokenIssuerRef,
+        pending: PendingTask | None,
+        draft_digest: bytes,
+    ) -> Recipe:
+        # The id and configs come first: the digest the task is bound to covers them.
+        task_id = self.provisioner.new_task_id()
+        now = self.clock.now()
+        configs = self.provisioner.hpke_configs()
+        recipe = draft.complete(
+            self._task(draft, request, task_id, request.expiration(now), configs), issuer
+        )
+        canonical = recipe_bytes(recipe)
+        try:
+            self.store.put_pending(
+                PendingTask(draft.recipe_id, draft.version, draft_digest, task_id, canonical, now),
+                replaces=None if pending is None else pending.task_id,
+            )
+        except KeyConflictError:
+            raise _RacedError from None
+        self.provisioner.create(
+            NewTask(
+                task_id=task_id,
+                request=request,
+                now=now,
+                recipe_digest=b64url_encode(recipe_digest(canonical)),
+                tokens=issuer.token_policy(),
+            )
+        )
+        return recipe
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -59,6 +59,10 @@ class RecipeServerSettings(BaseSettings):
     #: The token issuer recipes name unless the analyst's draft names one.
     token_issuer_url: str | None = None
     token_key_ids: list[str] = Field(default_factory=list)
+    #: Its token challenges' issuer_name and the token window the recipe server provisions
+    #: tasks with; unset: the URL's authority and a day (`TokenIssuerRef.token_policy`).
+    token_issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
+    token_window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
 
     @field_validator("leader_url", "helper_url", "collector_url")
     @classmethod

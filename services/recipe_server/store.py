@@ -15,7 +15,7 @@ from services.common.db import Database, Migration, Row, Tx
 from shared.dap.task import b64url_encode
 from shared.recipe.log import SignedTreeHead, root_hash
 
-__all__ = ["KeyConflictError", "RecipeRecord", "RecipeStore", "StoredHead"]
+__all__ = ["KeyConflictError", "PendingTask", "RecipeRecord", "RecipeStore", "StoredHead"]
 
 MIGRATIONS = [
     Migration(
@@ -33,7 +33,20 @@ MIGRATIONS = [
             " signature {blob} NOT NULL, leaf_index {bigint} NOT NULL UNIQUE,"
             " created_at {bigint} NOT NULL, PRIMARY KEY (recipe_id, version))",
         ],
-    )
+    ),
+    Migration(
+        2,
+        "pending tasks",
+        [
+            # The task a publication is creating, written before the task is: a retry after a
+            # failure between task creation and the log append finds it and reuses the task
+            # (and the exact recipe bytes its digest covers) instead of creating another.
+            "CREATE TABLE pending_tasks ("
+            " recipe_id {text} NOT NULL, version {bigint} NOT NULL,"
+            " draft_hash {blob} NOT NULL, task_id {text} NOT NULL, canonical {blob} NOT NULL,"
+            " created_at {bigint} NOT NULL, PRIMARY KEY (recipe_id, version))",
+        ],
+    ),
 ]
 
 
@@ -53,6 +66,18 @@ class RecipeRecord:
     key_id: str
     signature: bytes
     leaf_index: int
+    created_at: int
+
+
+@dataclass(frozen=True)
+class PendingTask:
+    """A task being created for a recipe not yet logged, with that recipe's canonical bytes."""
+
+    recipe_id: str
+    version: int
+    draft_hash: bytes
+    task_id: str
+    canonical: bytes
     created_at: int
 
 
@@ -180,7 +205,53 @@ class RecipeStore:
 
         return self.db.run("leaf_by_hash", body)
 
+    def pending(self, recipe_id: str, version: int) -> PendingTask | None:
+        def body(tx: Tx) -> PendingTask | None:
+            row = tx.query_one(
+                "SELECT recipe_id, version, draft_hash, task_id, canonical, created_at"
+                " FROM pending_tasks WHERE recipe_id = :id AND version = :v",
+                {"id": recipe_id, "v": version},
+            )
+            if row is None:
+                return None
+            return PendingTask(
+                recipe_id=str(row["recipe_id"]),
+                version=int(row["version"]),
+                draft_hash=bytes(row["draft_hash"]),
+                task_id=str(row["task_id"]),
+                canonical=bytes(row["canonical"]),
+                created_at=int(row["created_at"]),
+            )
+
+        return self.db.run("pending_get", body)
+
     # --- writes ----------------------------------------------------------------------------
+
+    def put_pending(self, pending: PendingTask, replaces: str | None) -> None:
+        """Record the task about to be created for a recipe key, replacing the pending task
+        `replaces` (None: there must be none). `KeyConflictError` if the key is published or
+        its pending task is not `replaces` (a concurrent publication got there first)."""
+
+        def body(tx: Tx) -> None:
+            key = {"id": pending.recipe_id, "v": pending.version}
+            if tx.query_one(
+                "SELECT version FROM recipes WHERE recipe_id = :id AND version = :v", key
+            ):
+                raise KeyConflictError
+            row = tx.query_one(
+                "SELECT task_id FROM pending_tasks WHERE recipe_id = :id AND version = :v", key
+            )
+            if (None if row is None else str(row["task_id"])) != replaces:
+                raise KeyConflictError
+            tx.execute("DELETE FROM pending_tasks WHERE recipe_id = :id AND version = :v", key)
+            tx.execute(
+                "INSERT INTO pending_tasks"
+                " (recipe_id, version, draft_hash, task_id, canonical, created_at)"
+                " VALUES (:recipe_id, :version, :draft_hash, :task_id, :canonical, :created_at)",
+                dict(pending.__dict__),
+            )
+
+        self.db.run("pending_put", body)
 
     def ensure_empty_head(self, sign: HeadSigner, now_ms: int) -> None:
         """Sign the empty tree's head once, so that `GET /log/sth` always has an answer."""
@@ -242,6 +313,11 @@ class RecipeStore:
                 {"n": index + 1, "t": timestamp, "r": root, "k": kid, "s": sig},
             )
             stored = RecipeRecord(**{**record.__dict__, "leaf_index": index})
+            # The task is now the logged recipe's: no longer pending (same transaction).
+            tx.execute(
+                "DELETE FROM pending_tasks WHERE recipe_id = :id AND version = :v",
+                {"id": record.recipe_id, "v": record.version},
+            )
             tx.execute(
                 f"INSERT INTO recipes ({_RECIPE_COLUMNS}) VALUES (:recipe_id, :version,"
                 " :draft_hash, :analysis_id, :analyst, :task_id, :canonical, :key_id,"

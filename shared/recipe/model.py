@@ -40,9 +40,10 @@ from pydantic import (
 
 from shared.codec import DecodeError
 from shared.constants import RECIPE_FORMAT
+from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import b64url_decode
+from shared.dap.task import TokenPolicy, b64url_decode
 from shared.dp.amplification import Analysis
 from shared.vdaf.spec import VdafSpec
 
@@ -456,6 +457,29 @@ class TokenIssuerRef(_Frozen):
     url: HttpUrl
     token_type: int = Field(default=2, ge=0, le=0xFFFF)
     key_ids: tuple[str, ...] = ()
+    #: The token challenge's issuer_name (RFC 9577 §2.1.1) and the token window, as the
+    #: aggregators' `TokenPolicy` has them. None keeps what devices assumed before recipes
+    #: carried them (the URL's authority, a day; `token_policy_for_issuer`), and is left out
+    #: of the canonical bytes, so recipes signed before these fields existed still verify.
+    issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
+    window_seconds: Window | None = None
+
+    def token_policy(self) -> TokenPolicy:
+        """The policy a device follows and the aggregators enforce for this issuer."""
+        if self.window_seconds is None:
+            policy = token_policy_for_issuer(self.url)
+        else:
+            policy = token_policy_for_issuer(self.url, self.window_seconds)
+        if self.issuer_name is not None:
+            policy = policy.model_copy(update={"issuer_name": self.issuer_name})
+        return policy
+
+    def explicit(self) -> TokenIssuerRef:
+        """The same reference with the defaults spelled out (what the server publishes)."""
+        policy = self.token_policy()
+        return self.model_copy(
+            update={"issuer_name": policy.issuer_name, "window_seconds": policy.window_seconds}
+        )
 
     @field_validator("key_ids")
     @classmethod

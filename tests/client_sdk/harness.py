@@ -24,7 +24,7 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.upload import Uploader
 from services.common.clock import TestClock
 from services.recipe_server.app import create_app as recipe_app
-from services.recipe_server.provision import ProvisionedTask, TaskRequest
+from services.recipe_server.provision import ExistingTask, NewTask, TaskRequest
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.app import create_app as issuer_app
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
@@ -163,14 +163,26 @@ class StaticProvisioner:
     helper_url = HELPER
 
     def __init__(self, task_id: str, leader: HpkeConfigList, helper: HpkeConfigList) -> None:
-        self.task = ProvisionedTask(
-            task_id, None, b64url_encode(leader.encode()), b64url_encode(helper.encode())
+        self.task = ExistingTask(
+            task_id,
+            None,
+            None,
+            None,
+            b64url_encode(leader.encode()),
+            b64url_encode(helper.encode()),
         )
 
-    def create(self, request: TaskRequest) -> ProvisionedTask:
-        return self.task
+    def new_task_id(self) -> str:
+        # Every publication gets the world's task (its fake aggregators serve only that one).
+        return self.task.task_id
 
-    def existing(self, task_id: str, request: TaskRequest) -> ProvisionedTask:
+    def hpke_configs(self) -> tuple[str, str]:
+        return self.task.leader_hpke_configs, self.task.helper_hpke_configs
+
+    def create(self, task: NewTask) -> None:
+        self.created = task
+
+    def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
         return self.task
 
 

@@ -15,7 +15,13 @@ from fastapi.testclient import TestClient
 
 from services.common.clock import TestClock
 from services.recipe_server.app import create_app
-from services.recipe_server.provision import ProvisionedTask, ProvisionError, TaskRequest
+from services.recipe_server.provision import (
+    ExistingTask,
+    NewTask,
+    ProvisionError,
+    TaskMissingError,
+    TaskRequest,
+)
 from services.recipe_server.settings import RecipeServerSettings
 from shared.dap.ids import TaskId
 from shared.dap.task import b64url_encode
@@ -56,25 +62,51 @@ def make_settings(tmp_path: Path, **overrides: Any) -> RecipeServerSettings:
 
 @dataclass
 class FakeProvisioner:
-    """Stands in for the DAP parties in unit tests; the real path is tested in test_provision."""
+    """Stands in for the DAP parties in unit tests; the real path is tested in test_provision.
+
+    Tasks it created are known to `existing` with their binding; any other id is an old
+    unbound task (as `sagg task create` makes), unless listed in `missing`.
+    """
 
     leader_url: str = LEADER
     helper_url: str = HELPER
     created: list[TaskRequest] = field(default_factory=list)
+    tasks: dict[str, NewTask] = field(default_factory=dict)
     checked: list[tuple[str, TaskRequest]] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)
     fail: str | None = None
 
-    def create(self, request: TaskRequest) -> ProvisionedTask:
-        if self.fail:
-            raise ProvisionError(self.fail)
-        self.created.append(request)
-        return ProvisionedTask(TaskId.random().to_b64url(), None, hpke_list(1), hpke_list(2))
+    def new_task_id(self) -> str:
+        return TaskId.random().to_b64url()
 
-    def existing(self, task_id: str, request: TaskRequest) -> ProvisionedTask:
+    def hpke_configs(self) -> tuple[str, str]:
         if self.fail:
             raise ProvisionError(self.fail)
+        return hpke_list(1), hpke_list(2)
+
+    def create(self, task: NewTask) -> None:
+        if self.fail:
+            raise ProvisionError(self.fail)
+        self.created.append(task.request)
+        self.tasks[task.task_id] = task
+
+    def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
+        if self.fail:
+            raise ProvisionError(self.fail)
+        if task_id in self.missing:
+            raise TaskMissingError(f"the leader does not know task {task_id}")
         self.checked.append((task_id, request))
-        return ProvisionedTask(task_id, 1_800_000_000, hpke_list(1), hpke_list(2))
+        made = self.tasks.get(task_id)
+        if made is None:
+            return ExistingTask(task_id, 1_800_000_000, None, None, hpke_list(1), hpke_list(2))
+        return ExistingTask(
+            task_id,
+            made.request.expiration(made.now),
+            made.recipe_digest,
+            made.tokens,
+            hpke_list(1),
+            hpke_list(2),
+        )
 
 
 @pytest.fixture

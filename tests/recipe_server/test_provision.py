@@ -11,14 +11,20 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from deploy.tasks import TaskParams, create_task
 from services.aggregator.app import create_app as aggregator_app
+from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.collector.app import create_app as collector_app
 from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
+from shared.dap.extensions import recipe_digest
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import b64url_decode
+from shared.dap.task import TokenPolicy, b64url_decode, b64url_encode
 from shared.recipe.log import LogVerifier, SignedTreeHead
+from shared.recipe.model import Recipe
+from shared.recipe.signing import recipe_bytes
+from shared.vdaf.spec import VdafSpec
 from tests.recipe.helpers import draft_json
 from tests.recipe_server.conftest import Router, auth, make_settings
 
@@ -88,19 +94,93 @@ def test_existing_task_is_reused_and_checked(
 ) -> None:
     with _server(tmp_path, parties) as server:
         first = server.post("/recipes", json=draft_json(), headers=auth()).json()
-        task_id = first["signed_recipe"]["recipe"]["task"]["task_id"]
+        bound = first["signed_recipe"]["recipe"]
+        # A recipe's task is bound to that recipe's digest: another recipe cannot use it
+        # (both aggregators would refuse its reports).
         doc = draft_json(version=2)
+        doc["task"] = {"task_id": bound["task"]["task_id"]}
+        r = server.post("/recipes", json=doc, headers=auth())
+        assert r.status_code == 502 and "bound to another recipe" in r.json()["title"]
+        # An unbound task (as `sagg task create` makes) with the recipe's parameters is reused.
+        params = TaskParams(
+            vdaf=VdafSpec.model_validate(bound["task"]["vdaf"]),
+            min_batch_size=bound["min_batch_size"],
+            time_precision=bound["task"]["time_precision"],
+            leader="https://leader.test",
+            helper="https://helper.test",
+            collector="https://collector.test",
+        )
+        with httpx.Client(transport=Router(parties)) as http:
+            task_id = create_task(params, ADMIN, http=http)["task_id"]
         doc["task"] = {"task_id": task_id}
         r = server.post("/recipes", json=doc, headers=auth())
         assert r.status_code == 201, r.text
         assert r.json()["signed_recipe"]["recipe"]["task"]["task_id"] == task_id
         # Another B than the task's is refused by the check.
-        doc = draft_json(
-            version=3, min_batch_size=first["signed_recipe"]["recipe"]["min_batch_size"] + 1
-        )
+        doc = draft_json(version=3, min_batch_size=bound["min_batch_size"] + 1)
         doc["task"] = {"task_id": task_id}
         r = server.post("/recipes", json=doc, headers=auth())
         assert r.status_code == 502 and "min_batch_size" in r.json()["title"]
+
+
+def test_task_is_bound_to_the_recipe_and_its_token_policy(
+    tmp_path: Path, parties: dict[str, TestClient]
+) -> None:
+    with _server(tmp_path, parties) as server:
+        # The server's default issuer (settings: https://issuer.test) with defaults filled in.
+        default = server.post("/recipes", json=draft_json(), headers=auth()).json()
+        # A draft naming its issuer, name and window.
+        doc = draft_json(recipe_id="named.issuer")
+        doc["token_issuer"] = {
+            "url": "https://tokens.example:8443",
+            "issuer_name": "tokens.example",
+            "window_seconds": 3600,
+        }
+        named = server.post("/recipes", json=doc, headers=auth())
+        assert named.status_code == 201, named.text
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    for body, policy in (
+        (
+            default,
+            {
+                "issuer_url": "https://issuer.test",
+                "issuer_name": "issuer.test",
+                "window_seconds": 86_400,
+            },
+        ),
+        (
+            named.json(),
+            {
+                "issuer_url": "https://tokens.example:8443",
+                "issuer_name": "tokens.example",
+                "window_seconds": 3600,
+            },
+        ),
+    ):
+        signed = body["signed_recipe"]
+        recipe = Recipe.model_validate(signed["recipe"])
+        # The published recipe spells the policy out, so devices need not guess it.
+        assert recipe.token_issuer.issuer_name == policy["issuer_name"]
+        assert recipe.token_issuer.window_seconds == policy["window_seconds"]
+        digest = b64url_encode(recipe_digest(recipe_bytes(recipe)))
+        task_id = recipe.task.task_id
+        for host, role in (("leader.test", "leader"), ("helper.test", "helper")):
+            # What the aggregator enforces, through its admin API ...
+            task = parties[host].get(f"/internal/tasks/{task_id}", headers=admin).json()
+            assert task["role"] == role
+            assert task["recipe_digest"] == digest
+            assert task["tokens"] == policy
+            # ... and the task its request paths check reports against.
+            held = _task(parties[host], task_id)
+            assert held.recipe_digest == recipe_digest(recipe_bytes(recipe))
+            assert held.tokens == TokenPolicy.model_validate(policy)
+            assert held.min_batch_size == recipe.min_batch_size
+
+
+def _task(client: TestClient, task_id: str) -> Task:
+    """The leader's or helper's task as its upload and aggregation paths see it."""
+    aggregator: Aggregator = client.app.state.aggregator  # type: ignore[attr-defined]
+    return aggregator.task(task_id)
 
 
 def test_wrong_admin_token_is_a_provisioning_failure(

@@ -111,4 +111,4 @@ def test_migrations_are_applied_once(db: Database) -> None:
     service = _service(db)  # a second start on the same store
     assert service.store.latest_head() is not None
     assert service.head(0).tree_size == 0
-    assert db.schema_version() == 1
+    assert db.schema_version() == 2
