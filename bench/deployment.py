@@ -203,7 +203,6 @@ def spawn_deployment(
     if store == "postgres":
         prefix = f"sagg_bench_{secrets.token_hex(4)}"
         pg_names = [f"{prefix}_{name}" for name in names]
-        _postgres_create(pg_names)
         db_urls = {
             name: f"{POSTGRES_SERVER}/{db}" for name, db in zip(names, pg_names, strict=True)
         }
@@ -246,6 +245,9 @@ def spawn_deployment(
         "collector": "services.collector",
     }
     try:
+        if pg_names:
+            # Inside the try: a half-done creation is dropped too (DROP ... IF EXISTS).
+            _postgres_create(pg_names)
         for name in names:
             with (log_dir / f"{name}.log").open("ab") as log:
                 spawned.processes[name] = subprocess.Popen(
@@ -276,6 +278,14 @@ def cpu_seconds(pid: int) -> float:
         # The command name may hold spaces; the fields after its closing ')' do not.
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine so far, all cores (/proc/stat, idle and iowait
+    excluded)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -505,9 +515,17 @@ def bench_case(
     bodies, prep_s = make_reports(task, measurements, now)
 
     leader, helper = spawned.pid("leader"), spawned.pid("helper")
+
+    def ours() -> float:
+        # The three services and this client process: the rest of the machine's busy time is
+        # someone else's (or PostgreSQL's), and says how disturbed the numbers are.
+        own = sum(cpu_seconds(spawned.pid(n)) for n in ("leader", "helper", "collector"))
+        return own + time.process_time()
+
     with httpx.Client(timeout=30.0) as http:
         job_id = request_collection(http, spawned, task.task_id, bucket)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
+        machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
         stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency)
         cpu1 = (cpu_seconds(leader), cpu_seconds(helper))
@@ -515,6 +533,7 @@ def bench_case(
         body = wait_collection(http, spawned, job_id, timeout=60 + reports / 50)
         e2e_s = time.perf_counter() - start
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
+        others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
 
     exact = (
         body.get("state") == "complete"
@@ -543,9 +562,11 @@ def bench_case(
         row("leader CPU during uploads", (cpu1[0] - cpu0[0]) * per_report_us, "µs/report"),
         row("upload to collected", reports / e2e_s, "reports/s"),
         row("upload to collected", e2e_s, "s"),
+        row("upload to collected, share of goal", reports / e2e_s / GOAL_E2E * 100, "%"),
         row("leader CPU after uploads", (cpu2[0] - cpu1[0]) * per_report_us, "µs/report"),
         row("helper CPU, all", (cpu2[1] - cpu0[1]) * per_report_us, "µs/report"),
         row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
+        row("other processes' CPU (PostgreSQL...)", max(0.0, others) / e2e_s, "cores"),
     ]
 
 
@@ -553,6 +574,7 @@ def run(
     reports: int = REPORTS,
     stores: Sequence[str] = ("sqlite", "postgres"),
     concurrency: int = CONCURRENCY,
+    aggregator_env: dict[str, str] | None = None,
 ) -> list[Result]:
     results: list[Result] = []
     for store in stores:
@@ -561,7 +583,7 @@ def run(
             continue
         work = Path(tempfile.mkdtemp(prefix=f"sagg-bench-{store}-"))
         try:
-            with spawn_deployment(store, work) as spawned:
+            with spawn_deployment(store, work, aggregator_env=aggregator_env) as spawned:
                 for name, vdaf in CASES:
                     results += bench_case(spawned, name, vdaf, reports, concurrency)
         finally:
@@ -574,8 +596,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reports", type=int, default=REPORTS)
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument(
+        "--aggregator-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra SAGG_AGGREGATOR_NAME setting of leader and helper (e.g. MAX_JOB_SIZE=1000)",
+    )
     args = parser.parse_args(argv)
-    results = run(args.reports, args.stores.split(","), args.concurrency)
+    extra = dict(item.split("=", 1) for item in args.aggregator_env)
+    results = run(args.reports, args.stores.split(","), args.concurrency, extra)
     print_table(
         results,
         f"Deployment: leader + helper + collector processes, {args.reports} reports per case, "
