@@ -67,6 +67,7 @@ __all__ = [
     "Spawned",
     "Uploader",
     "cpu_seconds",
+    "machine_cpu_seconds",
     "make_reports",
     "percentile",
     "provision",

@@ -37,7 +37,14 @@ from pathlib import Path
 import httpx
 
 from bench.common import Result, print_table
-from bench.deployment import PutStats, Uploader, percentile, rss_kib, spawn_deployment
+from bench.deployment import (
+    PutStats,
+    Uploader,
+    machine_cpu_seconds,
+    percentile,
+    rss_kib,
+    spawn_deployment,
+)
 from deploy.config import load_deployment
 from deploy.tasks import TaskParams, create_task
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config, random_measurements
@@ -77,6 +84,9 @@ class Interval:
     p99_ms: float
     rss_kib: dict[str, int]
     gen_wait_s: float  # how long uploaders waited for the generator in this interval
+    #: Busy cores of the whole machine (everything: services, generator, other users); near
+    #: the core count means the numbers are CPU-bound, possibly by someone else's work.
+    machine_busy: float
 
 
 @dataclass
@@ -191,7 +201,7 @@ def _print_interval(row: Interval, total: int) -> None:
     print(
         f"{row.at:7.1f} s  {row.rate:8.1f} reports/s  p50 {row.p50_ms:7.1f} ms  "
         f"p99 {row.p99_ms:7.1f} ms  total {total:>8}  failed {row.failed:>4}  "
-        f"gen wait {row.gen_wait_s:5.1f} s  {memory}",
+        f"gen wait {row.gen_wait_s:4.1f} s  busy {row.machine_busy:3.1f} cores  {memory}",
         flush=True,
     )
 
@@ -226,12 +236,13 @@ async def _load(config: LoadConfig, configs: tuple[bytes, bytes], quiet: bool) -
         intervals: list[Interval] = []
         seen_latencies = seen_failed = 0
         last_at, last_accepted, last_wait = start, 0, 0.0
+        last_busy = machine_cpu_seconds()
         try:
             while not upload.done():
                 await asyncio.wait({upload}, timeout=config.interval)
                 now = time.perf_counter()
-                if now - last_at < 0.2 * config.interval and upload.done():
-                    break  # a sliver after the last full interval: not worth a row
+                if upload.done() and stats.accepted + stats.failed == last_accepted + seen_failed:
+                    break  # nothing happened after the last row
                 window = stats.latencies[seen_latencies:]
                 row = Interval(
                     at=now - start,
@@ -242,12 +253,14 @@ async def _load(config: LoadConfig, configs: tuple[bytes, bytes], quiet: bool) -
                     p99_ms=percentile(window, 0.99) * 1e3,
                     rss_kib=_rss(config.pids),
                     gen_wait_s=supply.wait_s - last_wait,
+                    machine_busy=(machine_cpu_seconds() - last_busy) / (now - last_at),
                 )
                 intervals.append(row)
                 if not quiet:
                     _print_interval(row, stats.accepted)
                 seen_latencies, seen_failed = len(stats.latencies), stats.failed
                 last_at, last_accepted, last_wait = now, stats.accepted, supply.wait_s
+                last_busy = machine_cpu_seconds()
             await upload
         finally:
             upload.cancel()
