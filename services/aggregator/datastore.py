@@ -18,6 +18,9 @@ Tables (one store serves many tasks, in either role):
   outstanding batches being filled (`assigned`, `filled`).
 - ``collection_jobs`` (leader) and ``aggregate_share_jobs`` (helper, the stored answer per
   batch: idempotency and the query count of DAP-09 §4.6.5.3).
+- ``leader_noised_shares`` (leader, tasks with aggregator noise, 004 §5): the leader's noised
+  aggregate share per batch, drawn once; every collection job of that batch reuses it, so
+  repeated jobs cannot be averaged to remove the noise.
 - ``spent_tokens``: the Privacy Pass token nonces this aggregator accepted, unique per (issuer
   key, redemption context); each aggregator keeps its own, so a leader cannot spend a token
   twice at the helper. A token is spent in the transaction that stores the report (leader, at
@@ -197,6 +200,22 @@ MIGRATIONS: tuple[Migration, ...] = (
                 shard {bigint} NOT NULL,
                 count {bigint} NOT NULL,
                 PRIMARY KEY (task_id, stage, reason, shard))""",
+        ),
+    ),
+    Migration(
+        3,
+        "leader noised aggregate shares",
+        (
+            """CREATE TABLE leader_noised_shares (
+                task_id {blob} NOT NULL,
+                key_lo {blob} NOT NULL,
+                key_hi {blob} NOT NULL,
+                agg_param {blob} NOT NULL,
+                report_count {bigint} NOT NULL,
+                checksum {blob} NOT NULL,
+                share {blob} NOT NULL,
+                created_at {bigint} NOT NULL,
+                PRIMARY KEY (task_id, key_lo, key_hi, agg_param))""",
         ),
     ),
 )
@@ -392,6 +411,7 @@ class Datastore:
                 "batches",
                 "collection_jobs",
                 "aggregate_share_jobs",
+                "leader_noised_shares",
                 "spent_tokens",
                 "rejection_counts",
             ):
@@ -1446,6 +1466,7 @@ class Datastore:
         vdaf: Prio3,
         min_batch_size: int,
         now: int,
+        noise: Callable[[FieldArray], FieldArray] | None = None,
     ) -> str:
         """Fix the batch of a pending collection job and freeze it.
 
@@ -1453,7 +1474,11 @@ class Datastore:
         says the leader waits), 'no_batch' (current_batch with no batch ready) or 'started'.
         On 'started' the batch is marked collected and the job holds the leader's aggregate
         share, count and checksum, all in this transaction, so later reports are refused and
-        the request to the helper is the same however often it is retried."""
+        the request to the helper is the same however often it is retried.
+
+        `noise` (tasks with aggregator noise, 004 §5): the share frozen into the job is
+        noise(share), drawn once per batch and kept in ``leader_noised_shares`` so that a
+        retried or repeated collection of the batch carries the same noise."""
 
         def body(tx: Tx) -> str:
             self._check_lease(tx, "collection_jobs", lease)
@@ -1501,6 +1526,11 @@ class Datastore:
             if totals.report_count < min_batch_size:
                 return "waiting"
             assert totals.aggregate_share is not None
+            share = totals.aggregate_share
+            if noise is not None:
+                share = self._noised_leader_share(
+                    tx, t, lo, hi, bytes(job["agg_param"]), totals, vdaf, noise, now
+                )
             self._mark_collected(tx, t, lo, hi, now)
             tx.execute(
                 "UPDATE collection_jobs SET state = :s, report_count = :c, checksum = :cs,"
@@ -1510,7 +1540,7 @@ class Datastore:
                     "s": COLLECTION_COLLECTING,
                     "c": totals.report_count,
                     "cs": totals.checksum,
-                    "ls": vdaf.encode_agg_share(totals.aggregate_share),
+                    "ls": vdaf.encode_agg_share(share),
                     "tmin": totals.time_min,
                     "tmax": totals.time_max,
                     "t": t,
@@ -1520,6 +1550,55 @@ class Datastore:
             return "started"
 
         return self.db.run("start_collection", body)
+
+    def _noised_leader_share(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        lo: bytes,
+        hi: bytes,
+        agg_param: bytes,
+        totals: BatchTotals,
+        vdaf: Prio3,
+        noise: Callable[[FieldArray], FieldArray],
+        now: int,
+    ) -> FieldArray:
+        """The batch's stored noised share, or a fresh one stored now (004 §5).
+
+        Reused only for the same report count and checksum; the batch is collected, so they
+        cannot change in practice, and a share of other reports needs its own noise anyway."""
+        key = {"t": task_id, "lo": lo, "hi": hi, "ap": agg_param}
+        stored = tx.query_one(
+            "SELECT report_count, checksum, share FROM leader_noised_shares"
+            " WHERE task_id = :t AND key_lo = :lo AND key_hi = :hi AND agg_param = :ap",
+            key,
+        )
+        if (
+            stored is not None
+            and int(stored["report_count"]) == totals.report_count
+            and bytes(stored["checksum"]) == totals.checksum
+        ):
+            return vdaf.decode_agg_share(bytes(stored["share"]))
+        assert totals.aggregate_share is not None
+        noised = noise(totals.aggregate_share)
+        if stored is not None:
+            tx.execute(
+                "DELETE FROM leader_noised_shares"
+                " WHERE task_id = :t AND key_lo = :lo AND key_hi = :hi AND agg_param = :ap",
+                key,
+            )
+        tx.execute(
+            "INSERT INTO leader_noised_shares (task_id, key_lo, key_hi, agg_param, report_count,"
+            " checksum, share, created_at) VALUES (:t, :lo, :hi, :ap, :c, :cs, :sh, :now)",
+            {
+                **key,
+                "c": totals.report_count,
+                "cs": totals.checksum,
+                "sh": vdaf.encode_agg_share(noised),
+                "now": now,
+            },
+        )
+        return noised
 
     def _pick_current_batch(self, tx: Tx, task_id: bytes, min_batch_size: int) -> bytes | None:
         """A fixed_size batch with enough aggregated reports, tied to no collection job yet
@@ -1664,6 +1743,7 @@ _TABLES = (
     "batches",
     "collection_jobs",
     "aggregate_share_jobs",
+    "leader_noised_shares",
     "spent_tokens",
     "rejection_counts",
 )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -89,7 +90,9 @@ from shared.dap.messages import (
     Role,
 )
 from shared.dap.problems import ProblemType
-from shared.dap.task import TokenPolicy, b64url_decode
+from shared.dap.task import AggregatorNoise, TokenPolicy, b64url_decode
+from shared.dp.aggregator_noise import add_noise
+from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
 from shared.privacypass.verify import InvalidTokenError, verify_token
 from shared.vdaf import ping_pong
 from shared.vdaf.field import FieldArray
@@ -125,6 +128,7 @@ class Task:
     record: TaskRecord
     recipe_digest: bytes | None = None
     tokens: TokenPolicy | None = None
+    noise: AggregatorNoise | None = None
 
     @property
     def b64(self) -> str:
@@ -160,7 +164,32 @@ def task_from_record(record: TaskRecord) -> Task:
         if d.get("recipe_digest") is None
         else b64url_decode(str(d["recipe_digest"]), "recipe_digest"),
         tokens=None if d.get("tokens") is None else TokenPolicy.model_validate(d["tokens"]),
+        noise=None
+        if d.get("aggregator_noise") is None
+        else AggregatorNoise.model_validate(d["aggregator_noise"]),
     )
+
+
+def noised_share(
+    task: Task, agg_share: FieldArray, randbits: RandBits = secrets.randbits
+) -> FieldArray:
+    """The aggregate share plus fresh noise on every coordinate (004 §5, §6.1.2), or the share
+    itself for a task without aggregator noise.
+
+    The noise comes from the exact CKS20 samplers driven by `randbits` (a cryptographic source
+    in production: numpy's PRNG is predictable and its floats are not exact). Negative noise
+    wraps to p - |z| in the field; the collector decodes signed (`decode_signed`). Callers
+    store the result: a share noised twice would let the collector average the noise away.
+    """
+    noise = task.noise
+    if noise is None:
+        return agg_share
+    size = agg_share.shape[0]
+    if noise.mechanism == "discrete_gaussian":
+        values = discrete_gaussian_vector(noise.parameter, size, randbits)
+    else:
+        values = discrete_laplace_vector(noise.parameter, size, randbits)
+    return add_noise(task.vdaf.field, agg_share, values)
 
 
 # Rejection reasons of the counters (besides the PrepareError names).
@@ -231,6 +260,8 @@ class Aggregator:
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
         self._key_list: list[HpkeConfig] = []
         self._keys_loaded = 0.0
+        #: Randomness of the aggregator noise; tests inject a seeded source.
+        self.noise_randbits: RandBits = secrets.randbits
 
     # --- tasks and keys ----------------------------------------------------------------------
 
@@ -698,8 +729,11 @@ class Aggregator:
         lo, hi = selector_key_range(selector)
 
         def build_response(agg_share: FieldArray) -> bytes:
+            # Noised inside the datastore transaction that stores the answer: a re-sent
+            # request gets these same bytes, so the noise is drawn once per batch (004 §5).
+            noised = noised_share(task, agg_share, self.noise_randbits)
             return AggregateShare(
-                seal_aggregate_share(task, Role.HELPER, selector, agg_share)
+                seal_aggregate_share(task, Role.HELPER, selector, noised)
             ).encode()
 
         kind, response = self.ds.helper_aggregate_share(

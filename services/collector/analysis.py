@@ -28,6 +28,15 @@ true count is 0 the chance it clears the threshold is about 1 - threshold_level,
 about d (1 - threshold_level) noise items survive; raise `threshold_level` for large d. Flagged
 items keep their estimate (it is still unbiased); writers mark them.
 
+Aggregator noise (004 §5, §6.1.2): when the task's `CollectorTask.aggregator_noise` is set, each
+of the two aggregators added independent noise to every coordinate of its share, so the
+unsharded field elements are decoded as signed integers (`shared.dp.aggregator_noise.
+decode_signed`: a total just below 0 arrives as p - 1), the per-coordinate variance 2 Var(noise)
+(`AGGREGATORS` of them; 2 sigma^2 for the discrete Gaussian) is added to the standard errors
+through the estimator's gain (one-hot and plain tasks; the sketch and bit-pushing estimators get a
+note instead), and the OAOC line states the epsilon of one aggregator's noise, computed from its
+parameter (one honest aggregator suffices, 004 §5).
+
 Sampling: the estimates are counts among the `report_count` devices that reported; with a
 sampling rate q < 1 a population count is about the estimate divided by q (not done here).
 """
@@ -47,8 +56,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from shared.dap.task import AggregatorNoise, CollectorTask
 from shared.dp import amplification as amp
+from shared.dp.aggregator_noise import decode_signed
 from shared.dp.estimators import Estimate, z_value
+from shared.dp.gaussian import gaussian_epsilon
 from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
@@ -73,6 +85,7 @@ from shared.recipe.model import (
     Recipe,
     RecipeDraft,
 )
+from shared.vdaf.spec import VdafSpec
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -110,6 +123,9 @@ TRUST_MODEL_DESCRIPTIONS: dict[TrustModel, str] = {
 }
 
 AnyRecipe = Recipe | RecipeDraft
+
+#: DAP-09 has two aggregators; each adds its own noise (004 §5), so the collector sees the sum.
+AGGREGATORS = 2
 
 
 class AnalysisError(ValueError):
@@ -376,6 +392,7 @@ def analyze(
     threshold_level: float = DEFAULT_THRESHOLD_LEVEL,
     floor: float = 0.0,
     candidates: Sequence[int | str] | None = None,
+    task: CollectorTask | None = None,
 ) -> Analysis:
     """The `Analysis` of a completed collection of `recipe`'s task.
 
@@ -384,15 +401,23 @@ def analyze(
     one-hot indices or item labels; the device sketches its one-hot index (`client_sdk.query`),
     so any index of the encoding can be a candidate; default every index.
 
-    `recipe=None` (a plain DAP task with no local randomizer): the raw counts, stderr 0, no
-    privacy statement.
+    `recipe=None` (a plain DAP task with no local randomizer): the raw counts, stderr 0 (or the
+    aggregator noise's), no privacy statement.
+
+    `task`: the collector's task; with `aggregator_noise` set, the module docstring's decoding,
+    standard errors and OAOC line apply (004 §5).
     """
     z_value(confidence)  # validates the level
     if not 0.5 < threshold_level < 1:
         raise ValueError("threshold_level must be in (0.5, 1)")
+    noise = task.aggregator_noise if task is not None else None
+    if noise is not None:
+        assert task is not None
+        collection = _decode_noised(collection, task)
+    noise_var = AGGREGATORS * noise.variance if noise is not None else 0.0
     n = collection.report_count
     if recipe is None:
-        return _raw_analysis(collection, confidence, threshold_level)
+        return _raw_analysis(collection, confidence, threshold_level, noise_var, floor)
     if isinstance(collection.aggregate, int):
         raise AnalysisError("a recipe task's aggregate is a vector, not a single int")
     agg = np.asarray(collection.aggregate, dtype=np.int64)
@@ -404,6 +429,11 @@ def analyze(
         _check_length(agg, d, f"one_hot over {d} buckets")
         one_hot = DpOneHot(r.eps0, d, r.symmetric)
         est = one_hot.estimate(agg, n)
+        if noise_var:
+            # The debias is affine per coordinate: estimate_j = gain_j * sum_j + offset_j, so
+            # the aggregate's added variance reaches estimate_j times gain_j^2.
+            gain = one_hot.debias(np.ones(d), n) - one_hot.debias(np.zeros(d), n)
+            est = Estimate(est.value, np.sqrt(est.stderr**2 + gain**2 * noise_var))
         labels = item_labels(recipe.encoding)
         items = _items(labels, list(range(d)), est, confidence, threshold_level, floor)
         name = f"one_hot({'symmetric' if r.symmetric else 'asymmetric'})"
@@ -453,6 +483,11 @@ def analyze(
             f"mean of {feature.field} (003 §3); its variance needs a second collection of "
             "centred squares (003 §3.3)"
         )
+    if noise_var and not isinstance(r, OneHotRandomizer):
+        notes.append(
+            f"aggregator noise (variance {noise_var:.4g} per aggregate coordinate) is not "
+            f"included in the {name} standard errors"
+        )
     return Analysis(
         recipe.recipe_id,
         recipe.version,
@@ -464,8 +499,76 @@ def analyze(
         confidence,
         threshold_level,
         items,
-        privacy_statement(recipe, n),
+        privacy_statement(recipe, n, task),
         tuple(notes),
+    )
+
+
+def _decode_noised(collection: Collection, task: CollectorTask) -> Collection:
+    """The aggregate as signed integers (004 §5): noise may take a total below 0, which the
+    field holds as p - |total|; `decode_signed` is exact while |total| < p/2."""
+    field = task.vdaf.instance().field
+    raw = collection.aggregate
+    values = [raw] if isinstance(raw, int) else list(raw)
+    if any(not 0 <= v < field.MODULUS for v in values):
+        raise AnalysisError("the aggregate is not a vector of field elements")
+    signed = decode_signed(field, values)
+    aggregate: tuple[int, ...] | int = signed[0] if isinstance(raw, int) else tuple(signed)
+    return Collection(
+        collection.report_count,
+        aggregate,
+        collection.interval,
+        collection.batch_id,
+        collection.task_id,
+    )
+
+
+def noise_sensitivity(noise: AggregatorNoise, vdaf: VdafSpec) -> float | None:
+    """The sensitivity the noise's guarantee is about: the stated one, else the largest change
+    one client's valid measurement can make to the aggregate under replacement (L2 for the
+    Gaussian, L1 for the Laplace); None for a VDAF this does not know."""
+    if noise.sensitivity is not None:
+        return noise.sensitivity
+    l2 = noise.mechanism == "discrete_gaussian"
+    top = (1 << vdaf.bits) - 1 if vdaf.bits is not None else 1
+    if vdaf.type == "Prio3Count":
+        return 1.0
+    if vdaf.type == "Prio3Sum":
+        return float(top)
+    if vdaf.type == "Prio3Histogram":
+        # One-hot to another one-hot: +1 and -1 (004 §6.1.2: L2 sqrt(2)).
+        return math.sqrt(2) if l2 else 2.0
+    if vdaf.type == "Prio3MultiHotHistogram":
+        assert vdaf.max_count is not None and vdaf.length is not None
+        moved = min(2 * vdaf.max_count, vdaf.length)
+        return math.sqrt(moved) if l2 else float(moved)
+    if vdaf.type in ("Prio3SumVec", "Prio3SumVecField64Multiproof"):
+        assert vdaf.length is not None
+        return top * math.sqrt(vdaf.length) if l2 else float(top * vdaf.length)
+    return None
+
+
+def noise_guarantee(
+    noise: AggregatorNoise, vdaf: VdafSpec, default_delta: float
+) -> tuple[float, float, str] | None:
+    """(epsilon, delta, basis) of one aggregator's noise (004 §5: one honest aggregator's noise
+    suffices), computed from its parameter: the analytic Gaussian bound at `noise.delta` (else
+    `default_delta`) for the discrete Gaussian, sensitivity / scale for the discrete Laplace."""
+    sens = noise_sensitivity(noise, vdaf)
+    if sens is None:
+        return None
+    if noise.mechanism == "discrete_gaussian":
+        delta = noise.delta if noise.delta else default_delta
+        eps = gaussian_epsilon(noise.sigma_float, delta, sens)
+        return (
+            eps,
+            delta,
+            f"aggregator noise (discrete Gaussian sigma={noise.sigma}, L2 {sens:.4g})",
+        )
+    return (
+        sens / float(noise.parameter),
+        0.0,
+        f"aggregator noise (discrete Laplace scale={noise.scale}, L1 {sens:.4g})",
     )
 
 
@@ -491,16 +594,30 @@ def _bit_pushing_items(
     return _items(labels, [None] * len(labels), combined, confidence, threshold_level, floor)
 
 
-def _raw_analysis(collection: Collection, confidence: float, threshold_level: float) -> Analysis:
+def _raw_analysis(
+    collection: Collection,
+    confidence: float,
+    threshold_level: float,
+    noise_var: float = 0.0,
+    floor: float = 0.0,
+) -> Analysis:
     raw = collection.aggregate
     values = [raw] if isinstance(raw, int) else list(raw)
     labels = ["value"] if isinstance(raw, int) else [str(i) for i in range(len(values))]
-    items = tuple(
-        Item(
-            lab, None if isinstance(raw, int) else i, float(v), 0.0, float(v), float(v), 0.0, False
+    indices: list[int | None] = [None] if isinstance(raw, int) else list(range(len(values)))
+    if noise_var:
+        # The aggregators' noise is the only randomness left in a plain task's aggregate.
+        est = Estimate(
+            np.asarray(values, dtype=np.float64), np.full(len(values), math.sqrt(noise_var))
         )
-        for i, (lab, v) in enumerate(zip(labels, values, strict=True))
-    )
+        items = _items(labels, indices, est, confidence, threshold_level, floor)
+        note = "plain task: raw aggregate plus aggregator noise, no local randomizer"
+    else:
+        items = tuple(
+            Item(lab, i, float(v), 0.0, float(v), float(v), 0.0, False)
+            for lab, i, v in zip(labels, indices, values, strict=True)
+        )
+        note = "plain task: raw aggregate, no local randomizer, no privacy statement"
     return Analysis(
         None,
         None,
@@ -513,7 +630,7 @@ def _raw_analysis(collection: Collection, confidence: float, threshold_level: fl
         threshold_level,
         items,
         None,
-        ("plain task: raw aggregate, no local randomizer, no privacy statement",),
+        (note,),
     )
 
 
@@ -526,7 +643,9 @@ def _neighbouring(analysis: amp.Analysis) -> str:
     return "deletion" if analysis == "sym_rappor_deletion_exact" else "replacement"
 
 
-def privacy_statement(recipe: AnyRecipe, report_count: int) -> PrivacyStatement:
+def privacy_statement(
+    recipe: AnyRecipe, report_count: int, task: CollectorTask | None = None
+) -> PrivacyStatement:
     """The (epsilon, delta) of a batch of `report_count` reports of `recipe`, per trust model.
 
     Aggregate: `accounting.aggregate_guarantee` at this report count (000 Theorem 3.1 or the
@@ -550,6 +669,11 @@ def privacy_statement(recipe: AnyRecipe, report_count: int) -> PrivacyStatement:
     delta_a = delta / q if q < 1 else delta
     policy = DpPolicy(client=ClientRandomization(eps0, max(n, 1), delta_a, claim.analysis))
     neighbouring = _neighbouring(claim.analysis)
+    central = None
+    if task is not None and task.aggregator_noise is not None:
+        central = noise_guarantee(task.aggregator_noise, task.vdaf, claim.delta)
+        if central is None:
+            notes.append(f"aggregator noise: no sensitivity known for {task.vdaf.type}")
     lines: list[TrustLine] = []
     for model, text in TRUST_MODEL_DESCRIPTIONS.items():
         if model is TrustModel.OAMC:
@@ -562,7 +686,10 @@ def privacy_statement(recipe: AnyRecipe, report_count: int) -> PrivacyStatement:
             continue
         g = policy.guarantee(model)
         assert g is not None  # a recipe always has client randomization
-        lines.append(TrustLine(model.value, text, g.eps, g.delta, "replacement", g.basis))
+        line = TrustLine(model.value, text, g.eps, g.delta, "replacement", g.basis)
+        if model is TrustModel.OAOC and central is not None and central[0] < g.eps:
+            line = TrustLine(model.value, text, central[0], central[1], "replacement", central[2])
+        lines.append(line)
     below = n < recipe.min_batch_size
     if below:
         notes.append(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -17,6 +19,7 @@ from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, QueryType
+from shared.dp.gaussian import analytic_gaussian_sigma
 from shared.vdaf.spec import VdafSpec
 
 Role = Literal["leader", "helper"]
@@ -34,6 +37,119 @@ def b64url_decode(text: str, what: str) -> bytes:
 
 def b64url_encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+#: Relative slack when checking a stated sigma against the analytic Gaussian calibration: the
+#: published tables (004 Table 2) round sigma to 4 decimals, so e.g. 8.5402 may sit a hair
+#: below the exact bisection result. The collector recomputes epsilon from sigma itself, so this
+#: slack never inflates a stated guarantee.
+CALIBRATION_RTOL = 1e-4
+
+
+def _rational_text(value: object, what: str) -> str:
+    """A positive rational as text: a decimal string ("8.5402"), "p/q", an int or a float.
+
+    Floats are taken by their shortest repr (8.5402 -> "8.5402"), i.e. the decimal the user
+    typed, not the binary double nearest to it; the samplers then read it as an exact Fraction.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{what} must be a decimal string or a number")
+    text = repr(value) if isinstance(value, float) else str(value).strip()
+    try:
+        number = Fraction(text)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise ValueError(f"{what} is not a rational number: {text!r}") from exc
+    if number <= 0:
+        raise ValueError(f"{what} must be positive")
+    return text
+
+
+class AggregatorNoise(BaseModel):
+    """Aggregator randomization (004 §5, §6.1.2): each aggregator adds independent noise of
+    this distribution to every coordinate of its aggregate share before it leaves.
+
+    * ``discrete_gaussian``: N_Z(0, sigma^2), `sigma` given (decimal string or number; read as an
+      exact rational, so the sampler's sigma^2 is exactly sigma * sigma).
+    * ``discrete_laplace``: P[Z = z] proportional to exp(-|z| / scale), `scale` given likewise.
+
+    Optionally the budget the parameter was calibrated for: `epsilon`, `delta` and the
+    `sensitivity` (L2 for the Gaussian, L1 for the Laplace) of the aggregate to one client
+    (sqrt(2) for a one-hot histogram under replacement). When given, the parameter is checked
+    against the calibration of `shared.dp.gaussian.analytic_gaussian_sigma` (Gaussian) or
+    scale >= sensitivity / epsilon (Laplace), with `CALIBRATION_RTOL` slack. The budget holds
+    with one honest aggregator (004 §5: that aggregator's noise alone suffices).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mechanism: Literal["discrete_gaussian", "discrete_laplace"]
+    sigma: str | None = None
+    scale: str | None = None
+    epsilon: float | None = Field(default=None, gt=0)
+    delta: float | None = Field(default=None, ge=0, lt=1)
+    sensitivity: float | None = Field(default=None, gt=0)
+
+    @field_validator("sigma", "scale", mode="before")
+    @classmethod
+    def _rational(cls, value: object) -> object:
+        return None if value is None else _rational_text(value, "the noise parameter")
+
+    @model_validator(mode="after")
+    def _calibrated(self) -> AggregatorNoise:
+        gaussian = self.mechanism == "discrete_gaussian"
+        if gaussian and (self.sigma is None or self.scale is not None):
+            raise ValueError("discrete_gaussian takes sigma (and no scale)")
+        if not gaussian and (self.scale is None or self.sigma is not None):
+            raise ValueError("discrete_laplace takes scale (and no sigma)")
+        if self.epsilon is None:
+            if self.delta is not None or self.sensitivity is not None:
+                raise ValueError("delta and sensitivity only come with epsilon")
+            return self
+        if self.sensitivity is None:
+            raise ValueError("a calibration needs the sensitivity")
+        if gaussian:
+            if self.delta is None or self.delta <= 0:
+                raise ValueError("a discrete_gaussian calibration needs 0 < delta < 1")
+            need = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+            if self.sigma_float < need * (1 - CALIBRATION_RTOL):
+                raise ValueError(
+                    f"sigma {self.sigma} is below {need:.6g}, the analytic Gaussian sigma for "
+                    f"epsilon={self.epsilon:g}, delta={self.delta:g}, "
+                    f"sensitivity={self.sensitivity:g}"
+                )
+        else:
+            if self.delta:
+                raise ValueError("discrete_laplace is pure DP: delta must be absent or 0")
+            need = self.sensitivity / self.epsilon
+            assert self.scale is not None
+            if float(Fraction(self.scale)) < need * (1 - CALIBRATION_RTOL):
+                raise ValueError(f"scale {self.scale} is below sensitivity/epsilon = {need:.6g}")
+        return self
+
+    @property
+    def parameter(self) -> Fraction:
+        """sigma^2 for the Gaussian, the scale for the Laplace: what the samplers take."""
+        if self.sigma is not None:
+            return Fraction(self.sigma) ** 2
+        assert self.scale is not None
+        return Fraction(self.scale)
+
+    @property
+    def sigma_float(self) -> float:
+        assert self.sigma is not None
+        return float(Fraction(self.sigma))
+
+    @property
+    def variance(self) -> float:
+        """Variance of one aggregator's noise on one coordinate.
+
+        Gaussian: sigma^2, an upper bound (Var N_Z(0, sigma^2) < sigma^2, CKS20); Laplace:
+        2 e^(-1/t) / (1 - e^(-1/t))^2, exact for the discrete Laplace of scale t.
+        """
+        if self.sigma is not None:
+            return self.sigma_float**2
+        r = math.exp(-1 / float(self.parameter))
+        return 2 * r / (1 - r) ** 2
 
 
 class _TaskCommon(BaseModel):
@@ -102,6 +218,9 @@ class TaskDefinition(_TaskCommon):
     #: reports that bind this recipe and this task's min_batch_size (001 §4.8).
     recipe_digest: str | None = None
     tokens: TokenPolicy | None = None
+    #: 004 §5: noise this aggregator adds to its aggregate share (both aggregators hold the
+    #: same setting); None: no aggregator randomization.
+    aggregator_noise: AggregatorNoise | None = None
 
     @field_validator("vdaf_verify_key")
     @classmethod
@@ -147,3 +266,6 @@ class CollectorTask(_TaskCommon):
     collector_auth_token: str = Field(min_length=16)
     min_batch_size: int = Field(default=1, ge=1)
     time_precision: int = Field(default=1, ge=1)
+    #: The aggregators' noise setting (the same as in their `TaskDefinition`): the collector
+    #: decodes the aggregate as signed integers and accounts for the noise when it is set.
+    aggregator_noise: AggregatorNoise | None = None

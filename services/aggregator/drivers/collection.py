@@ -4,7 +4,8 @@ A leased job first waits until its batch is complete (no aggregation job or unag
 left in it) and large enough (§4.6.5.2: the leader waits rather than fails). Then, in one
 transaction, the batch is marked collected and its totals frozen into the job; the
 AggregateShareReq built from them is identical on every retry, which the helper's idempotent
-handling relies on. The helper's failure answers end the job with that problem type.
+handling relies on. With aggregator noise (004 §5) the frozen share is already noised. The
+helper's failure answers end the job with that problem type.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from services.aggregator.drivers.common import (
     check_response,
     helper_url,
 )
-from services.aggregator.service import Aggregator, Task, seal_aggregate_share
+from services.aggregator.service import Aggregator, Task, noised_share, seal_aggregate_share
 from services.common.auth import auth_headers
 from shared.codec import DecodeError
 from shared.constants import MEDIA_AGGREGATE_SHARE_REQ
@@ -67,7 +68,16 @@ class CollectionJobDriver:
         if task is None:
             agg.ds.fail_collection(lease, ProblemType.UNRECOGNIZED_TASK.value)
             return
-        state = agg.ds.start_collection(lease, task.vdaf, task.min_batch_size, agg.clock.now())
+        # 004 §5: the leader's share is noised when the batch is frozen and kept with the job,
+        # so helper retries and repeated jobs of the batch reuse one draw.
+        noise = (
+            None
+            if task.noise is None
+            else lambda share: noised_share(task, share, agg.noise_randbits)
+        )
+        state = agg.ds.start_collection(
+            lease, task.vdaf, task.min_batch_size, agg.clock.now(), noise
+        )
         if state != "started":
             agg.ds.release_collection_job(
                 lease, agg.clock.now() + s.collection_retry_s, count_attempt=False
