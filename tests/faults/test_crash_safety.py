@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.faults.harness import (
@@ -28,6 +29,7 @@ from tests.faults.harness import (
     ClientReport,
     Crossing,
     Deployment,
+    HarnessError,
     Ledger,
     Outcome,
     Schedule,
@@ -75,17 +77,21 @@ class Batches:
         small_job = small_job or dep.start_collection(self.small_start, PRECISION)
         job = started or dep.start_collection(self.start, PRECISION)
         body = dep.wait_collection(job, COLLECT_TIMEOUT)
-        assert body["state"] == "complete", body
-        ledger = Ledger.of(self.main)
-        assert ledger.unknown == 0
-        assert body["report_count"] == len(ledger.counted), (body, len(ledger.counted))
-        assert body["result"] == expected(self.vdaf, ledger.counted)
+        self.verify(body, self.main)
         assert body["interval"]["start"] >= self.start
         # The small batch was aggregated too by now (same drivers), yet stays withheld.
         small = dep.collection(small_job)
         assert small["state"] not in ("complete", "failed"), small
         assert "result" not in small and len(Ledger.of(self.small).counted) < MIN_BATCH
         return body
+
+    def verify(self, body: dict[str, Any], reports: list[ClientReport]) -> None:
+        """The collection counts exactly the reports known to be accepted."""
+        assert body["state"] == "complete", body
+        ledger = Ledger.of(reports)
+        assert ledger.unknown == 0
+        assert body["report_count"] == len(ledger.counted), (body, len(ledger.counted))
+        assert body["result"] == expected(self.vdaf, ledger.counted)
 
     def close(self) -> None:
         self.uploader.close()
@@ -109,9 +115,11 @@ class Kill:
         victims: tuple[str, ...],
         nth: int,
         answer: Action | None,
+        mid_request: float | None = None,
     ) -> None:
         self.dep, self.kind, self.victims, self.nth = dep, kind, victims, nth
         self.answer = answer  # what the proxy does with the request the victims die on
+        self.mid_request = mid_request  # kill this long after forwarding, answer or not
         self.done = threading.Event()
         self.crossing: Crossing | None = None  # the request the victims died on
         self._seen = 0
@@ -124,11 +132,17 @@ class Kill:
             self._seen += 1
             if self._seen != self.nth:
                 return None
+        self.crossing = crossing
+        if self.mid_request is not None:
+            threading.Timer(self.mid_request, self._kill).start()
+            return None
+        self._kill()
+        return self.answer
+
+    def _kill(self) -> None:
         for name in self.victims:
             self.dep.services[name].kill9()
-        self.crossing = crossing
         self.done.set()
-        return self.answer
 
     def wait(self, timeout: float) -> Crossing:
         wait_until(f"{'+'.join(self.victims)} killed on {self.kind}", self.done.is_set, timeout)
@@ -138,12 +152,12 @@ class Kill:
     def resent_and_answered(self) -> None:
         """The request the victims died on was sent again later and answered with success."""
         assert self.crossing is not None and self.dep.proxy is not None
-        later = [
-            c
-            for c in self.dep.proxy.snapshot()
-            if c.path == self.crossing.path and c.index > self.crossing.index
-        ]
-        assert later and later[-1].upstream_status in (200, 201), (self.crossing, later)
+        crossings = self.dep.proxy.snapshot()
+        died_on = crossings[self.crossing.index]
+        if died_on.action is Action.PASS and died_on.upstream_status in (200, 201):
+            return  # killed mid-request, but only after the helper had answered
+        later = [c for c in crossings if c.path == died_on.path and c.index > died_on.index]
+        assert later and later[-1].upstream_status in (200, 201), (died_on, later)
 
 
 def _kill_on(
@@ -154,15 +168,18 @@ def _kill_on(
     answer: Action | None,
     *,
     also: tuple[str, ...] = (),
+    mid_request: float | None = None,
 ) -> Kill:
     """Kill -9 `victim` (and `also`) when the `nth` request of `kind` crosses the proxy.
 
     `answer` is what the proxy then does with that request: DROP_REQUEST kills before the
     helper sees it, DROP_RESPONSE after the helper answered (the leader never hears), None
-    after forwarding it as scheduled."""
+    after forwarding it as scheduled; with `mid_request` seconds the kill comes that long
+    after the request was forwarded, while the victim may still be working on it."""
     assert dep.proxy is not None
-    kill = Kill(dep, kind, (victim, *also), nth, answer)
-    (dep.proxy.before_hooks if answer is Action.DROP_REQUEST else dep.proxy.hooks).append(kill)
+    kill = Kill(dep, kind, (victim, *also), nth, answer, mid_request)
+    before = answer is Action.DROP_REQUEST or mid_request is not None
+    (dep.proxy.before_hooks if before else dep.proxy.hooks).append(kill)
     return kill
 
 
@@ -196,31 +213,41 @@ def test_leader_killed_during_uploads(tmp_path: Path, seed: int, store: str) -> 
         assert first.get(Outcome.NO_ANSWER, 0) > 0 and first.get(Outcome.ACCEPTED, 0) >= kill_at - 8
         assert Outcome.REJECTED not in first
         dep.leader.start()
-        batches.collect_and_check()
+        body = batches.collect_and_check()
         # Every unanswered report was answered on a re-send (accepted, or seen already).
         assert all(r.counted for r in batches.main)
+        # The check itself notices one accepted report too many or too few.
+        phantom = batches.uploader.build([1], batches.start)[0]
+        phantom.outcomes.append(Outcome.ACCEPTED)
+        with pytest.raises(AssertionError):
+            batches.verify(body, [*batches.main, phantom])
+        with pytest.raises(AssertionError):
+            batches.verify(body, batches.main[1:])
         batches.close()
 
 
 @pytest.mark.parametrize(
     ("answer", "store"),
     [
-        (Action.DROP_REQUEST, "sqlite"),
+        (None, "sqlite"),
         (Action.DROP_RESPONSE, "sqlite"),
         (Action.DROP_RESPONSE, "postgres"),
     ],
 )
 def test_leader_killed_during_aggregation(
-    tmp_path: Path, seed: int, answer: Action, store: str
+    tmp_path: Path, seed: int, answer: Action | None, store: str
 ) -> None:
-    """The leader dies while it holds leases on aggregation jobs, once before the helper saw
-    the job and once after the helper answered it; after the leases expire the restarted
-    leader re-sends the identical request and the helper answers from its stored response."""
+    """The leader dies while it holds leases on aggregation jobs: after the helper answered
+    a job (the answer is lost), or (None) at a random moment up to 120 ms after sending one
+    (waiting for the answer, handling it, or committing the job). After the leases expire
+    the restarted leader re-sends the identical request and the helper answers from its
+    stored response."""
     postgres = _store(store)
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed), postgres=postgres) as dep:
         batches = Batches(dep, HISTOGRAM, rng)
         nth = rng.randrange(2, 6)
-        kill = _kill_on(dep, "aggregation_job", "leader", nth, answer)
+        mid = rng.uniform(0.0, 0.12) if answer is None else None
+        kill = _kill_on(dep, "aggregation_job", "leader", nth, answer, mid_request=mid)
         batches.upload_all()
         kill.wait(60)
         dep.leader.start()
@@ -249,11 +276,16 @@ def test_leader_and_collector_killed_during_collection(tmp_path: Path, seed: int
         batches.close()
 
 
-@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE])
-def test_helper_killed_during_aggregation(tmp_path: Path, seed: int, answer: Action) -> None:
+@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE, None])
+def test_helper_killed_during_aggregation(tmp_path: Path, seed: int, answer: Action | None) -> None:
+    """Killed before it sees a job, after it answered one (the answer is lost), or (None)
+    a few milliseconds into one, possibly inside its transaction."""
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
         batches = Batches(dep, HISTOGRAM, rng)
-        killed = _kill_on(dep, "aggregation_job", "helper", rng.randrange(2, 6), answer)
+        mid = rng.uniform(0.0, 0.05) if answer is None else None
+        killed = _kill_on(
+            dep, "aggregation_job", "helper", rng.randrange(2, 6), answer, mid_request=mid
+        )
         batches.upload_all()
         killed.wait(60)
         time.sleep(rng.uniform(0.5, 2.0))
@@ -290,7 +322,7 @@ def test_helper_down_for_a_while(tmp_path: Path, seed: int) -> None:
         killed.wait(60)
         small_job = dep.start_collection(batches.small_start, PRECISION)
         job = dep.start_collection(batches.start, PRECISION)
-        down_until = time.monotonic() + rng.uniform(5.0, 7.0)
+        down_until = time.monotonic() + rng.uniform(4.0, 5.5)
         while time.monotonic() < down_until:
             state = dep.collection(job)["state"]
             assert state not in ("complete", "failed"), state
@@ -305,10 +337,10 @@ def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None
     schedule = Schedule(
         seed,
         weights={
-            Action.PASS: 0.35,
-            Action.DROP_RESPONSE: 0.3,
+            Action.PASS: 0.45,
+            Action.DROP_RESPONSE: 0.25,
             Action.DROP_REQUEST: 0.1,
-            Action.UNAVAILABLE: 0.15,
+            Action.UNAVAILABLE: 0.1,
             Action.DELAY: 0.1,
         },
         delay_s=(0.1, 1.0),
@@ -378,16 +410,105 @@ def test_postgres_leader_backends_terminated(tmp_path: Path, seed: int) -> None:
         batches.close()
 
 
-def test_harness_notices_a_lost_report(tmp_path: Path, seed: int) -> None:
-    """The invariant check itself: a report the client saw accepted but that is missing from
-    the aggregate fails the check."""
+def test_uploads_racing_the_collection(tmp_path: Path, seed: int) -> None:
+    """The collection is requested while uploads still stream in: every report the leader
+    accepted before it froze the batch is in the aggregate, every later one is refused
+    (batch collected), none is accepted yet left out."""
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
-        batches = Batches(dep, COUNT, rng, reports=MIN_BATCH + 5)
-        batches.upload_all()
-        # Pretend one more report was accepted than the leader ever received.
-        phantom = batches.uploader.build([1], batches.start)[0]
-        phantom.outcomes.append(Outcome.ACCEPTED)
-        batches.main.append(phantom)
-        with pytest.raises(AssertionError):
-            batches.collect_and_check()
-        batches.close()
+        batches = Batches(dep, HISTOGRAM, rng, reports=REPORTS + 100)
+        first, rest = batches.main[: MIN_BATCH + 20], batches.main[MIN_BATCH + 20 :]
+        batches.uploader.send(first + batches.small)
+        small_job = dep.start_collection(batches.small_start, PRECISION)
+        job = dep.start_collection(batches.start, PRECISION)
+        stop = threading.Event()
+
+        # A steady stream keeps the batch incomplete (unaggregated reports), so the leader
+        # waits; one seeded lull lets it freeze the batch, and the stream then runs into it.
+        lull = rng.randrange(3, 20)
+
+        def trickle() -> None:
+            for n, i in enumerate(range(0, len(rest), 4)):
+                if stop.is_set():
+                    return
+                batches.uploader.send(rest[i : i + 4], concurrency=4)
+                time.sleep(3.0 if n == lull else rng.uniform(0.0, 0.15))
+
+        uploader = threading.Thread(target=trickle, daemon=True)
+        uploader.start()
+        try:
+            body = dep.wait_collection(job, COLLECT_TIMEOUT)
+        finally:
+            uploader.join(60)
+            stop.set()
+        assert body["state"] == "complete", body
+        outcomes = _outcomes(batches.main)
+        # The race was real: some reports made it in after the request, some were too late.
+        assert outcomes.get(Outcome.REJECTED, 0) > 0, outcomes
+        assert body["report_count"] > len(first), body
+        batches.collect_and_check(started=job, small_job=small_job)
+
+
+@pytest.mark.slow
+def test_chaos(tmp_path: Path, seed: int) -> None:
+    """Seeded chaos: kill -9 of random processes at random moments (uploads, aggregation and
+    collection alike) on a lossy link; every report is re-sent until answered, and the
+    collection must count exactly the accepted ones."""
+    schedule = Schedule(
+        seed,
+        weights={
+            Action.PASS: 0.7,
+            Action.DROP_RESPONSE: 0.1,
+            Action.DROP_REQUEST: 0.05,
+            Action.UNAVAILABLE: 0.1,
+            Action.DELAY: 0.05,
+        },
+    )
+    with seeded(seed) as rng, Deployment(tmp_path, schedule) as dep:
+        batches = Batches(dep, HISTOGRAM, rng, reports=250)
+        plan = sorted(
+            (rng.uniform(0.5, 10.0), rng.choice(["leader", "leader", "helper", "collector"]))
+            for _ in range(4)
+        )
+        kills: list[tuple[float, str]] = []
+        errors: list[BaseException] = []
+
+        def chaos() -> None:
+            began = time.monotonic()
+            try:
+                for at, victim in plan:
+                    time.sleep(max(0.0, at - (time.monotonic() - began)))
+                    dep.services[victim].kill9()
+                    kills.append((round(time.monotonic() - began, 2), victim))
+                    time.sleep(rng.uniform(0.2, 2.0))
+                    dep.services[victim].start()
+            except BaseException as exc:
+                errors.append(exc)
+
+        monkey = threading.Thread(target=chaos, daemon=True)
+        monkey.start()
+        try:
+            reports = batches.main + batches.small
+            for i in range(0, len(reports), 25):
+                batches.uploader.send(reports[i : i + 25])
+                time.sleep(rng.uniform(0.1, 0.6))
+            # The leader may be down right now: re-send until every report has an answer.
+            wait_until("the leader up", lambda: dep.leader.running, 30)
+            deadline = time.monotonic() + 40
+            while any(r.counted is None for r in reports):
+                assert time.monotonic() < deadline, "reports still unanswered"
+                batches.uploader.send([r for r in reports if r.counted is None])
+                time.sleep(0.5)
+            while True:  # the collector may be down too
+                try:
+                    small_job = dep.start_collection(batches.small_start, PRECISION)
+                    job = dep.start_collection(batches.start, PRECISION)
+                    break
+                except (HarnessError, httpx.HTTPError):
+                    assert time.monotonic() < deadline + 20, "collector never came back"
+                    time.sleep(0.3)
+        finally:
+            monkey.join(60)
+        assert not errors, errors
+        assert len(kills) == len(plan), kills
+        print(f"kills: {kills}")
+        batches.collect_and_check(started=job, small_job=small_job)
