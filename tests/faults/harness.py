@@ -662,10 +662,10 @@ class Deployment:
                 raise HarnessError(f"collection {job_id} still {body['state']} after {timeout} s")
             time.sleep(0.2)
 
-    def terminate_leader_backends(self) -> int:
-        """Kill every PostgreSQL backend of the leader's database; how many were killed."""
+    def terminate_backends(self, role: str) -> int:
+        """Kill every PostgreSQL backend of `role`'s database; how many were killed."""
         assert self.databases, "PostgreSQL deployments only"
-        name = self.databases[0]
+        name = self.databases[("leader", "helper").index(role)]
         with psycopg.connect(
             f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5
         ) as conn:

@@ -295,11 +295,16 @@ def test_helper_killed_during_aggregation(tmp_path: Path, seed: int, answer: Act
         batches.close()
 
 
-@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE])
-def test_helper_killed_during_aggregate_share(tmp_path: Path, seed: int, answer: Action) -> None:
+@pytest.mark.parametrize("answer", [Action.DROP_RESPONSE, None])
+def test_helper_killed_during_aggregate_share(
+    tmp_path: Path, seed: int, answer: Action | None
+) -> None:
+    """Killed after answering the aggregate-share request (the answer is lost), or (None) a
+    few milliseconds into it, possibly inside the transaction that records the batch."""
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
         batches = Batches(dep, COUNT, rng)
-        killed = _kill_on(dep, "aggregate_share", "helper", 1, answer)
+        mid = rng.uniform(0.0, 0.06) if answer is None else None
+        killed = _kill_on(dep, "aggregate_share", "helper", 1, answer, mid_request=mid)
         batches.upload_all()
         small_job = dep.start_collection(batches.small_start, PRECISION)
         job = dep.start_collection(batches.start, PRECISION)
@@ -380,33 +385,56 @@ def test_lossy_link_between_leader_and_helper(tmp_path: Path, seed: int) -> None
 
 
 @pytest.mark.skipif(not postgres_available(), reason="no PostgreSQL server on 127.0.0.1:5432")
-def test_postgres_leader_backends_terminated(tmp_path: Path, seed: int) -> None:
-    """Both aggregators on PostgreSQL; the leader's backend connections are killed (its pool
-    has to reconnect) during uploads, during aggregation and during collection."""
+def test_postgres_backends_terminated(tmp_path: Path, seed: int) -> None:
+    """Both aggregators on PostgreSQL; their backend connections are killed (the pools have
+    to reconnect, transactions in flight are retried): the leader's during uploads, the
+    helper's a few milliseconds into aggregation jobs and the aggregate-share request, the
+    leader's just before it gets the helper's answers (which it then commits)."""
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed), postgres=True) as dep:
         batches = Batches(dep, HISTOGRAM, rng)
         points = set(rng.sample(range(20, REPORTS), 3))
-        terminated: list[int] = []
+        terminated: dict[str, int] = {"leader": 0, "helper": 0}
+        lock = threading.Lock()
+
+        def terminate(role: str) -> None:
+            killed = dep.terminate_backends(role)
+            with lock:
+                terminated[role] += killed
 
         def after_each(n: int) -> None:
             if n in points:
-                terminated.append(dep.terminate_leader_backends())
+                terminate("leader")
 
         assert dep.proxy is not None
-        aggregation_points = {2, 4}
+        chosen = {1, 3, 5}
         seen: list[Crossing] = []
+        timers: list[threading.Timer] = []
 
-        def during_drivers(crossing: Crossing) -> Action | None:
-            seen.append(crossing)
-            if crossing.kind == "aggregate_share" or len(seen) in aggregation_points:
-                terminated.append(dep.terminate_leader_backends())
+        def chosen_one(crossing: Crossing) -> bool:
+            return crossing.kind == "aggregate_share" or crossing.index in chosen
+
+        def helper_side(crossing: Crossing) -> Action | None:
+            if chosen_one(crossing):
+                timer = threading.Timer(rng.uniform(0.0, 0.03), terminate, ("helper",))
+                timers.append(timer)
+                timer.start()
             return None
 
-        dep.proxy.hooks.append(during_drivers)
+        def leader_side(crossing: Crossing) -> Action | None:
+            seen.append(crossing)
+            if chosen_one(crossing):
+                terminate("leader")
+            return None
+
+        dep.proxy.before_hooks.append(helper_side)
+        dep.proxy.hooks.append(leader_side)
         batches.upload_all(after_each)
         batches.collect_and_check()
-        assert sum(terminated) > 0, terminated
-        assert dep.leader.running
+        for timer in timers:
+            timer.join(5)
+        print(f"backends terminated: {terminated}; uploads: {_outcomes(batches.main)}")
+        assert terminated["leader"] > 0 and terminated["helper"] > 0, terminated
+        assert dep.leader.running and dep.helper.running
         batches.close()
 
 
