@@ -11,6 +11,8 @@ import csv
 import io
 import json
 import math
+import random
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -30,11 +32,15 @@ from services.collector.analysis import (
     to_json,
     to_table,
 )
+from shared.dap.ids import TaskId
+from shared.dap.task import CollectorTask
 from shared.dp import amplification as amp
+from shared.dp.gaussian import gaussian_epsilon
 from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
+from shared.dp.samplers import discrete_gaussian_vector
 from shared.dp.vdaf_mapping import (
     encode_bit_pushing,
     encode_cms,
@@ -462,3 +468,107 @@ def test_table_is_aligned_and_carries_the_statement() -> None:
     assert f"{a.items[0].estimate:.3f}".rstrip("0").rstrip(".") in text
     short = to_table(a, max_rows=5)
     assert "smaller items not shown" in short
+
+
+# --- aggregator noise (004 §5, §6.1.2) ------------------------------------------------------------
+
+
+def noisy_task(vdaf: dict[str, Any], noise: dict[str, Any] | None) -> CollectorTask:
+    return CollectorTask.model_validate(
+        {
+            "task_id": TaskId.random().to_b64url(),
+            "leader_endpoint": "http://leader",
+            "query_type": "time_interval",
+            "vdaf": vdaf,
+            "collector_auth_token": "c" * 16,
+            "aggregator_noise": noise,
+        }
+    )
+
+
+SIGMA = "8.5402"  # 004 Table 2: eps 0.906 at delta 1e-9 for a one-hot histogram
+GAUSSIAN = {"mechanism": "discrete_gaussian", "sigma": SIGMA}
+HISTOGRAM = {"type": "Prio3Histogram", "length": D + 1, "chunk_length": 5}
+
+
+def test_noised_plain_task_decodes_negatives_and_carries_the_noise_stderr() -> None:
+    task = noisy_task({"type": "Prio3Histogram", "length": 3, "chunk_length": 1}, GAUSSIAN)
+    p = task.vdaf.instance().field.MODULUS
+    a = analyze(None, Collection(10, (p - 3, 0, 12)), task=task)
+    assert [it.estimate for it in a.items] == [-3.0, 0.0, 12.0]
+    sd = math.sqrt(2) * float(SIGMA)  # two aggregators, N_Z(0, sigma^2) each
+    assert [it.stderr for it in a.items] == pytest.approx([sd] * 3, rel=1e-12)
+    lo, hi = a.items[2].ci_low, a.items[2].ci_high
+    assert (lo, hi) == pytest.approx((12 - 1.959964 * sd, 12 + 1.959964 * sd), rel=1e-6)
+    # Without the setting the same field elements are unsigned and exact.
+    plain = analyze(None, Collection(10, (p - 3, 0, 12)), task=noisy_task(HISTOGRAM, None))
+    assert plain.items[0].estimate == float(p - 3) and plain.items[0].stderr == 0.0
+    count = noisy_task({"type": "Prio3Count"}, GAUSSIAN)
+    single = analyze(None, Collection(4, count.vdaf.instance().field.MODULUS - 1), task=count)
+    assert single.items[0].estimate == -1.0
+    with pytest.raises(AnalysisError, match="field elements"):
+        analyze(None, Collection(1, (-1, 0, 0)), task=task)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_noised_one_hot_stderr_adds_the_debiased_noise_variance(symmetric: bool) -> None:
+    """stderr^2 = randomizer variance + gain^2 * 2 sigma^2 (gain = 1 / (p - q) of the debias), and
+    with the noise actually added the intervals still cover the truth at the stated rate."""
+    recipe = draft({"name": "one_hot", "eps0": 1.0, "symmetric": symmetric})
+    r = DpOneHot(1.0, D + 1, symmetric)
+    n = 5000
+    gain = r.debias(np.ones(D + 1), n) - r.debias(np.zeros(D + 1), n)
+    noise_var = 2 * float(SIGMA) ** 2
+    task = noisy_task(HISTOGRAM, GAUSSIAN)
+    p = task.vdaf.instance().field.MODULUS
+    draws = random.Random(f"noise-{symmetric}").getrandbits
+    covered = total = 0
+    for trial in range(6):
+        rng = _rng(100 + trial)
+        idx = zipf_indices(rng, n)
+        agg = one_hot_aggregate(r, idx, rng)
+        noise = discrete_gaussian_vector(Fraction(SIGMA) ** 2 * 2, D + 1, draws)
+        noised = [(int(v) + z) % p for v, z in zip(agg, noise, strict=True)]
+        a = analyze(recipe, collection(np.asarray(noised, dtype=object), n), task=task)
+        base = analyze(recipe, collection(agg + np.asarray(noise), n))
+        got = np.array([it.stderr for it in a.items])
+        want = np.sqrt(np.array([it.stderr for it in base.items]) ** 2 + gain**2 * noise_var)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert all(it.stderr > 0 for it in a.items)
+        truth = true_counts(idx)
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+    assert coverage_ok(covered, total)
+
+
+def test_oaoc_line_states_the_aggregator_noise_epsilon() -> None:
+    recipe = draft({"name": "one_hot", "eps0": 4.0, "symmetric": False})
+    plain = {g.trust_model: g for g in privacy_statement(recipe, 5000).guarantees}
+    seen = set()
+    for sigma in (SIGMA, "23.3903"):
+        task = noisy_task(HISTOGRAM, {"mechanism": "discrete_gaussian", "sigma": sigma})
+        st = privacy_statement(recipe, 5000, task)
+        lines = {g.trust_model: g for g in st.guarantees}
+        # Computed from sigma at the recipe's delta, L2 sensitivity sqrt(2) of a histogram.
+        eps = gaussian_epsilon(float(sigma), 1e-6, math.sqrt(2))
+        assert lines["OAOC"].epsilon == pytest.approx(eps, rel=1e-12)
+        assert lines["OAOC"].delta == 1e-6
+        assert "aggregator noise" in lines["OAOC"].basis
+        assert lines["OAOC"].epsilon < plain["OAOC"].epsilon == recipe.randomizer.local_epsilon
+        assert lines["OC"] == plain["OC"] and lines["OAMC"] == plain["OAMC"]
+        seen.add(lines["OAOC"].epsilon)
+        assert any("aggregator noise" in line for line in st.lines())
+    assert len(seen) == 2
+    # 004 Table 2's calibration: the stated delta gives back its epsilon.
+    calibrated = {**GAUSSIAN, "epsilon": 0.906, "delta": 1e-9, "sensitivity": math.sqrt(2)}
+    st = privacy_statement(recipe, 5000, noisy_task(HISTOGRAM, calibrated))
+    oaoc = {g.trust_model: g for g in st.guarantees}["OAOC"]
+    assert oaoc.epsilon == pytest.approx(0.906, abs=1e-4) and oaoc.delta == 1e-9
+    # Discrete Laplace: L1 sensitivity 2 of a histogram over the scale.
+    lap = noisy_task(HISTOGRAM, {"mechanism": "discrete_laplace", "scale": "4"})
+    oaoc = {g.trust_model: g for g in privacy_statement(recipe, 5000, lap).guarantees}["OAOC"]
+    assert (oaoc.epsilon, oaoc.delta) == (0.5, 0.0)
+    # Noise too weak to beat the local randomizer: the local eps0 stays.
+    weak = noisy_task(HISTOGRAM, {"mechanism": "discrete_gaussian", "sigma": "0.5"})
+    oaoc = {g.trust_model: g for g in privacy_statement(recipe, 5000, weak).guarantees}["OAOC"]
+    assert oaoc.epsilon == recipe.randomizer.local_epsilon
