@@ -235,7 +235,8 @@ async def _load(config: LoadConfig, configs: tuple[bytes, bytes], quiet: bool) -
         upload = asyncio.ensure_future(uploader.put_stream(with_first, stats, deadline))
         intervals: list[Interval] = []
         seen_latencies = seen_failed = 0
-        last_at, last_accepted, last_wait = start, 0, 0.0
+        # The warm-up batch's wait is before the clock started: not the first interval's.
+        last_at, last_accepted, last_wait = start, 0, supply.wait_s
         last_busy = machine_cpu_seconds()
         try:
             while not upload.done():
@@ -280,7 +281,10 @@ async def _load(config: LoadConfig, configs: tuple[bytes, bytes], quiet: bool) -
 
 
 def generate_load(config: LoadConfig, *, quiet: bool = False) -> LoadSummary:
-    """Upload fresh reports of `config.task` until the duration or the count is reached."""
+    """Upload fresh reports of `config.task` until the duration or the count is reached.
+
+    The report generator is a spawned process, which re-imports the caller's main module: call
+    this from a script only under `if __name__ == "__main__":`."""
     if config.duration <= 0 or config.max_reports <= 0:
         raise ValueError("duration and max_reports must be positive")
     task_id = TaskId.from_b64url(config.task.task_id)
