@@ -19,6 +19,7 @@ group it started, stops the proxy and drops the databases.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.server
 import os
@@ -102,6 +103,17 @@ def wait_until(
 
 # --- processes ---------------------------------------------------------------------------------
 
+#: Every service ever started, so that even an interrupted run (Ctrl-C, a failing fixture)
+#: leaves no process behind: they live in their own sessions and would outlive pytest.
+_LIVE: set[Service] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for service in list(_LIVE):
+        with contextlib.suppress(Exception):
+            service.kill9()
+
 
 class Service:
     """One service process: same argv, env, port and store across restarts."""
@@ -122,6 +134,7 @@ class Service:
     def start(self, timeout: float = 60.0) -> None:
         assert self.process is None or self.process.poll() is not None, f"{self.name} is running"
         self.starts += 1
+        _LIVE.add(self)
         with self.log.open("ab") as out:
             out.write(f"\n===== start {self.starts} of {self.name} =====\n".encode())
             self.process = subprocess.Popen(
