@@ -32,7 +32,8 @@ def serve(settings: AggregatorSettings) -> None:
     runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
     if runner is not None:
         runner.start()
-    server = _Server(uvicorn.Config(app, host=settings.host, port=settings.port))
+    # The access log costs ~60 µs per upload on the event loop and would record report traffic.
+    server = _Server(uvicorn.Config(app, host=settings.host, port=settings.port, access_log=False))
     try:
         server.run()
     finally:
