@@ -276,43 +276,47 @@ def test_leader_and_collector_killed_during_collection(tmp_path: Path, seed: int
         batches.close()
 
 
-@pytest.mark.parametrize("answer", [Action.DROP_REQUEST, Action.DROP_RESPONSE, None])
-def test_helper_killed_during_aggregation(tmp_path: Path, seed: int, answer: Action | None) -> None:
-    """Killed before it sees a job, after it answered one (the answer is lost), or (None)
-    a few milliseconds into one, possibly inside its transaction."""
+@pytest.mark.parametrize(
+    ("on_job", "on_share", "vdaf"),
+    [
+        (Action.DROP_REQUEST, Action.DROP_RESPONSE, HISTOGRAM),
+        (Action.DROP_RESPONSE, None, COUNT),
+        (None, Action.DROP_RESPONSE, HISTOGRAM),
+    ],
+    ids=["before-job,after-share", "after-job,mid-share", "mid-job,after-share"],
+)
+def test_helper_killed_during_aggregation_and_aggregate_share(
+    tmp_path: Path,
+    seed: int,
+    on_job: Action | None,
+    on_share: Action | None,
+    vdaf: dict[str, Any],
+) -> None:
+    """The helper is killed twice: on an aggregation job, then on the aggregate-share
+    request. DROP_REQUEST: before it sees the request; DROP_RESPONSE: after it answered (the
+    leader never hears); None: a few milliseconds into it, possibly inside its transaction.
+    The leader re-sends the identical request once the helper is back."""
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
-        batches = Batches(dep, HISTOGRAM, rng)
-        mid = rng.uniform(0.0, 0.05) if answer is None else None
-        killed = _kill_on(
-            dep, "aggregation_job", "helper", rng.randrange(2, 6), answer, mid_request=mid
+        batches = Batches(dep, vdaf, rng)
+        mid = rng.uniform(0.0, 0.05) if on_job is None else None
+        on_job_kill = _kill_on(
+            dep, "aggregation_job", "helper", rng.randrange(2, 6), on_job, mid_request=mid
         )
+        mid = rng.uniform(0.0, 0.06) if on_share is None else None
+        on_share_kill = _kill_on(dep, "aggregate_share", "helper", 1, on_share, mid_request=mid)
         batches.upload_all()
-        killed.wait(60)
+        on_job_kill.wait(60)
         time.sleep(rng.uniform(0.5, 2.0))
         dep.helper.start()
-        batches.collect_and_check()
-        killed.resent_and_answered()
-        batches.close()
-
-
-@pytest.mark.parametrize("answer", [Action.DROP_RESPONSE, None])
-def test_helper_killed_during_aggregate_share(
-    tmp_path: Path, seed: int, answer: Action | None
-) -> None:
-    """Killed after answering the aggregate-share request (the answer is lost), or (None) a
-    few milliseconds into it, possibly inside the transaction that records the batch."""
-    with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed)) as dep:
-        batches = Batches(dep, COUNT, rng)
-        mid = rng.uniform(0.0, 0.06) if answer is None else None
-        killed = _kill_on(dep, "aggregate_share", "helper", 1, answer, mid_request=mid)
-        batches.upload_all()
         small_job = dep.start_collection(batches.small_start, PRECISION)
         job = dep.start_collection(batches.start, PRECISION)
-        killed.wait(COLLECT_TIMEOUT)
+        on_share_kill.wait(COLLECT_TIMEOUT)
         time.sleep(rng.uniform(0.5, 2.0))
         dep.helper.start()
         batches.collect_and_check(started=job, small_job=small_job)
-        killed.resent_and_answered()
+        on_job_kill.resent_and_answered()
+        on_share_kill.resent_and_answered()
+        assert dep.helper.starts == 3
         batches.close()
 
 
