@@ -233,6 +233,7 @@ def test_leader_killed_during_uploads(tmp_path: Path, seed: int, store: str) -> 
         (Action.DROP_RESPONSE, "sqlite"),
         (Action.DROP_RESPONSE, "postgres"),
     ],
+    ids=["mid-job-sqlite", "after-job-sqlite", "after-job-postgres"],
 )
 def test_leader_killed_during_aggregation(
     tmp_path: Path, seed: int, answer: Action | None, store: str
