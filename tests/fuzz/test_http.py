@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,7 +50,6 @@ from tests.fuzz.apps import (
     ATTESTER_SECRET,
     COLLECTOR_ADMIN,
     Services,
-    services,
 )
 from tests.fuzz.test_decoders import hostile
 from tests.recipe.helpers import draft_json
@@ -64,12 +62,6 @@ HTTP = settings(
 )
 #: Seconds any single answer may take: a hang or a pathological input fails the test.
 MAX_SECONDS = 5.0
-
-
-@pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    with services(Path(tmp_path_factory.mktemp("http-fuzz"))) as s:
-        yield s
 
 
 def check(response: httpx.Response, elapsed: float) -> None:
@@ -468,8 +460,10 @@ ENDPOINTS: list[Endpoint] = [
     ),
 ]
 
+#: Integers around the int64 / uint64 limits (database integers are signed 64-bit).
+BIG = ["9223372036854775807", "9223372036854775808", "18446744073709551616", "1" + "0" * 40]
 QUERY_VALUES = st.one_of(
-    st.sampled_from(["0", "1", "-1", "", "abc", "1e3", "99999999999999999999", "0x10", " 1"]),
+    st.sampled_from(["0", "1", "-1", "", "abc", "1e3", "0x10", " 1", *BIG]),
     st.sampled_from(BAD_IDS),
     st.text(max_size=20),
 )
@@ -498,7 +492,11 @@ def test_endpoint_answers_hostile_requests_with_problems(
         job = data.draw(ids(16, fresh), "job id") if fault in ("id", "all") else fresh
         path = path.replace("{job}", _quote(job))
     if "{any}" in path:
-        path = path.replace("{any}", _quote(data.draw(QUERY_VALUES | st.just("keyboard.fuzz"))))
+        values = QUERY_VALUES | st.just("keyboard.fuzz")
+        if endpoint.name == "recipes GET sth":
+            # Sizes >= 2**63 crash it: test_known_bugs.py pins that down as a strict xfail.
+            values = values.filter(lambda v: not (v.isdigit() and int(v) >= 2**63))
+        path = path.replace("{any}", _quote(data.draw(values)))
     params = {
         name: value
         for name in endpoint.query
