@@ -11,7 +11,7 @@ from tests.fuzz.apps import Services
     strict=True,
     raises=OverflowError,
     reason=(
-        "services/recipe_server/app.py:239-246: GET /log/sth/{tree_size} takes the path "
+        "services/recipe_server/app.py:244-247 (sth_at): GET /log/sth/{tree_size} takes the path "
         "parameter as an unbounded int and hands it to RecipeStore.head "
         "(services/recipe_server/store.py:190-195); a size >= 2**63 overflows the database "
         "integer (OverflowError from sqlite3) and the request ends in a 500 instead of a 404 "
