@@ -233,27 +233,38 @@ def test_leader_killed_during_uploads(tmp_path: Path, seed: int, store: str) -> 
         (Action.DROP_RESPONSE, "sqlite"),
         (Action.DROP_RESPONSE, "postgres"),
     ],
-    ids=["mid-job-sqlite", "after-job-sqlite", "after-job-postgres"],
+    ids=["mid-job-twice-sqlite", "after-job-sqlite", "after-job-postgres"],
 )
 def test_leader_killed_during_aggregation(
     tmp_path: Path, seed: int, answer: Action | None, store: str
 ) -> None:
     """The leader dies while it holds leases on aggregation jobs: after the helper answered
     a job (the answer is lost), or (None) at a random moment up to 120 ms after sending one
-    (waiting for the answer, handling it, or committing the job). After the leases expire
-    the restarted leader re-sends the identical request and the helper answers from its
-    stored response."""
+    (waiting for the answer, handling it, or committing the job; and then once more soon
+    after the restart). After the leases expire the restarted leader re-sends the identical
+    request and the helper answers from its stored response."""
     postgres = _store(store)
     with seeded(seed) as rng, Deployment(tmp_path, Schedule(seed), postgres=postgres) as dep:
         batches = Batches(dep, HISTOGRAM, rng)
-        nth = rng.randrange(2, 6)
         mid = rng.uniform(0.0, 0.12) if answer is None else None
-        kill = _kill_on(dep, "aggregation_job", "leader", nth, answer, mid_request=mid)
+        kills = [
+            _kill_on(dep, "aggregation_job", "leader", rng.randrange(2, 6), answer, mid_request=mid)
+        ]
         batches.upload_all()
-        kill.wait(60)
+        kills[0].wait(60)
         dep.leader.start()
+        if answer is None:
+            mid = rng.uniform(0.0, 0.12)
+            kills.append(
+                _kill_on(
+                    dep, "aggregation_job", "leader", rng.randrange(1, 3), None, mid_request=mid
+                )
+            )
+            kills[1].wait(60)
+            dep.leader.start()
         batches.collect_and_check()
-        kill.resent_and_answered()
+        for kill in kills:
+            kill.resent_and_answered()
         batches.close()
 
 
