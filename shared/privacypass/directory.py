@@ -114,6 +114,8 @@ class IssuerDirectory:
             doc = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DirectoryError("directory is not JSON") from exc
+        except RecursionError:  # nesting deeper than the parser's stack
+            raise DirectoryError("directory is not JSON (nested too deeply)") from None
         return cls.from_json(doc)
 
     def keys_of_type(self, token_type: int = TOKEN_TYPE_BLIND_RSA) -> list[DirectoryKey]:

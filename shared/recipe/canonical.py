@@ -128,5 +128,8 @@ def _emit(value: object, out: list[str]) -> None:
 def canonical_json(value: object) -> bytes:
     """The RFC 8785 canonical UTF-8 bytes of a JSON value (dicts, lists, str, numbers...)."""
     out: list[str] = []
-    _emit(value, out)
+    try:
+        _emit(value, out)
+    except RecursionError:
+        raise CanonicalizationError("value nested too deeply") from None
     return "".join(out).encode("utf-8")

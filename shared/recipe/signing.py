@@ -129,6 +129,8 @@ def verify_signed_recipe(
             document = json.loads(document)
         except ValueError as exc:
             raise RecipeVerificationError("signed recipe is not JSON") from exc
+        except RecursionError:  # nesting deeper than the parser's stack
+            raise RecipeVerificationError("signed recipe is not JSON (nested too deeply)") from None
     if not isinstance(document, Mapping) or set(document) != {"recipe", "key_id", "signature"}:
         raise RecipeVerificationError("expected exactly recipe, key_id and signature")
     raw, kid, sig = document["recipe"], document["key_id"], document["signature"]

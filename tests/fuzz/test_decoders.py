@@ -553,3 +553,41 @@ def test_task_definition_hostile(doc: Any) -> None:
 def test_problem_type_from_urn(text: str) -> None:
     kind = ProblemType.from_urn(text)
     assert kind is None or kind.urn == text
+
+
+# --- nesting deeper than the stack (found by tests/fuzz: RecursionError escaped) ----------------
+
+
+def _nested_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [10, 990, 5_000, 100_000])
+def test_deeply_nested_json_gives_the_typed_error(depth: int) -> None:
+    text = "[" * depth + "]" * depth
+    with pytest.raises(DirectoryError):
+        IssuerDirectory.decode(text)
+    with pytest.raises(DirectoryError):
+        IssuerDirectory.decode(('{"issuer-request-uri": "/", "token-keys": ' + text + "}").encode())
+    with pytest.raises(RecipeVerificationError):
+        verify_signed_recipe(text, SIGNER.public_key)
+    member = f'{{"recipe": {text}, "key_id": "{SIGNER.key_id}", "signature": "AA"}}'
+    with pytest.raises(RecipeVerificationError):
+        verify_signed_recipe(member.encode(), SIGNER.public_key)
+
+
+@pytest.mark.parametrize("depth", [10, 5_000])
+def test_canonical_json_of_a_deep_value(depth: int) -> None:
+    value = _nested_list(depth)
+    if depth < 100:
+        assert canonical_json(value) == b"[" * (depth + 1) + b"]" * (depth + 1)
+    else:
+        with pytest.raises(CanonicalizationError):
+            canonical_json(value)
+    with pytest.raises(RecipeVerificationError):  # a parsed document: no JSON parser involved
+        verify_signed_recipe(
+            {"recipe": value, "key_id": SIGNER.key_id, "signature": "AA"}, SIGNER.public_key
+        )
