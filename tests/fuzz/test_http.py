@@ -537,3 +537,22 @@ def test_the_fuzzed_services_still_work(svc: Services) -> None:
     assert svc.collector.get("/healthz").status_code == 200
     assert svc.recipe_server.get(f"/recipes/{svc.recipe_id}").status_code == 200
     assert svc.issuer.get(ISSUER_DIRECTORY_PATH).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [e for e in ENDPOINTS if e.media_type == "application/json" and e.client is not _collector],
+    ids=lambda e: e.name,
+)
+def test_deeply_nested_json_bodies(svc: Services, endpoint: Endpoint) -> None:
+    """100000 nested arrays: a parser's recursion limit must end in a 4xx, not a crash.
+    (The collector's two JSON routes fail this: test_known_bugs.py.)"""
+    path = endpoint.path.replace("{task}", svc.aggregators.tid)
+    headers = {"Content-Type": "application/json"}
+    if endpoint.auth is not None:
+        headers.update(endpoint.auth(svc))
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    started = time.monotonic()
+    response = endpoint.client(svc).request(endpoint.method, path, headers=headers, content=deep)
+    check(response, time.monotonic() - started)
+    assert 400 <= response.status_code < 500
