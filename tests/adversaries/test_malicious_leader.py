@@ -22,14 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from shared.constants import MEDIA_AGGREGATION_JOB_INIT_REQ
+from shared.constants import MEDIA_AGGREGATION_JOB_CONTINUE_REQ, MEDIA_AGGREGATION_JOB_INIT_REQ
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import AggregationJobId, ReportId
 from shared.dap.messages import (
+    AggregationJobContinueReq,
     AggregationJobInitReq,
     HpkeCiphertext,
     Interval,
     PartialBatchSelector,
+    PrepareContinue,
     PrepareError,
     PrepareInit,
     PrepareRespState,
@@ -239,3 +241,34 @@ def test_wrong_or_missing_aggregator_token(dep: Deployment) -> None:
         headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
     )
     assert response.status_code == 201, response.text
+
+
+def test_job_tricks_do_not_count_a_report_twice(dep: Deployment) -> None:
+    """Re-PUT of a job (identical: same answer; altered: 409), a continuation of a finished
+    one-round job, and a DELETE followed by a fresh job with the same reports: afterwards the
+    helper still holds exactly B reports (its count and checksum match the honest ones)."""
+    shards = [dep.shard(1) for _ in range(B)]
+    inits = [dep.prepare_init(s) for s in shards]
+    job = AggregationJobId.random()
+    first = dep.helper_init(inits, job)
+    assert first.status_code == 201, first.text
+    again = dep.helper_init(inits, job)
+    assert again.status_code == 201 and again.content == first.content
+    altered = dep.helper_init([*inits[:-1], dep.prepare_init(dep.shard(1))], job)
+    assert altered.status_code == 409 and problem_type(altered) == "invalidMessage"
+    cont = AggregationJobContinueReq(1, (PrepareContinue(shards[0].report_id, b"\x02"),))
+    response = dep.helper.post(
+        f"/tasks/{dep.tid}/aggregation_jobs/{job.to_b64url()}",
+        content=cont.encode(),
+        headers={"Content-Type": MEDIA_AGGREGATION_JOB_CONTINUE_REQ, **aggregator_auth()},
+    )
+    assert problem_type(response) in ("stepMismatch", "invalidMessage")
+    deleted = dep.helper.delete(
+        f"/tasks/{dep.tid}/aggregation_jobs/{job.to_b64url()}", headers=aggregator_auth()
+    )
+    assert deleted.status_code < 300
+    resps = dep.helper_resps(inits).prepare_resps  # the same reports in a new job
+    assert [r.prepare_error for r in resps] == [PrepareError.REPORT_REPLAYED] * B
+    ids = [s.report_id for s in shards]
+    ok = dep.aggregate_share(BUCKET, B, checksum(ids))
+    assert ok.status_code == 200, ok.text
