@@ -399,14 +399,15 @@ def deploy(
     clock: TestClock | None = None,
     *,
     issuer_http: httpx.Client | None = None,
+    databases: Callable[[str], str] | None = None,
 ) -> Deployment:
-    """A leader and a helper provisioned with `task`; `issuer_http` reaches the token issuer."""
+    """A leader and a helper provisioned with `task`; `issuer_http` reaches the token issuer,
+    `databases` makes each role's database URL (default: SQLite files in `tmp_path`)."""
     clock = clock or TestClock(NOW)
     apps: dict[str, TestClient] = {}
     for role in ("leader", "helper"):
-        app = create_app(
-            settings(f"sqlite:///{tmp_path / f'{role}.db'}"), clock=clock, issuer_http=issuer_http
-        )
+        url = databases(role) if databases is not None else f"sqlite:///{tmp_path / f'{role}.db'}"
+        app = create_app(settings(url), clock=clock, issuer_http=issuer_http)
         client = TestClient(app)
         response = client.put(
             f"/internal/tasks/{task.task_id.to_b64url()}",

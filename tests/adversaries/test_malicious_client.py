@@ -21,6 +21,7 @@ import pytest
 from shared.dap.ids import ReportId
 from shared.dap.messages import PrepareError, PrepareRespState
 from shared.vdaf.field import Field128
+from tests.adversaries.conftest import DbFactory
 from tests.adversaries.harness import BUCKET, Deployment, Sharded, Task, deploy, problem_type
 
 #: -1 in Field128 (Sum, SumVec and Histogram use Field128).
@@ -70,9 +71,11 @@ CHEATS: dict[str, tuple[dict[str, Any], list[Any], Any, Callable[[Any], list[int
 
 
 @pytest.fixture(params=list(CHEATS))
-def cheat(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Deployment, str]:
+def cheat(
+    request: pytest.FixtureRequest, tmp_path: Path, databases: DbFactory
+) -> tuple[Deployment, str]:
     vdaf = CHEATS[request.param][0]
-    return deploy(tmp_path, Task(vdaf)), request.param
+    return deploy(tmp_path, Task(vdaf), databases=databases), request.param
 
 
 def test_cheating_encoding_decodes_but_fails_the_proof(cheat: tuple[Deployment, str]) -> None:

@@ -17,6 +17,7 @@ import pytest
 from shared.constants import MEDIA_COLLECT_REQ
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import CollectionReq, Interval, Query
+from tests.adversaries.conftest import DbFactory
 from tests.adversaries.harness import (
     BUCKET,
     NOW,
@@ -32,8 +33,9 @@ B = 2
 
 
 @pytest.fixture
-def dep(tmp_path: Path) -> Deployment:
-    return deploy(tmp_path, Task({"type": "Prio3Count"}, min_batch_size=B))
+def dep(tmp_path: Path, databases: DbFactory) -> Deployment:
+    task = Task({"type": "Prio3Count"}, min_batch_size=B)
+    return deploy(tmp_path, task, databases=databases)
 
 
 def put(

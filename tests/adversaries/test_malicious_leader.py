@@ -39,6 +39,7 @@ from shared.dap.messages import (
     ReportShare,
 )
 from shared.dap.task import b64url_encode
+from tests.adversaries.conftest import DbFactory
 from tests.adversaries.harness import (
     BUCKET,
     NOW,
@@ -55,8 +56,9 @@ B = 3
 
 
 @pytest.fixture
-def dep(tmp_path: Path) -> Deployment:
-    return deploy(tmp_path, Task({"type": "Prio3Count"}, min_batch_size=B))
+def dep(tmp_path: Path, databases: DbFactory) -> Deployment:
+    task = Task({"type": "Prio3Count"}, min_batch_size=B)
+    return deploy(tmp_path, task, databases=databases)
 
 
 def _aggregate(dep: Deployment, n: int, time: int = NOW) -> list[ReportId]:
