@@ -53,6 +53,7 @@ from tests.recipe.helpers import example_recipe
 FUZZ = settings(
     max_examples=80,
     derandomize=True,
+    database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -57,6 +57,7 @@ from tests.recipe.helpers import draft_json
 HTTP = settings(
     max_examples=16,
     derandomize=True,
+    database=None,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
