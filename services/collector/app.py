@@ -157,7 +157,7 @@ def create_app(
     async def json_body(request: Request) -> Any:
         try:
             return json.loads(await request.body())
-        except ValueError:
+        except (ValueError, RecursionError):
             raise HttpProblemError(400, "body is not JSON") from None
 
     install_problem_handlers(app)

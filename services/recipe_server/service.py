@@ -397,7 +397,8 @@ class RecipeService:
         """The signed head of `tree_size` (the latest if None)."""
         if tree_size is None:
             return self.latest_head()
-        head = self.store.head(tree_size)
+        # The store keeps sizes as signed 64-bit integers; nothing larger can exist.
+        head = self.store.head(tree_size) if 0 <= tree_size < 1 << 63 else None
         if head is None:
             raise NotFoundError(f"no tree head of size {tree_size}")
         return head
