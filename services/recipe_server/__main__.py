@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
-import uvicorn
-from pydantic import ValidationError
-
+from services.common.entry import run_service, settings_from_env
 from services.recipe_server.app import create_app
 from services.recipe_server.settings import RecipeServerSettings
 
@@ -16,29 +13,14 @@ __all__ = ["main", "serve"]
 
 def serve(settings: RecipeServerSettings) -> None:
     """Run in the foreground until SIGINT/SIGTERM."""
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
+    run_service(
+        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
     )
 
 
 def main() -> int:
-    try:
-        settings = RecipeServerSettings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            ("SAGG_RECIPE_SERVER_" + str(e["loc"][0]).upper() + ": " if e["loc"] else "")
-            + str(e["msg"])
-            for e in exc.errors()
-        )
-        print(f"recipe server: invalid settings: {problems}", file=sys.stderr)
+    settings = settings_from_env(RecipeServerSettings, "SAGG_RECIPE_SERVER_", "recipe server")
+    if settings is None:
         return 2
     serve(settings)
     return 0
