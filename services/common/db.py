@@ -22,8 +22,9 @@ import re
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -116,16 +117,15 @@ class Tx:
 # --- engines -------------------------------------------------------------------------------------
 
 
-class _Engine:
+class _Engine(ABC):
     dialect: Dialect
 
-    @contextmanager
-    def begin(self, name: str) -> Iterator[Tx]:
-        raise NotImplementedError
-        yield  # pragma: no cover
+    @abstractmethod
+    def begin(self, name: str) -> AbstractContextManager[Tx]:
+        """A transaction named `name` (for retries and logs), committed when the block exits."""
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class _SqliteEngine(_Engine):
