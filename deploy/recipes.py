@@ -143,6 +143,36 @@ def publish_recipe(
     return summary
 
 
+def _get_json(
+    server: str,
+    path: str,
+    refused: str,
+    *,
+    params: dict[str, str] | None = None,
+    http: httpx.Client | None = None,
+) -> dict[str, Any]:
+    """GET a JSON object from the recipe server; RecipeError with `refused` on a non-200."""
+    client = http or httpx.Client(timeout=30.0)
+    try:
+        response = client.get(f"{server.rstrip('/')}{path}", params=params)
+    except httpx.HTTPError as exc:
+        raise RecipeError(
+            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+        ) from None
+    finally:
+        if http is None:
+            client.close()
+    if response.status_code != 200:
+        raise RecipeError(f"{refused}: {_refusal(response)}")
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise RecipeError("the recipe server's answer is malformed")
+    return body
+
+
 def fetch_recipe(
     server: str,
     recipe_id: str,
@@ -153,45 +183,17 @@ def fetch_recipe(
 ) -> Recipe:
     """A published recipe, verified like a device would (signature and log inclusion)."""
     params = {} if version is None else {"version": str(version)}
-    client = http or httpx.Client(timeout=30.0)
-    try:
-        response = client.get(f"{server.rstrip('/')}/recipes/{recipe_id}", params=params)
-    except httpx.HTTPError as exc:
-        raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
-        ) from None
-    finally:
-        if http is None:
-            client.close()
-    if response.status_code != 200:
-        raise RecipeError(f"no recipe {recipe_id!r}: {_refusal(response)}")
-    try:
-        body: dict[str, Any] = response.json()
-    except ValueError:
-        raise RecipeError("the recipe server's answer is malformed") from None
+    body = _get_json(
+        server, f"/recipes/{recipe_id}", f"no recipe {recipe_id!r}", params=params, http=http
+    )
     return _verify(body, public_key)
 
 
 def list_recipes(server: str, *, http: httpx.Client | None = None) -> dict[str, Any]:
     """The server's listing: the latest tree head and the logged recipes."""
-    client = http or httpx.Client(timeout=30.0)
-    try:
-        response = client.get(f"{server.rstrip('/')}/recipes")
-    except httpx.HTTPError as exc:
-        raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
-        ) from None
-    finally:
-        if http is None:
-            client.close()
-    if response.status_code != 200:
-        raise RecipeError(f"the recipe server refused the listing: {_refusal(response)}")
-    try:
-        listing: dict[str, Any] = response.json()
-        if not isinstance(listing.get("recipes"), list):
-            raise ValueError
-    except (ValueError, AttributeError):
-        raise RecipeError("the recipe server's listing is malformed") from None
+    listing = _get_json(server, "/recipes", "the recipe server refused the listing", http=http)
+    if not isinstance(listing.get("recipes"), list):
+        raise RecipeError("the recipe server's listing is malformed")
     return listing
 
 
