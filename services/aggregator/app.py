@@ -101,6 +101,26 @@ def _respond(answer: Answer, media_type: str | None = None) -> Response:
     )
 
 
+def open_aggregator(
+    settings: AggregatorSettings,
+    *,
+    clock: Clock | None = None,
+    database: Database | None = None,
+    issuer_http: httpx.Client | None = None,
+) -> Aggregator:
+    """The aggregator over the store at `settings.database_url`, migrated and with an HPKE key.
+
+    Every process on one store calls this at start (API and driver-only processes alike):
+    migrations and the first key are safe to race."""
+    db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
+    ds = Datastore(db, shards=settings.batch_shards)
+    ds.migrate()
+    clock = clock or RealClock()
+    ds.add_hpke_key(clock.now(), only_if_none=True)
+    http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
+    return Aggregator(ds, clock, settings, fetch=http.get)
+
+
 def create_app(
     settings: AggregatorSettings,
     *,
@@ -111,13 +131,8 @@ def create_app(
     """An aggregator app over the store at `settings.database_url` (migrated here).
 
     `issuer_http` fetches token issuer directories (tests pass an in-process issuer)."""
-    db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
-    ds = Datastore(db, shards=settings.batch_shards)
-    ds.migrate()
-    clock = clock or RealClock()
-    ds.add_hpke_key(clock.now(), only_if_none=True)
-    http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
-    agg = Aggregator(ds, clock, settings, fetch=http.get)
+    agg = open_aggregator(settings, clock=clock, database=database, issuer_http=issuer_http)
+    ds, clock = agg.ds, agg.clock
 
     app = FastAPI(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.aggregator = agg
@@ -295,5 +310,5 @@ def create_app(
             return JSONResponse({"status": "starting"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
-    log.debug("aggregator app created (%s)", json.dumps({"db": db.dialect.name}))
+    log.debug("aggregator app created (%s)", json.dumps({"db": ds.db.dialect.name}))
     return app

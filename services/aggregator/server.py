@@ -1,14 +1,22 @@
-"""Process entry point: migrate, make sure an HPKE key exists, serve, run the drivers."""
+"""Process entry points: migrate, make sure an HPKE key exists, then serve (and run the drivers)
+or only run the drivers.
+
+Several processes may share one PostgreSQL store (architecture: "several processes can run
+them against one PostgreSQL"): API processes behind a load balancer with `run_drivers` off,
+and any number of driver-only processes (`python -m services.aggregator.drivers`); leases
+keep two drivers from stepping the same job.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
+import threading
 from types import FrameType
 
 import uvicorn
 
-from services.aggregator.app import create_app
+from services.aggregator.app import create_app, open_aggregator
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.settings import AggregatorSettings
 
@@ -41,3 +49,26 @@ def serve(settings: AggregatorSettings) -> None:
             runner.stop()
         app.state.aggregator.ds.db.close()
         log.info("aggregator stopped")
+
+
+def drive(settings: AggregatorSettings) -> None:
+    """Run only the leader's drivers, without HTTP, until SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    agg = open_aggregator(settings)
+    stop = threading.Event()
+
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    runner = DriverRunner(agg)
+    runner.start()
+    log.info("drivers started")
+    try:
+        stop.wait()
+    finally:
+        runner.stop()
+        agg.ds.db.close()
+        log.info("drivers stopped")

@@ -341,7 +341,17 @@ class Database:
                 applied += 1
             return applied
 
-        return self.run("migrate", apply)
+        try:
+            return self.run("migrate", apply)
+        except (
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateObject,
+            psycopg.errors.UniqueViolation,
+        ):
+            # PostgreSQL took this transaction's snapshot at its first statement, before the
+            # advisory lock was granted: after waiting behind another process's migration it
+            # finds the new tables but not their record. A fresh attempt sees both.
+            return self.run("migrate", apply)
 
     def schema_version(self) -> int:
         def read(tx: Tx) -> int:

@@ -44,6 +44,35 @@ def test_migrations_apply_once(db_url: str) -> None:
         db.close()
 
 
+def test_concurrent_migrations_apply_once(db_url: str) -> None:
+    """Several processes starting at once on one empty store (scale-out): one applies the
+    steps, the others find them applied; none fails."""
+    dbs = [Database.open(db_url) for _ in range(4)]
+    barrier = threading.Barrier(len(dbs))
+    applied: list[int] = []
+    errors: list[BaseException] = []
+
+    def start(db: Database) -> None:
+        barrier.wait()
+        try:
+            applied.append(db.migrate(MIGRATIONS))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(db,)) for db in dbs]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert sorted(applied) == [0] * (len(dbs) - 1) + [len(MIGRATIONS)]
+        assert dbs[0].schema_version() == MIGRATIONS[-1].version
+    finally:
+        for db in dbs:
+            db.close()
+
+
 def test_transaction_rolls_back_on_error(db_url: str) -> None:
     db = Database.open(db_url)
     try:

@@ -116,14 +116,27 @@ def _kill_leftovers() -> None:
 
 
 class Service:
-    """One service process: same argv, env, port and store across restarts."""
+    """One service process: same argv, env, port and store across restarts.
 
-    def __init__(self, name: str, module: str, env: dict[str, str], port: int, log: Path):
+    A process without HTTP (the driver-only aggregator) is ready once its log shows
+    `ready_line` after its latest start."""
+
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        env: dict[str, str],
+        port: int,
+        log: Path,
+        *,
+        ready_line: str | None = None,
+    ):
         self.name = name
         self.module = module
         self.env = env
         self.port = port
         self.log = log
+        self.ready_line = ready_line
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -152,13 +165,26 @@ class Service:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise HarnessError(f"{self.name} exited at start-up:\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if self._ready():
+                return
             time.sleep(0.1)
         raise HarnessError(f"{self.name} not healthy within {timeout:g} s:\n{self.tail()}")
+
+    def _ready(self) -> bool:
+        if self.ready_line is not None:
+            return self.ready_line in self.current_log()
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def current_log(self) -> str:
+        """The log since the latest start."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text.rpartition(f"===== start {self.starts} of {self.name} =====")[2]
 
     def kill9(self) -> None:
         """SIGKILL the whole process group and reap it: no cleanup code runs."""
@@ -510,7 +536,11 @@ def postgres_available() -> bool:
 
 
 class Deployment:
-    """Leader, helper, collector and the proxy; use as a context manager."""
+    """Leader, helper, collector and the proxy; use as a context manager.
+
+    With `leader_replicas` > 1 more leader API processes ("leader-2", ...) serve the leader's
+    store; with `driver_processes` the leader's drivers run only in that many driver-only
+    processes ("driver-1", ...), not in the API processes."""
 
     def __init__(
         self,
@@ -519,6 +549,8 @@ class Deployment:
         *,
         postgres: bool = False,
         aggregator_env: dict[str, str] | None = None,
+        leader_replicas: int = 1,
+        driver_processes: int = 0,
     ) -> None:
         self.tmp = tmp
         self.schedule = schedule
@@ -535,19 +567,33 @@ class Deployment:
             else:
                 urls[role] = f"sqlite:///{tmp / f'{role}.db'}"
         self.services: dict[str, Service] = {}
-        for role in ("leader", "helper"):
+        leaders = ["leader"] + [f"leader-{i}" for i in range(2, leader_replicas + 1)]
+        drivers = [f"driver-{i}" for i in range(1, driver_processes + 1)]
+        for name in [*leaders, "helper", *drivers]:
+            role = "helper" if name == "helper" else "leader"
             port = free_port()
-            env = dict(base, **AGGREGATOR_ENV, **(aggregator_env or {}))
+            env = {**base, **AGGREGATOR_ENV, **(aggregator_env or {})}
             env.update(
                 SAGG_AGGREGATOR_DATABASE_URL=urls[role],
                 SAGG_AGGREGATOR_PORT=str(port),
                 SAGG_AGGREGATOR_ADMIN_TOKEN=ADMIN_TOKEN,
-                # The helper runs no drivers; the leader's drive everything.
-                SAGG_AGGREGATOR_RUN_DRIVERS="true" if role == "leader" else "false",
+                # The helper runs no drivers; the leader's API processes run them unless
+                # driver-only processes do.
+                SAGG_AGGREGATOR_RUN_DRIVERS="true" if role == "leader" and not drivers else "false",
             )
-            self.services[role] = Service(
-                role, "services.aggregator", env, port, tmp / f"{role}.log"
-            )
+            if name in drivers:
+                self.services[name] = Service(
+                    name,
+                    "services.aggregator.drivers",
+                    env,
+                    port,
+                    tmp / f"{name}.log",
+                    ready_line="drivers started",
+                )
+            else:
+                self.services[name] = Service(
+                    name, "services.aggregator", env, port, tmp / f"{name}.log"
+                )
         port = free_port()
         env = dict(base, **COLLECTOR_ENV)
         env.update(

@@ -206,12 +206,19 @@ class AggregationJobDriver:
             k = outcomes[i].out_index
             if outcomes[i].error is None and (k is None or not finished[k]):
                 outcomes[i].error = PrepareError.VDAF_PREP_ERROR
-        agg.ds.finish_leader_job(
+        final = agg.ds.finish_leader_job(
             lease,
             vdaf,
             outcomes,
             batch.out_shares,
             requeue_at=agg.clock.now() + agg.settings.too_early_retry_s,
+        )
+        # One line per job (counts only): with several driver processes on one store, the logs
+        # show how the work was shared.
+        log.info(
+            "aggregation job finished: %d of %d reports aggregated",
+            sum(1 for o in final if o.error is None),
+            len(final),
         )
 
     def _send(self, task: Task, job_id: bytes, body: bytes) -> AggregationJobResp:
