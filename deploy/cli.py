@@ -271,6 +271,7 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         "time_precision",
         "max_batch_query_count",
         "expires_in",
+        "report_expiry_age",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -638,6 +639,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--time-precision", type=_positive)
     create.add_argument("--max-batch-query-count", type=_positive)
     create.add_argument("--expires-in", type=_positive, help="seconds from now")
+    create.add_argument(
+        "--report-expiry-age",
+        type=_positive,
+        help="seconds after which reports are refused and their data deleted",
+    )
     create.add_argument("--leader")
     create.add_argument("--helper")
     create.add_argument("--collector")

@@ -39,6 +39,8 @@ class TaskParams(BaseModel):
     time_precision: int = Field(default=3600, ge=1)
     max_batch_query_count: int = Field(default=1, ge=1)
     expires_in: int | None = Field(default=None, ge=1)
+    #: Seconds after which a report is refused and forgotten (bounds the anti-replay set).
+    report_expiry_age: int | None = Field(default=None, ge=1)
     leader: str
     helper: str
     collector: str
@@ -146,6 +148,7 @@ def create_task(
             "time_precision": params.time_precision,
             "max_batch_query_count": params.max_batch_query_count,
             "task_expiration": expiration,
+            "report_expiry_age": params.report_expiry_age,
             "collector_hpke_config": answer["collector_hpke_config"],
             "aggregator_auth_token": aggregator_token,
             "recipe_digest": recipe_digest,
@@ -176,6 +179,8 @@ def create_task(
         info["max_batch_size"] = params.max_batch_size
     if expiration is not None:
         info["task_expiration"] = expiration
+    if params.report_expiry_age is not None:
+        info["report_expiry_age"] = params.report_expiry_age
     if recipe_digest is not None:
         info["recipe_digest"] = recipe_digest
     if tokens is not None:

@@ -4,8 +4,8 @@ Tables (one store serves many tasks, in either role):
 - ``tasks``: the provisioned definition (secrets removed) and the auth token hashes. The leader
   also keeps its outgoing helper token: it has to present it, so it cannot be a hash.
 - ``hpke_keys``: the aggregator's HPKE keys, newest first; every stored key still decrypts.
-- ``client_reports``: one row per report id per task, kept forever as the anti-replay set
-  (DAP-09 §4.5.1.4). The leader stores the report there at upload (its decrypted input share,
+- ``client_reports``: one row per report id per task, the anti-replay set (DAP-09 §4.5.1.4),
+  kept until the task's `report_expiry_age` has passed (`drivers.garbage`). The leader stores the report there at upload (its decrypted input share,
   the helper's ciphertext) and scrubs the payload columns once the report is aggregated; the
   helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or for
   a report the helper found too early, when it may go into a job again.
@@ -218,6 +218,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (task_id, key_lo, key_hi, agg_param))""",
         ),
     ),
+    Migration(
+        4,
+        "spent tokens by spend time, for garbage collection",
+        (
+            "DROP INDEX spent_tokens_task",
+            "CREATE INDEX spent_tokens_spent ON spent_tokens (task_id, spent_at)",
+        ),
+    ),
 )
 
 #: Stages of `rejection_counts`.
@@ -317,6 +325,26 @@ class BatchTotals:
     checksum: bytes
     time_min: int | None
     time_max: int | None
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """Rows one garbage-collection pass deleted."""
+
+    reports: int = 0
+    aggregation_jobs: int = 0
+    spent_tokens: int = 0
+
+    def __add__(self, other: Garbage) -> Garbage:
+        return Garbage(
+            self.reports + other.reports,
+            self.aggregation_jobs + other.aggregation_jobs,
+            self.spent_tokens + other.spent_tokens,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.reports + self.aggregation_jobs + self.spent_tokens
 
 
 class LeaseLostError(Exception):
@@ -419,6 +447,53 @@ class Datastore:
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
 
         return self.db.run("delete_task", body)
+
+    def collect_garbage(
+        self, task_id: bytes, *, report_horizon: int | None, token_horizon: int, limit: int
+    ) -> Garbage:
+        """Delete up to `limit` rows of each kind that can no longer matter (`drivers.garbage`).
+
+        - reports timestamped before `report_horizon` (no horizon: kept forever), unless a
+          leader job in progress still needs their payload; their ids leave the replay set,
+          which is safe because both aggregators refuse reports that old;
+        - aggregation jobs whose every report is that old, with their report aggregations,
+          except leader jobs in progress;
+        - spent tokens spent before `token_horizon`, which no aggregator would accept again.
+        """
+
+        def body(tx: Tx) -> Garbage:
+            reports = jobs = 0
+            if report_horizon is not None:
+                horizon = {"t": task_id, "h": report_horizon, "n": limit}
+                # `aggregation_started IN (0, 1)` lets the (task, started, time) index serve.
+                reports = tx.execute(
+                    "DELETE FROM client_reports WHERE task_id = :t AND report_id IN ("
+                    " SELECT report_id FROM client_reports WHERE task_id = :t"
+                    " AND aggregation_started IN (0, 1) AND client_time < :h"
+                    " AND (aggregation_started = 0 OR leader_input_share IS NULL) LIMIT :n)",
+                    horizon,
+                )
+                expired_jobs = (
+                    "SELECT job_id FROM aggregation_jobs WHERE task_id = :t AND time_max < :h"
+                    f" AND NOT (role = 'leader' AND state = '{JOB_IN_PROGRESS}') LIMIT :n"
+                )
+                job_ids = [r["job_id"] for r in tx.query(expired_jobs, horizon)]
+                rows = [{"t": task_id, "j": job_id} for job_id in job_ids]
+                tx.execute_many(
+                    "DELETE FROM report_aggregations WHERE task_id = :t AND job_id = :j", rows
+                )
+                tx.execute_many(
+                    "DELETE FROM aggregation_jobs WHERE task_id = :t AND job_id = :j", rows
+                )
+                jobs = len(job_ids)
+            tokens = tx.execute(
+                "DELETE FROM spent_tokens WHERE task_id = :t AND spent_at < :h AND nonce IN ("
+                " SELECT nonce FROM spent_tokens WHERE task_id = :t AND spent_at < :h LIMIT :n)",
+                {"t": task_id, "h": token_horizon, "n": limit},
+            )
+            return Garbage(reports, jobs, tokens)
+
+        return self.db.run("collect_garbage", body)
 
     # --- HPKE keys ---------------------------------------------------------------------------
 

@@ -122,6 +122,7 @@ class Task:
     time_precision: int
     max_batch_query_count: int
     task_expiration: int | None
+    report_expiry_age: int | None
     collector_config: HpkeConfig
     leader_endpoint: str
     helper_endpoint: str
@@ -133,6 +134,10 @@ class Task:
     @property
     def b64(self) -> str:
         return self.id.to_b64url()
+
+    def expired_report(self, report_time: int, now: int) -> bool:
+        """Older than `report_expiry_age`: refused, since its replay record may be gone."""
+        return self.report_expiry_age is not None and report_time < now - self.report_expiry_age
 
     def batch_target(self) -> int | None:
         """Reports per fixed_size batch the leader fills (None for time_interval)."""
@@ -154,6 +159,9 @@ def task_from_record(record: TaskRecord) -> Task:
         time_precision=int(d["time_precision"]),
         max_batch_query_count=int(d["max_batch_query_count"]),
         task_expiration=None if d.get("task_expiration") is None else int(d["task_expiration"]),
+        report_expiry_age=None
+        if d.get("report_expiry_age") is None
+        else int(d["report_expiry_age"]),
         collector_config=HpkeConfig.decode(
             b64url_decode(d["collector_hpke_config"], "collector_hpke_config")
         ),
@@ -379,6 +387,8 @@ class Aggregator:
         now = self.clock.now()
         if task.task_expiration is not None and metadata.time > task.task_expiration:
             raise _RejectedError(rejected, "task expired", "task_expired")
+        if task.expired_report(metadata.time, now):
+            raise _RejectedError(rejected, "report older than the expiry age", "report_expired")
         if metadata.time > now + self.settings.clock_skew_s:
             raise _RejectedError(
                 ProblemType.REPORT_TOO_EARLY, "report time is in the future", "report_too_early"
@@ -643,6 +653,9 @@ class Aggregator:
             return _ShareCheck(PrepareError.REPORT_TOO_EARLY)
         if task.task_expiration is not None and metadata.time > task.task_expiration:
             return _ShareCheck(PrepareError.TASK_EXPIRED)
+        if task.expired_report(metadata.time, now):
+            # Its id may already have left the replay set (`drivers.garbage`).
+            return _ShareCheck(PrepareError.REPORT_DROPPED)
         reason, spend = self.check_extensions(
             task, metadata, share.extensions, now, self.settings.token_aggregation_grace_s
         )

@@ -42,6 +42,8 @@ class AggregatorSettings(BaseSettings):
     helper_timeout_s: float = Field(default=30.0, gt=0)
     #: A task and all its data are deleted this long after its `task_expiration`.
     expired_task_retention_s: int = Field(default=7 * 86400, ge=0)
+    #: Rows of each kind one garbage-collection transaction deletes (`drivers.garbage`).
+    gc_batch_size: int = Field(default=10_000, ge=1)
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)
     pg_pool_size: int = Field(default=8, ge=1)

@@ -211,6 +211,10 @@ class TaskDefinition(_TaskCommon):
     time_precision: int = Field(ge=1)
     max_batch_query_count: int = Field(default=1, ge=1)
     task_expiration: int | None = Field(default=None, ge=0)
+    #: Reports older than this (by their timestamp) are refused and their data, replay
+    #: protection included, deleted: without it the anti-replay set grows forever (DAP-09
+    #: §4.5.1.4 lets an aggregator bound it by refusing reports older than what it keeps).
+    report_expiry_age: int | None = Field(default=None, ge=1)
     collector_hpke_config: str
     aggregator_auth_token: str = Field(min_length=16)
     collector_auth_token: str | None = Field(default=None, min_length=16)

@@ -64,10 +64,13 @@ def test_up_create_upload_collect_teardown(up: Up) -> None:
         str(PRECISION),
         "--max-batch-query-count",
         "2",
+        "--report-expiry-age",
+        "86400",
     )
     assert created.returncode == 0, created.stderr
     info: dict[str, Any] = json.loads(created.stdout)
     assert info["query_type"] == "time_interval" and info["time_precision"] == PRECISION
+    assert info["report_expiry_age"] == 86400
 
     measurements = [(i * 7) % BUCKETS if i % 3 else 0 for i in range(REPORTS)]
     now = int(time.time())

@@ -14,6 +14,7 @@ from services.aggregator.drivers.aggregation import (
     delete_expired_tasks,
 )
 from services.aggregator.drivers.collection import CollectionJobDriver
+from services.aggregator.drivers.garbage import collect_garbage
 from services.aggregator.service import Aggregator
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class DriverRunner:
 
     def _cleanup(self) -> int:
         delete_expired_tasks(self.agg)
+        collect_garbage(self.agg)
         # Expirations are coarse; looking once a minute is plenty.
         self._stop.wait(60)
         return 0
