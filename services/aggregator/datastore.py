@@ -5,9 +5,10 @@ Tables (one store serves many tasks, in either role):
   also keeps its outgoing helper token: it has to present it, so it cannot be a hash.
 - ``hpke_keys``: the aggregator's HPKE keys, newest first; every stored key still decrypts.
 - ``client_reports``: one row per report id per task, the anti-replay set (DAP-09 §4.5.1.4),
-  kept until the task's `report_expiry_age` has passed (`drivers.garbage`). The leader stores the report there at upload (its decrypted input share,
-  the helper's ciphertext) and scrubs the payload columns once the report is aggregated; the
-  helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or for
+  kept until the task's `report_expiry_age` has passed (`drivers.garbage`). The leader
+  stores the report there at upload (its decrypted input share, the helper's ciphertext) and
+  scrubs the payload columns once the report is aggregated; the helper inserts payload-less
+  rows as it aggregates. `received_at` is the upload time, or for
   a report the helper found too early, when it may go into a job again.
 - ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease (leader) or the stored
   request hash and response (helper, for idempotent re-sends, DAP-09 §4.5.1.2).

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from pydantic import ValidationError
 
-__all__ = ["run_service", "settings_from_env"]
+__all__ = ["run_service", "service_main", "settings_from_env"]
 
 _S = TypeVar("_S")
 
@@ -43,3 +43,25 @@ def settings_from_env(load: Callable[[], _S], env_prefix: str, service: str) -> 
         )
         print(f"{service}: invalid settings: {problems}", file=sys.stderr)
         return None
+
+
+class _Listening(Protocol):
+    host: str
+    port: int
+    log_level: str
+
+
+_L = TypeVar("_L", bound=_Listening)
+
+
+def service_main(
+    load: Callable[[], _L], env_prefix: str, service: str, create_app: Callable[[_L], Any]
+) -> int:
+    """A `python -m services.<name>` main: exit 2 on bad settings, else serve until a signal."""
+    settings = settings_from_env(load, env_prefix, service)
+    if settings is None:
+        return 2
+    run_service(
+        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
+    )
+    return 0
