@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -34,7 +34,7 @@ from client_sdk.tokens import DeviceIdentity
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.dap.task import b64url_decode
 
-__all__ = ["add_devices_parser", "main", "run_devices"]
+__all__ = ["add_devices_parser", "main", "manufactured_identities", "run_devices"]
 
 
 def add_devices_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,11 +70,10 @@ def _recipe_key(args: argparse.Namespace, http: httpx.Client) -> bytes:
     return b64url_decode(response.json()["keys"][0]["public_key"], "recipe key")
 
 
-def _identities(args: argparse.Namespace) -> tuple[bool, object]:
-    if args.no_tokens or args.manufacturer_ca is None or args.manufacturer_key is None:
-        return False, None
-    cert = x509.load_pem_x509_certificate(args.manufacturer_ca.read_bytes())
-    key = serialization.load_pem_private_key(args.manufacturer_key.read_bytes(), None)
+def manufactured_identities(ca_cert: Path, ca_key: Path) -> Callable[[], DeviceIdentity]:
+    """A factory of fresh device identities certified by the manufacturer CA (PEM files)."""
+    cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    key = serialization.load_pem_private_key(ca_key.read_bytes(), None)
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise SystemExit("the manufacturer key must be Ed25519")
     ca = ManufacturerCA("manufacturer", key, cert)
@@ -82,7 +81,13 @@ def _identities(args: argparse.Namespace) -> tuple[bool, object]:
     def make() -> DeviceIdentity:
         return SimulatedDevice.manufacture(ca)
 
-    return True, make
+    return make
+
+
+def _identities(args: argparse.Namespace) -> tuple[bool, Callable[[], DeviceIdentity] | None]:
+    if args.no_tokens or args.manufacturer_ca is None or args.manufacturer_key is None:
+        return False, None
+    return True, manufactured_identities(args.manufacturer_ca, args.manufacturer_key)
 
 
 def run_devices(args: argparse.Namespace) -> int:
@@ -103,7 +108,7 @@ def run_devices(args: argparse.Namespace) -> int:
             config,
             policy=load_policy(args.policy) if args.policy else None,
             http=http,
-            identities=identities,  # type: ignore[arg-type]
+            identities=identities,
             directory=args.store_dir,
             concurrency=args.concurrency,
             seed=args.seed,

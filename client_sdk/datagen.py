@@ -10,6 +10,11 @@
 Each generator fills every queried field of the recipe with a value of the right shape: a
 category from the recipe's own list when the feature is categorical (so the simulation hits
 the buckets), a token list for an n-gram feature, a number for buckets and integers.
+
+A population that answers several recipes (`Simulator.devices`) needs data that does not
+depend on any one recipe: `keyboard_events` (typed sentences, for an interactive n-gram search
+whose later recipes are built from earlier results) and `value_events` (an integer and its
+square, for a mean and a variance by bit pushing, 003 §3.3).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from shared.recipe.model import (
     Recipe,
 )
 
-__all__ = ["GENERATORS", "generate_events"]
+__all__ = ["GENERATORS", "generate_events", "keyboard_events", "value_events"]
 
 GENERATORS = ("emoji", "words", "ngrams", "ages", "values")
 
@@ -89,3 +94,35 @@ def generate_events(
         record = {name: _value(kind, features.get(name), rng) for name in recipe.query.fields}
         out.append((record, now - rng.randrange(max(1, window))))
     return out
+
+
+def _times(rng: random.Random, now: int, window: int, events: int) -> list[int]:
+    return [now - rng.randrange(max(1, window)) for _ in range(events)]
+
+
+def keyboard_events(
+    rng: random.Random,
+    now: int,
+    field: str,
+    *,
+    vocabulary: list[str] | None = None,
+    events: int = 3,
+    window: int = 86400,
+) -> list[tuple[dict[str, Any], int]]:
+    """`events` typed sentences (token lists in `field`) from the bigram chain over
+    `vocabulary` (default `WORDS`), timed within `window` seconds before `now`."""
+    words = vocabulary or WORDS
+    return [
+        ({field: _sentence(rng, words, rng.randint(3, 8))}, t)
+        for t in _times(rng, now, window, events)
+    ]
+
+
+def value_events(
+    rng: random.Random, now: int, bits: int, field: str, square_field: str
+) -> list[tuple[dict[str, Any], int]]:
+    """One record: a log-normal integer below 2^bits in `field` and its square in
+    `square_field` (what a device derives to answer E[X^2], 003 §3.3)."""
+    top = (1 << bits) - 1
+    x = min(top, int(math.exp(rng.gauss(math.log(max(2, top) / 8), 0.8))))
+    return [({field: x, square_field: x * x}, now - rng.randrange(3600))]

@@ -67,8 +67,9 @@ def _tokens(value: object) -> list[str]:
 
 def _ngrams(tokens: list[str], n: int) -> list[tuple[str, ...]]:
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-    if len(tokens) >= n - 1:
-        grams.append(tuple(tokens[len(tokens) - (n - 1) :]))  # ends with the sentence
+    if n > 1 and len(tokens) >= n - 1:
+        # Ends with the sentence; a 1-gram cannot (the empty gram is no typed word).
+        grams.append(tuple(tokens[len(tokens) - (n - 1) :]))
     return grams
 
 

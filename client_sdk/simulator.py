@@ -14,6 +14,12 @@ allows it, without sharing anything a device must not share:
 The recipe is fetched and verified once (by the first device, through the log) and the
 verified bytes handed to every device: they all would receive the same bytes.
 
+`run` makes a fresh population per recipe. `devices` and `answer` keep one population across
+several recipes instead (an interactive analysis, 000 §1 and §4.1): each device keeps its event
+store and its budget accountant, so the recipes' budgets compose on every device (000 §4.3).
+`SimulationSummary.truth` is the ground truth the aggregate estimates: the one-hot index (the
+integer value, for bit pushing) each uploaded report randomized.
+
 Randomized donation times (001 appendix A) run on a compressed clock: devices pick their slot
 as usual, and the simulator walks the slots in order, sleeping ``slot_seconds / time_scale``
 real seconds between them (0 with the default infinite scale).
@@ -63,6 +69,8 @@ class SimulationSummary:
     failed: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     report_bytes: int = 0
+    #: One-hot index (the value, for bit pushing) -> number of uploaded reports that encoded it.
+    truth: Counter[int] = field(default_factory=Counter)
 
     @property
     def reports_per_second(self) -> float:
@@ -158,6 +166,9 @@ class Simulator:
         self.base_clock = clock or (lambda: int(time.time()))
         self.offset = 0
         self.progress = progress
+        #: (device, pending upload id) -> the index it randomized, until the report is sent.
+        self._indices: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
 
     def now(self) -> int:
         return self.base_clock() + self.offset
@@ -174,6 +185,16 @@ class Simulator:
             uploader=self.uploader,
         )
 
+    def devices(self, count: int, policy: DevicePolicy, first: int = 0) -> list[Device]:
+        """`count` new devices with this policy, numbered from `first` (their store
+        directories, when the simulator has one); close them with `close`."""
+        return [self._device(first + i, policy) for i in range(count)]
+
+    @staticmethod
+    def close(devices: list[Device]) -> None:
+        for device in devices:
+            device.close()
+
     def run(
         self,
         recipe_id: str,
@@ -185,32 +206,49 @@ class Simulator:
     ) -> SimulationSummary:
         summary = SimulationSummary(devices=count)
         start = time.perf_counter()
-        verified = verified or self._verify(recipe_id, version)
+        verified = verified or self.verify(recipe_id, version)
         if verified is None:
             summary.refused["recipe could not be verified"] = count
             summary.seconds = time.perf_counter() - start
             return summary
         recipe = verified.recipe
         policy = self.policy or permissive_policy(recipe.query.fields, recipe.query.stream)
-        devices = [self._device(i, policy) for i in range(count)]
+        devices = self.devices(count, policy)
         now = self.now()
         for device in devices:
             device.events.register_stream(recipe.query.stream)
             device.events.add_many(
                 recipe.query.stream, generate_events(data, recipe, self.data_rng, now)
             )
+        try:
+            self.answer(devices, verified, summary)
+        finally:
+            self.close(devices)
+        summary.seconds = time.perf_counter() - start
+        return summary
+
+    def answer(
+        self,
+        devices: list[Device],
+        verified: VerifiedRecipe,
+        summary: SimulationSummary | None = None,
+    ) -> SimulationSummary:
+        """Steps 2-7 of `client_sdk.device` for one verified recipe on these devices (enrolling
+        those not yet enrolled with the recipe's attester). The devices stay open."""
+        summary = summary if summary is not None else SimulationSummary(devices=len(devices))
+        start = time.perf_counter()
+        recipe = verified.recipe
         if self.config.use_tokens and self.identities is not None:
             self._parallel(
                 lambda d: d.enroll(d.attester_url(recipe)), devices, "enrolling", summary
             )
         self._answer(devices, verified, summary)
         self._donate(devices, summary)
-        summary.seconds = time.perf_counter() - start
-        for device in devices:
-            device.close()
+        summary.seconds += time.perf_counter() - start
         return summary
 
-    def _verify(self, recipe_id: str, version: int | None) -> VerifiedRecipe | None:
+    def verify(self, recipe_id: str, version: int | None = None) -> VerifiedRecipe | None:
+        """The recipe as a device fetches and verifies it (None: refused, e.g. not logged)."""
         probe = Device(
             self.policy or permissive_policy(("x",), "x"),
             self.config,
@@ -257,6 +295,8 @@ class Simulator:
                 m = next(measurements) if plan.status == "answer" else None
                 outcome = device.commit(plan, m)
                 if outcome.status == "queued":
+                    assert plan.index is not None and outcome.pending_id is not None
+                    self._indices[(id(device), outcome.pending_id)] = plan.index
                     summary.sampled += 1
                 elif outcome.status == "not_sampled":
                     summary.not_sampled += 1
@@ -321,11 +361,15 @@ class Simulator:
             def send(pair: tuple[Device, PendingUpload]) -> None:
                 device, item = pair
                 result = device.send(item, now)
-                if result.status == "sent":
-                    summary.uploaded += 1
-                    summary.report_bytes += len(item.report or b"")
-                else:
-                    summary.failed[result.detail or result.status] += 1
+                with self._lock:
+                    index = self._indices.pop((id(device), item.id), None)
+                    if result.status == "sent":
+                        summary.uploaded += 1
+                        summary.report_bytes += len(item.report or b"")
+                        if index is not None:
+                            summary.truth[index] += 1
+                    else:
+                        summary.failed[result.detail or result.status] += 1
                 bar.add()
 
             with ThreadPoolExecutor(self.concurrency) as pool:

@@ -1,6 +1,8 @@
 """`sagg`: the command line (argparse, one subcommand per task).
 
-    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--demo]
+    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U]
+            [--demo [--demo-scale full|small] [--demo-out DIR] [--demo-seed N] [--demo-only A,B]
+             [--exit-after-demo]]
     sagg serve aggregator|collector|token-issuer|recipe-server [--host H --port P
                                                                 --database-url U]
     sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
@@ -51,7 +53,8 @@ from deploy.config import (
     load_deployment,
     write_deployment,
 )
-from deploy.demo import run_demo
+from deploy.demo import ANALYSES, DemoError, run_demo
+from deploy.demo.framework import SCALES
 from deploy.keys import KeysError, ensure_keys
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
@@ -166,6 +169,16 @@ def _confidence(text: str) -> float:
     if not 0.5 < value < 1:
         raise argparse.ArgumentTypeError(f"confidence must be in (0.5, 1): {text!r}")
     return value
+
+
+def _analysis_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"analyses are a comma-separated subset of {','.join(ANALYSES)}: {text!r}"
+        )
+    return names
 
 
 def _seconds(text: str) -> float:
@@ -417,8 +430,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"deployment     {cluster.deployment_path} (tokens inside; mode 0600)")
         print(f"logs           {cluster.data_dir / 'logs'}")
         if args.demo:
-            print(run_demo(deployment, args.demo_reports), flush=True)
-        if args.exit_after_demo:
+            reports = run_demo(
+                deployment,
+                scale=args.demo_scale,
+                out_dir=Path(args.demo_out) if args.demo_out else cluster.data_dir / "demo",
+                seed=args.demo_seed,
+                only=args.demo_only,
+            )
+            if args.exit_after_demo:
+                return 0 if all(r.passed for r in reports) else EXIT_ERROR
+        elif args.exit_after_demo:
             return 0
         print("running; Ctrl-C to stop", flush=True)
         reason = wait_for_shutdown(cluster)
@@ -612,10 +633,29 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
     up.add_argument("--startup-timeout", type=_seconds, default=60.0)
-    up.add_argument("--demo", action="store_true", help="create a task, upload, collect")
-    up.add_argument("--demo-reports", type=_positive, default=300)
     up.add_argument(
-        "--exit-after-demo", action="store_true", help="stop the services once the demo is done"
+        "--demo",
+        action="store_true",
+        help="run the papers' analyses through every service (README: what make demo shows)",
+    )
+    up.add_argument(
+        "--demo-scale",
+        choices=tuple(SCALES),
+        default="full",
+        help="full: epsilon 1 per collection; small: epsilon 2, far fewer devices (tests)",
+    )
+    up.add_argument("--demo-out", metavar="DIR", help="charts and CSV (default DATA_DIR/demo)")
+    up.add_argument("--demo-seed", type=int, default=0, help="seed of the synthetic data")
+    up.add_argument(
+        "--demo-only",
+        type=_analysis_list,
+        metavar="A,B",
+        help=f"only these analyses, of {','.join(ANALYSES)}",
+    )
+    up.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="stop the services once the demo is done (exit 1 if an analysis fails)",
     )
     up.set_defaults(func=cmd_up)
 
@@ -758,6 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         LaunchError,
         RecipeError,
         KeysError,
+        DemoError,
     ) as exc:
         print(f"sagg: {exc}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -287,11 +287,12 @@ def _feature_labels(feature: Feature) -> list[str]:
     if isinstance(feature, CategoryFeature):
         return [OOV, *feature.values]
     if isinstance(feature, NgramFeature):
-        out = [OOV]
+        # With n = 1 the only prefix is the empty root, which every 1-gram has: bucket 0 holds
+        # only devices with no word at all, and naming it apart keeps the root's own OOV
+        # bucket's label unique.
+        out = [OOV if feature.n > 1 else f"{OOV} prefix"]
         for prefix in feature.prefixes:
-            head = " ".join(prefix)
-            out += [f"{head} {END}", f"{head} {OOV}"]
-            out += [f"{head} {t}" for t in feature.known_tokens]
+            out += [" ".join((*prefix, last)) for last in (END, OOV, *feature.known_tokens)]
         return out
     assert isinstance(feature, IntegerFeature)
     return [str(i) for i in range(feature.size)]

@@ -12,12 +12,16 @@ global backend switch and no figure registry to leak into the caller (the CLI) o
 
 from __future__ import annotations
 
+import functools
 import textwrap
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 
+from matplotlib import font_manager
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ft2font import FT2Font
 
 from services.collector.analysis import Analysis, Item
 
@@ -25,6 +29,26 @@ __all__ = ["DEFAULT_MAX_BARS", "write_chart"]
 
 #: More bars than this are unreadable: the chart then shows the largest estimates.
 DEFAULT_MAX_BARS = 40
+
+
+@functools.cache
+def _font_codepoints() -> frozenset[int]:
+    """The characters the default font draws."""
+    path = font_manager.findfont(font_manager.FontProperties())
+    return frozenset(FT2Font(path).get_charmap())
+
+
+def _drawable(label: str) -> str:
+    """`label` with every character the font cannot draw (e.g. emoji) spelled by its Unicode
+    name, and variation selectors dropped: a chart of emoji counts stays readable."""
+    known = _font_codepoints()
+    out: list[str] = []
+    for ch in label:
+        if ord(ch) in known:
+            out.append(ch)
+        elif unicodedata.category(ch) != "Mn":
+            out.append(unicodedata.name(ch, f"U+{ord(ch):04X}").lower())
+    return "".join(out)
 
 
 def _shown(analysis: Analysis, max_bars: int) -> tuple[list[Item], int]:
@@ -89,7 +113,7 @@ def write_chart(
     if any(it.below_threshold for it in items):
         # An empty patch only to explain the hatching in the legend.
         draw([0], [0], color="#c9d4e3", hatch="//", edgecolor="#2b4f78", label="below threshold")
-    labels = [textwrap.shorten(it.label, 48, placeholder="...") for it in items]
+    labels = [textwrap.shorten(_drawable(it.label), 48, placeholder="...") for it in items]
     value_axis = "estimated mean" if analysis.statistic == "mean" else "estimated count"
     if horizontal:
         ax.axvline(0, color="#888888", linewidth=0.8)

@@ -111,7 +111,7 @@ class RandomNgramSelection(_Frozen):
 
     kind: Literal["random_ngram"] = "random_ngram"
     field: FieldName
-    n: int = Field(ge=2, le=8)
+    n: int = Field(ge=1, le=8)
     window_seconds: Window
 
 
@@ -214,12 +214,13 @@ class NgramFeature(_Frozen):
     `prefixes` are the leaves of the prefix tree, each n-1 tokens. Buckets: 0 is OOV (the prefix
     is not a leaf); then per leaf, in order: the end token (the n-gram stops at the leaf), OOV
     (the next token is not known), and one bucket per known token. Size 1 + L (2 + K), e.g.
-    000's 1 + 3 (1 + 1 + 9).
+    000's 1 + 3 (1 + 1 + 9). n = 1 is the first round of 000 §1's interactive search (popular
+    words): one empty prefix, the tree's root.
     """
 
     kind: Literal["ngram"] = "ngram"
     field: FieldName
-    n: int = Field(ge=2, le=8)
+    n: int = Field(ge=1, le=8)
     prefixes: tuple[tuple[Token, ...], ...] = Field(min_length=1, max_length=100_000)
     known_tokens: tuple[Token, ...] = Field(max_length=100_000)
 

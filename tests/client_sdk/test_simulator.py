@@ -11,6 +11,7 @@ import pytest
 from client_sdk.cli import main
 from client_sdk.datagen import GENERATORS, generate_events
 from client_sdk.device import DeviceConfig
+from client_sdk.policy import FieldAllowance
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from services.token_issuer.devices import SimulatedDevice
@@ -84,3 +85,39 @@ def test_generators_fill_the_recipe_fields() -> None:
 def test_cli_requires_a_recipe() -> None:
     with pytest.raises(SystemExit):
         main(["devices", "run"])  # --recipe is required
+
+
+def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) -> None:
+    """`devices` + `answer`: the same devices answer again only within their budget, and the
+    summary's truth counts the one-hot index of every uploaded report."""
+    world = World(tmp_path)
+    world.publish()
+    config = DeviceConfig(recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key)
+    simulator = Simulator(
+        config,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        clock=world.clock.now,
+        progress=None,
+    )
+    verified = simulator.verify("emoji.daily")
+    assert verified is not None
+    recipe = verified.recipe
+    # Budget for exactly one report of the field.
+    one = policy(emoji=FieldAllowance(local_epsilon=5, epsilon=3.0, reports=1))
+    devices = simulator.devices(12, one)
+    rng = random.Random(5)
+    for device in devices:
+        device.events.register_stream(recipe.query.stream)
+        device.events.add_many(recipe.query.stream, generate_events("emoji", recipe, rng, 0))
+    try:
+        first = simulator.answer(devices, verified)
+        assert first.uploaded == 12 == sum(first.truth.values())
+        assert all(0 <= i < recipe.encoding.dimension for i in first.truth)
+        again = simulator.answer(devices, verified)
+    finally:
+        simulator.close(devices)
+    assert again.uploaded == 0 and not again.truth
+    assert sum(again.refused.values()) == 12
+    assert "has used its 1 report(s)" in next(iter(again.refused))
+    assert len(world.leader.uploads) == 12

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from client_sdk.query import randomize_indices
+from client_sdk.query import _ngrams, randomize_indices
 from services.collector.analysis import (
     Analysis,
     AnalysisError,
@@ -48,7 +48,7 @@ from shared.dp.vdaf_mapping import (
     encode_one_hot,
 )
 from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon, assess_privacy
-from shared.recipe.model import RecipeDraft
+from shared.recipe.model import Encoding, NgramFeature, RecipeDraft
 from tests.recipe.helpers import complete, example_recipe
 
 D = 24  # categories; bucket 0 is OOV, so the one-hot dimension is D + 1
@@ -405,6 +405,18 @@ def test_labels_of_multi_feature_and_ngram_encodings() -> None:
     assert labels[i] == "age=[20, 30), typed_ngrams=hello world c"
     j = recipe.encoding.index({"age": 71, "typed_ngrams": ("how", "are")})
     assert labels[j] == "age=[70, 80), typed_ngrams=how are <END>"
+
+
+def test_one_grams_are_the_root_of_the_prefix_tree() -> None:
+    """n = 1 (000 §1's first round, popular words): one empty prefix; every typed word is a
+    1-gram (no end-of-sentence pseudo-gram), unknown words fall in the root's OOV bucket."""
+    feature = NgramFeature(field="text", n=1, prefixes=((),), known_tokens=("a", "b"))
+    encoding = Encoding(features=(feature,))
+    labels = item_labels(encoding)
+    assert labels == ["<OOV> prefix", "<END>", "<OOV>", "a", "b"]
+    assert [feature.bucket(g) for g in (("a",), ("b",), ("zz",), None)] == [3, 4, 2, 0]
+    assert _ngrams(["a", "b", "a"], 1) == [("a",), ("b",), ("a",)]
+    assert _ngrams(["a", "b"], 2) == [("a", "b"), ("b",)]
 
 
 # --- writers -------------------------------------------------------------------------------------

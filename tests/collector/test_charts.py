@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from services.collector.analysis import Analysis, Collection, analyze, item_labels
-from services.collector.charts import DEFAULT_MAX_BARS, write_chart
+from services.collector.charts import DEFAULT_MAX_BARS, _drawable, write_chart
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
 from shared.recipe.model import RecipeDraft
 from tests.recipe.helpers import draft_json
@@ -79,3 +80,23 @@ def test_chart_of_a_plain_task(tmp_path: Path) -> None:
     analysis = analyze(None, Collection(10, (3, 0, 7)))
     width, height = png_size(write_chart(analysis, tmp_path / "raw.png"))
     assert width > 0 and height > 0
+
+
+def test_labels_the_font_cannot_draw_are_spelled_out(tmp_path: Path) -> None:
+    """Emoji the default font lacks become their Unicode names, without a glyph warning."""
+    recipe = RecipeDraft.model_validate(
+        draft_json(
+            query={"stream": "s", "fields": ["emoji"], "selection": {"kind": "latest"}},
+            cohorts=[],
+            encoding={
+                "features": [{"kind": "categories", "field": "emoji", "values": ["🤣", "👍", "a"]}]
+            },
+            randomizer={"name": "one_hot", "eps0": 2.0, "symmetric": True},
+        )
+    )
+    analysis, truth = analysed(recipe, 500, 3)
+    assert _drawable("🤣") == "rolling on the floor laughing" and _drawable("a b") == "a b"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_chart(analysis, tmp_path / "emoji.png", truth)
+    assert png_size(tmp_path / "emoji.png")[0] > 100

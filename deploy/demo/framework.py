@@ -1,0 +1,400 @@
+"""The demo framework: run one of the papers' analyses through every service, against the truth.
+
+An analysis module exposes ``run(ctx: DemoContext) -> AnalysisReport``. Through the context it
+
+1. builds a `RecipeDraft` whose batch size B follows from its privacy claim by the accounting
+   (`shared.recipe.accounting.required_batch_size`; the recipe server refuses any B that does
+   not deliver the claim) and publishes it: the recipe server validates, provisions the DAP
+   task on collector, leader and helper, signs and logs it (`deploy.recipes.publish_recipe`);
+2. lets a population of simulated SDK devices (`client_sdk.simulator`) fetch and verify the
+   recipe through the log, check it against their policy and budget (000 §4.2-4.3), sample,
+   randomize, get a Privacy Pass token from the issuer and upload to the leader;
+3. collects the batch through the collector (leader and helper aggregate in between;
+   `deploy.collect`), and analyses it (`services.collector.analysis.analyze`: debiased
+   estimates, confidence intervals, the privacy statement computed by the accounting);
+4. compares the estimates with the ground truth the simulator knows (`SimulationSummary.truth`)
+   and writes charts and CSV files.
+
+The verdict of a comparison (`coverage_check`) is simultaneous: every estimate must lie within
+z_k standard errors of its truth, z_k the two-sided normal quantile at 1 - alpha / k for k items
+(Bonferroni), so that a correct pipeline fails with probability at most alpha.
+
+Every population is sized from B (`population_for`), so the `DemoScale`'s privacy claim sets the
+demo's cost: ``full`` claims epsilon = 1 per collection, ``small`` (tests) epsilon = 2.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from client_sdk.cli import manufactured_identities
+from client_sdk.device import Device, DeviceConfig
+from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
+from client_sdk.recipes import VerifiedRecipe
+from client_sdk.sampling import DonationSchedule
+from client_sdk.simulator import SimulationSummary, Simulator
+from deploy.collect import request_collection, wait_for_collection
+from deploy.config import Deployment
+from deploy.recipes import publish_recipe
+from services.collector.analysis import (
+    Analysis,
+    Collection,
+    analyze,
+    collection_from_body,
+    item_labels,
+    to_csv,
+)
+from services.collector.charts import write_chart
+from shared.dap.task import b64url_decode
+from shared.dp.amplification import Analysis as AmplificationAnalysis
+from shared.dp.estimators import z_value
+from shared.recipe.accounting import required_batch_size
+from shared.recipe.model import (
+    BitPushingRandomizer,
+    IntegerFeature,
+    PrivacyClaim,
+    Recipe,
+    RecipeDraft,
+)
+from shared.recipe.query_class import QueryClass
+
+__all__ = [
+    "SCALES",
+    "AnalysisReport",
+    "Check",
+    "DemoContext",
+    "DemoError",
+    "DemoScale",
+    "Round",
+    "coverage_check",
+    "population_for",
+    "truth_of",
+]
+
+#: Family-wise error rate of a `coverage_check`.
+DEFAULT_ALPHA = 1e-3
+#: Standard deviations of sampling slack between a population's expected sample and B.
+SAMPLE_SIGMAS = 4.0
+
+
+class DemoError(Exception):
+    """The demo could not run (a service refused, a collection did not finish, ...)."""
+
+
+@dataclass(frozen=True)
+class DemoScale:
+    """How much privacy each collection claims, hence (by the accounting) how many devices."""
+
+    name: str
+    #: The aggregate (epsilon, delta) every collection's recipe claims.
+    epsilon: float
+    delta: float
+    #: The fewest devices in a population, whatever B needs (accuracy needs some).
+    min_devices: int
+
+    def claim(self, analysis: AmplificationAnalysis = "stronger_clones") -> PrivacyClaim:
+        return PrivacyClaim(epsilon=self.epsilon, delta=self.delta, analysis=analysis)
+
+
+SCALES: dict[str, DemoScale] = {
+    "full": DemoScale("full", epsilon=1.0, delta=1e-6, min_devices=800),
+    "small": DemoScale("small", epsilon=2.0, delta=1e-6, min_devices=150),
+}
+
+
+def population_for(batch_size: int, q: float, floor: int = 1) -> int:
+    """The fewest devices (at least `floor`) whose Poisson q-sample reaches `batch_size` unless
+    it falls `SAMPLE_SIGMAS` standard deviations short of its mean."""
+    n = max(floor, math.ceil(batch_size / q))
+    while n * q - SAMPLE_SIGMAS * math.sqrt(n * q * (1 - q)) < batch_size:
+        n += max(1, n // 100)
+    return n
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pass/fail comparison of an analysis with the truth."""
+
+    what: str
+    passed: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"[{'PASS' if self.passed else 'FAIL'}] {self.what}: {self.detail}"
+
+
+@dataclass
+class AnalysisReport:
+    """What one analysis printed, wrote and concluded."""
+
+    name: str
+    title: str
+    lines: list[str] = field(default_factory=list)
+    charts: list[Path] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def text(self) -> str:
+        rule = "=" * 78
+        out = [rule, f"{self.title} [{self.name}]", rule, *self.lines, ""]
+        out += [c.line() for c in self.checks]
+        out += [f"chart  {p}" for p in self.charts]
+        out += [f"file   {p}" for p in self.files]
+        out.append(f"verdict: {'PASS' if self.passed else 'FAIL'}")
+        return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One recipe answered by a population and collected."""
+
+    recipe: Recipe
+    summary: SimulationSummary
+    analysis: Analysis
+    #: Item label -> its true value among the uploaded reports (`truth_of`).
+    truth: dict[str, float]
+
+
+def truth_of(recipe: Recipe, summary: SimulationSummary) -> dict[str, float]:
+    """The ground truth of a collection, keyed like the analysis' items: counts per one-hot
+    label; for bit pushing the mean and each bit's mean (`analysis._bit_pushing_items`)."""
+    if isinstance(recipe.randomizer, BitPushingRandomizer):
+        feature = recipe.encoding.features[0]
+        assert isinstance(feature, IntegerFeature)
+        n = sum(summary.truth.values())
+        if n == 0:
+            return {}
+        out = {f"mean({feature.field})": sum(v * c for v, c in summary.truth.items()) / n}
+        for j in range(feature.bits):
+            out[f"bit {j}"] = sum(c for v, c in summary.truth.items() if v >> j & 1) / n
+        return out
+    labels = item_labels(recipe.encoding)
+    return {labels[i]: float(c) for i, c in summary.truth.items()}
+
+
+def coverage_check(
+    what: str, analysis: Analysis, truth: Mapping[str, float], alpha: float = DEFAULT_ALPHA
+) -> Check:
+    """Every item's estimate within z_k standard errors of its truth (module docstring)."""
+    items = analysis.items
+    if not items:
+        return Check(what, False, "no estimates")
+    z = z_value(1 - alpha / len(items))
+    misses = [it for it in items if abs(it.estimate - truth.get(it.label, 0.0)) > z * it.stderr]
+    worst = max(
+        items,
+        key=lambda it: abs(it.estimate - truth.get(it.label, 0.0)) / max(it.stderr, 1e-12),
+    )
+    gap = abs(worst.estimate - truth.get(worst.label, 0.0)) / max(worst.stderr, 1e-12)
+    detail = (
+        f"{len(items) - len(misses)} of {len(items)} estimates within {z:.2f} standard errors "
+        f"of the truth (simultaneous level {1 - alpha:g}); largest gap {gap:.2f} "
+        f"({worst.label!r})"
+    )
+    return Check(what, not misses, detail)
+
+
+def _policy_for(
+    recipe_fields: Sequence[str],
+    stream: str,
+    rounds: int,
+    claim: PrivacyClaim,
+    local_epsilon: float,
+) -> DevicePolicy:
+    """A device policy admitting `rounds` reports per field at this claim (000 Table 1)."""
+    return DevicePolicy(
+        query_classes=(
+            QueryClass(
+                name="demo",
+                streams=(stream,),
+                fields=tuple(recipe_fields),
+                max_local_epsilon=local_epsilon,
+                max_epsilon=claim.epsilon,
+                max_delta=claim.delta,
+                analysis_id_prefixes=("demo",),
+            ),
+        ),
+        default_analysis=AnalysisAllowance(epsilon=rounds * claim.epsilon, reports=rounds),
+        fields={
+            f: FieldAllowance(
+                local_epsilon=local_epsilon, epsilon=rounds * claim.epsilon, reports=rounds
+            )
+            for f in recipe_fields
+        },
+    )
+
+
+@dataclass
+class DemoContext:
+    """What an analysis needs: the deployment, where to write, the seed and the scale."""
+
+    deployment: Deployment
+    out_dir: Path
+    seed: int
+    scale: DemoScale
+    #: Makes this run's recipe ids unique, so a demo can run again on the same deployment.
+    tag: str
+    http: httpx.Client
+    progress: TextIO | None = None
+    #: Seconds to wait for one collection (aggregation jobs run in between).
+    collect_wait: float = 300.0
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        for needed in ("recipe_server", "analyst_token", "recipe_server_public_key"):
+            if getattr(self.deployment, needed) is None:
+                raise DemoError(f"the deployment has no {needed}: the demo needs every service")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- recipes --------------------------------------------------------------------------
+
+    def recipe_id(self, name: str) -> str:
+        return f"demo.{self.tag}.{name}"
+
+    def rng(self, name: str) -> random.Random:
+        """The synthetic data's generator for one analysis (reproducible per seed)."""
+        return random.Random(f"{self.seed}:{name}")
+
+    def draft(self, body: Mapping[str, Any]) -> RecipeDraft:
+        """A `RecipeDraft` from `body` with B = the accounting's smallest batch size that
+        delivers the claim at the recipe's sampling rate."""
+        draft = RecipeDraft.model_validate({**body, "min_batch_size": 1})
+        needed = required_batch_size(draft.randomizer, draft.sampling_rate, draft.privacy)
+        if needed is None:
+            raise DemoError(f"{draft.recipe_id}: no batch size delivers {draft.privacy}")
+        return draft.model_copy(update={"min_batch_size": needed})
+
+    def publish(self, draft: RecipeDraft) -> tuple[VerifiedRecipe, dict[str, Any]]:
+        """Publish through the recipe server (its answer verified against the pinned key),
+        then fetch it as a device does: signature, log inclusion and consistency."""
+        d = self.deployment
+        assert d.recipe_server and d.analyst_token and d.recipe_server_public_key
+        summary = publish_recipe(
+            d.recipe_server,
+            d.analyst_token,
+            draft,
+            public_key=d.recipe_server_public_key,
+            http=self.http,
+        )
+        verified = self.simulator().verify(draft.recipe_id, draft.version)
+        if verified is None:
+            raise DemoError(f"the devices refused recipe {draft.recipe_id}")
+        return verified, summary
+
+    # --- devices --------------------------------------------------------------------------
+
+    def policy(self, recipe: Recipe, rounds: int = 1) -> DevicePolicy:
+        """The demo devices' policy for this recipe's stream and fields: its local epsilon,
+        its claim, and budget for `rounds` such reports per field."""
+        return _policy_for(
+            recipe.query.fields,
+            recipe.query.stream,
+            rounds,
+            recipe.privacy,
+            recipe.randomizer.local_epsilon,
+        )
+
+    def population_size(self, recipe: Recipe) -> int:
+        """Devices to simulate so that the recipe's B is reached (`population_for`)."""
+        return population_for(recipe.min_batch_size, recipe.sampling_rate, self.scale.min_devices)
+
+    def population(
+        self,
+        simulator: Simulator,
+        policy: DevicePolicy,
+        stream: str,
+        count: int,
+        events: Callable[[int], list[tuple[dict[str, Any], int]]],
+    ) -> list[Device]:
+        """`count` devices whose `stream` holds `events(now)` each (close with
+        `Simulator.close`)."""
+        devices = simulator.devices(count, policy)
+        now = simulator.now()
+        for device in devices:
+            device.events.register_stream(stream)
+            device.events.add_many(stream, events(now))
+        return devices
+
+    def simulator(self, policy: DevicePolicy | None = None) -> Simulator:
+        d = self.deployment
+        assert d.recipe_server and d.recipe_server_public_key
+        identities = None
+        if d.manufacturer_ca_cert and d.manufacturer_ca_key:
+            identities = manufactured_identities(
+                Path(d.manufacturer_ca_cert), Path(d.manufacturer_ca_key)
+            )
+        config = DeviceConfig(
+            recipe_server_url=d.recipe_server,
+            recipe_server_key=b64url_decode(d.recipe_server_public_key, "recipe key"),
+            use_tokens=identities is not None,
+            donation=DonationSchedule(1, 0),
+        )
+        return Simulator(
+            config,
+            policy=policy,
+            http=self.http,
+            identities=identities,
+            concurrency=8,
+            seed=self.seed,
+            progress=self.progress,
+        )
+
+    # --- collection -----------------------------------------------------------------------
+
+    def collect(self, recipe: Recipe, since: float) -> Collection:
+        """The batch of every report of the recipe's task timed from `since` until now."""
+        d = self.deployment
+        precision = recipe.task.time_precision
+        start = int(since) // precision * precision
+        end = (int(self.clock()) // precision + 1) * precision
+        query = {"type": "time_interval", "start": start, "duration": end - start}
+        job = request_collection(self.http, d.collector, d.admin_token, recipe.task.task_id, query)
+        body = wait_for_collection(self.http, d.collector, d.admin_token, job, self.collect_wait)
+        return collection_from_body(body)
+
+    def answer_and_collect(
+        self,
+        verified: VerifiedRecipe,
+        simulator: Simulator,
+        devices: list[Device],
+        *,
+        candidates: Sequence[int | str] | None = None,
+        threshold_level: float = 0.95,
+    ) -> Round:
+        """Steps 2-4 of the module docstring for one published recipe."""
+        recipe = verified.recipe
+        since = self.clock()
+        summary = simulator.answer(devices, verified)
+        if summary.uploaded < recipe.min_batch_size:
+            raise DemoError(
+                f"{recipe.recipe_id}: {summary.uploaded} reports uploaded, B = "
+                f"{recipe.min_batch_size}: " + "; ".join(summary.lines())
+            )
+        collection = self.collect(recipe, since)
+        analysis = analyze(
+            recipe, collection, candidates=candidates, threshold_level=threshold_level
+        )
+        return Round(recipe, summary, analysis, truth_of(recipe, summary))
+
+    # --- output ---------------------------------------------------------------------------
+
+    def write(
+        self, name: str, analysis: Analysis, truth: Mapping[str, float] | None = None
+    ) -> tuple[Path, Path]:
+        """The chart (PNG, truth as markers) and the CSV of an analysis."""
+        chart = write_chart(analysis, self.out_dir / f"{name}.png", truth)
+        table = self.out_dir / f"{name}.csv"
+        table.write_text(to_csv(analysis))
+        return chart, table
