@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from services.common import entry as common_entry
 from services.recipe_server import __main__ as entry
 from services.recipe_server.settings import RecipeServerSettings
 
@@ -34,7 +35,7 @@ def test_main_refuses_invalid_settings(
 
 def test_main_serves_with_valid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SAGG_RECIPE_SERVER_ANALYST_TOKEN", "analyst-token-0123456789")
-    served: list[RecipeServerSettings] = []
-    monkeypatch.setattr(entry, "serve", served.append)
+    served: list[dict[str, object]] = []
+    monkeypatch.setattr(common_entry, "run_service", lambda app, **kw: served.append(kw))
     assert entry.main() == 0
-    assert served[0].port == 8086
+    assert served == [{"host": "127.0.0.1", "port": 8086, "log_level": "info"}]
