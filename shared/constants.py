@@ -174,3 +174,8 @@ LOG_HASH_SIZE: Final = 32
 EXTENSION_PRIVACY_PASS_TOKEN: Final = 0xFE00
 #: The recipe the device answered and its minimum batch size B, in both input shares (001 §4.8).
 EXTENSION_RECIPE_BINDING: Final = 0xFE01
+
+# --- operations -------------------------------------------------------------------------------
+
+#: Prometheus text exposition format 0.0.4, as every service's `GET /metrics` answers it.
+MEDIA_PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"

@@ -18,7 +18,7 @@ Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a 
 - POST   /internal/hpke_keys/rotate  {"config_id": n}: the new key is listed first
 - GET    /metrics                    the same counts for every task, Prometheus text format
                                      0.0.4 (admin token too: task ids are not public)
-- GET    /healthz                    {"status": "ok"} once the store is migrated
+- GET    /healthz                    {"status": "ok"} once the store is migrated, else 503
 
 Request bodies must carry their DAP media type (415 `invalidMessage` otherwise). Blocking work
 (database, HPKE, VDAF) runs in the thread pool, never on the event loop.
@@ -26,7 +26,6 @@ Request bodies must carry their DAP media type (415 `invalidMessage` otherwise).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Callable
@@ -34,17 +33,19 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from services.aggregator.datastore import Datastore
-from services.aggregator.metrics import render_metrics, task_stats
+from services.aggregator.metrics import aggregator_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
-from services.common.auth import hash_token
+from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
+from services.common.health import install_healthz
+from services.common.metrics import install_metrics
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
@@ -198,15 +199,12 @@ def create_app(
 
     # --- admin -------------------------------------------------------------------------------
 
+    admin_hash = (
+        hash_token(settings.admin_token.get_secret_value()) if settings.admin_token else None
+    )
+
     def check_admin(request: Request) -> None:
-        expected = settings.admin_token.get_secret_value() if settings.admin_token else None
-        auth = request.headers.get("authorization", "")
-        if not auth.lower().startswith("bearer ") or not auth[7:].strip():
-            raise HttpProblemError(401, "admin token required")
-        if expected is None or not hmac.compare_digest(
-            hash_token(auth[7:].strip()), hash_token(expected)
-        ):
-            raise HttpProblemError(403, "wrong admin token")
+        require_bearer(request.headers, admin_hash)
 
     def put_task(task_id: str, raw: bytes) -> Response:
         try:
@@ -288,11 +286,7 @@ def create_app(
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         return JSONResponse(await run_in_threadpool(task_stats, ds, record))
 
-    @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
-        check_admin(request)
-        text = await run_in_threadpool(render_metrics, ds)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    install_metrics(app, aggregator_metrics(ds), admin_hash)
 
     @app.post("/internal/hpke_keys/rotate")
     async def admin_rotate(request: Request) -> Response:
@@ -300,15 +294,7 @@ def create_app(
         config_id = await run_in_threadpool(agg.rotate_keys)
         return JSONResponse({"config_id": config_id})
 
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        try:
-            ok = await run_in_threadpool(ds.is_migrated)
-        except Exception:
-            ok = False
-        if not ok:
-            return JSONResponse({"status": "starting"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+    install_healthz(app, ds.is_migrated)
 
     log.debug("aggregator app created (%s)", json.dumps({"db": ds.db.dialect.name}))
     return app

@@ -1,10 +1,11 @@
-"""Per-task statistics: the admin stats document and a Prometheus text exposition.
+"""Per-task statistics: the admin stats document and the aggregator's Prometheus metrics.
 
-The exposition (format 0.0.4) is written by hand so the aggregator takes no new dependency.
-Everything comes from the datastore, so every process of one aggregator reports the same
-numbers. Counts of refused reports are by stage (``upload`` at the leader, ``aggregation`` at
-either aggregator) and reason: a `PrepareError` name or one of sagg's finer reasons
-(``binding_mismatch``, ``token_spent``...).
+Everything comes from the datastore at scrape time (`services.common.metrics`), so every
+process of one aggregator reports the same numbers, across restarts. Counts of refused reports
+are by stage (``upload`` at the leader, ``aggregation`` at either aggregator) and reason: a
+`PrepareError` name or one of sagg's finer reasons (``binding_mismatch``, ``token_spent``...).
+Batch progress is the aggregated report count of each uncollected batch over the task's
+minimum batch size (DAP-09 §4.6.5: a batch is collectable at 1.0).
 """
 
 from __future__ import annotations
@@ -12,22 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from services.aggregator.datastore import Datastore, TaskRecord
+from services.common.metrics import Registry, Scrape
 from shared.dap.task import b64url_encode
 
-_HELP = {
-    "sagg_reports_received_total": (
-        "counter",
-        "Reports stored: accepted uploads (leader), report shares seen (helper).",
-    ),
-    "sagg_reports_waiting": ("gauge", "Stored reports not yet in an aggregation job."),
-    "sagg_reports_rejected_total": ("counter", "Refused reports by stage and reason."),
-    "sagg_report_aggregations": ("gauge", "Report aggregations by state."),
-    "sagg_aggregation_jobs": ("gauge", "Aggregation jobs by state."),
-    "sagg_collection_jobs": ("gauge", "Collection jobs by state."),
-    "sagg_batches_collected": ("gauge", "Batches collected."),
-    "sagg_batch_reports": ("gauge", "Aggregated reports of each uncollected batch."),
-    "sagg_task_min_batch_size": ("gauge", "The task's minimum batch size."),
-}
+__all__ = ["aggregator_metrics", "task_stats"]
+
+_TASK = ("task", "role")
 
 
 def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
@@ -49,53 +40,71 @@ def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def aggregator_metrics(ds: Datastore) -> Registry:
+    """Every task's statistics as metric families, read from `ds` on each scrape."""
+    registry = Registry()
+    registry.family(
+        "sagg_reports_received_total",
+        "counter",
+        "Reports stored: accepted uploads (leader), report shares seen (helper).",
+        _TASK,
+    )
+    registry.family(
+        "sagg_reports_waiting", "gauge", "Stored reports not yet in an aggregation job.", _TASK
+    )
+    registry.family(
+        "sagg_reports_rejected_total",
+        "counter",
+        "Refused reports by stage and reason.",
+        (*_TASK, "stage", "reason"),
+    )
+    for family, what in (
+        ("report_aggregations", "Report aggregations"),
+        ("aggregation_jobs", "Aggregation jobs"),
+        ("collection_jobs", "Collection jobs"),
+    ):
+        registry.family(f"sagg_{family}", "gauge", f"{what} by state.", (*_TASK, "state"))
+    registry.family("sagg_batches_collected", "gauge", "Batches collected.", _TASK)
+    registry.family(
+        "sagg_batch_reports",
+        "gauge",
+        "Aggregated reports of each uncollected batch.",
+        (*_TASK, "batch"),
+    )
+    registry.family(
+        "sagg_batch_progress_ratio",
+        "gauge",
+        "Aggregated reports of each uncollected batch over the minimum batch size.",
+        (*_TASK, "batch"),
+    )
+    registry.family("sagg_task_min_batch_size", "gauge", "The task's minimum batch size.", _TASK)
+
+    def read(scrape: Scrape) -> None:
+        for record in sorted(ds.all_tasks(), key=lambda r: r.task_id):
+            _task_samples(scrape, task_stats(ds, record))
+
+    registry.on_scrape(read)
+    return registry
 
 
-def _sample(name: str, labels: dict[str, str], value: int) -> str:
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{inner}}} {value}"
-
-
-def render_metrics(ds: Datastore) -> str:
-    """Every task's statistics in the Prometheus text format, grouped by metric family."""
-    samples: dict[str, list[str]] = {name: [] for name in _HELP}
-    for record in sorted(ds.all_tasks(), key=lambda r: r.task_id):
-        doc = task_stats(ds, record)
-        base = {"task": doc["task_id"], "role": record.role}
-        samples["sagg_reports_received_total"].append(
-            _sample("sagg_reports_received_total", base, doc["reports"]["received"])
+def _task_samples(scrape: Scrape, doc: dict[str, Any]) -> None:
+    base = {"task": doc["task_id"], "role": doc["role"]}
+    scrape.add("sagg_reports_received_total", doc["reports"]["received"], **base)
+    scrape.add("sagg_reports_waiting", doc["reports"]["waiting"], **base)
+    for stage, reasons in doc["rejections"].items():
+        for reason, n in reasons.items():
+            scrape.add("sagg_reports_rejected_total", n, **base, stage=stage, reason=reason)
+    for family in ("report_aggregations", "aggregation_jobs", "collection_jobs"):
+        for state, n in doc[family].items():
+            scrape.add(f"sagg_{family}", n, **base, state=state)
+    scrape.add("sagg_batches_collected", doc["batches_collected"], **base)
+    min_batch_size = doc["min_batch_size"]
+    for batch in doc["open_batches"]:
+        scrape.add("sagg_batch_reports", batch["reports"], **base, batch=batch["batch"])
+        scrape.add(
+            "sagg_batch_progress_ratio",
+            batch["reports"] / min_batch_size,
+            **base,
+            batch=batch["batch"],
         )
-        samples["sagg_reports_waiting"].append(
-            _sample("sagg_reports_waiting", base, doc["reports"]["waiting"])
-        )
-        for stage, reasons in doc["rejections"].items():
-            for reason, n in reasons.items():
-                samples["sagg_reports_rejected_total"].append(
-                    _sample(
-                        "sagg_reports_rejected_total",
-                        {**base, "stage": stage, "reason": reason},
-                        n,
-                    )
-                )
-        for family in ("report_aggregations", "aggregation_jobs", "collection_jobs"):
-            name = f"sagg_{family}"
-            for state, n in doc[family].items():
-                samples[name].append(_sample(name, {**base, "state": state}, n))
-        samples["sagg_batches_collected"].append(
-            _sample("sagg_batches_collected", base, doc["batches_collected"])
-        )
-        for batch in doc["open_batches"]:
-            samples["sagg_batch_reports"].append(
-                _sample("sagg_batch_reports", {**base, "batch": batch["batch"]}, batch["reports"])
-            )
-        samples["sagg_task_min_batch_size"].append(
-            _sample("sagg_task_min_batch_size", base, doc["min_batch_size"])
-        )
-    lines: list[str] = []
-    for name, (kind, help_text) in _HELP.items():
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(samples[name])
-    return "\n".join(lines) + "\n"
+    scrape.add("sagg_task_min_batch_size", min_batch_size, **base)

@@ -19,6 +19,7 @@ import uvicorn
 from services.aggregator.app import create_app, open_aggregator
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.settings import AggregatorSettings
+from services.common.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,22 @@ class _Server(uvicorn.Server):
 
 def serve(settings: AggregatorSettings) -> None:
     """Run until SIGINT/SIGTERM; the drivers stop after their current step."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(settings.log_level)
     app = create_app(settings)
     runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
     if runner is not None:
         runner.start()
     # The access log costs ~60 µs per upload on the event loop and would record report traffic.
-    server = _Server(uvicorn.Config(app, host=settings.host, port=settings.port, access_log=False))
+    # log_config=None: uvicorn's lines go through the JSON handler too.
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_config=None,
+        log_level=settings.log_level.lower(),
+    )
+    server = _Server(config)
     try:
         server.run()
     finally:

@@ -15,6 +15,7 @@ class AggregatorSettings(BaseSettings):
     admin_token: SecretStr | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8081, ge=0, le=65535)
+    log_level: str = "info"
     #: Run the leader's job drivers in this process (else run them elsewhere).
     run_drivers: bool = True
 

@@ -7,7 +7,8 @@ API (all but /healthz require ``Authorization: Bearer <admin token>``):
 - ``POST /collections``: ``{"task_id", "query"}`` -> 201 ``{"collection_job_id"}``; the poller
   runs the DAP-09 §4.6.1 exchange with the leader in the background.
 - ``GET /collections/{id}``: the job's state and, once complete, the unsharded aggregate.
-- ``GET /healthz``: 200 ``{"status": "ok"}`` when the store answers.
+- ``GET /metrics``: Prometheus text (`services.collector.metrics`).
+- ``GET /healthz``: 200 ``{"status": "ok"}`` when the store answers, else 503.
 Errors are RFC 9457 problem documents.
 """
 
@@ -32,11 +33,14 @@ from services.collector.collect import (
     parse_query,
     query_json,
 )
+from services.collector.metrics import CollectorMetrics
 from services.collector.poller import CollectionPoller, PollerConfig, millis
 from services.collector.settings import CollectorSettings
 from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
-from services.common.auth import hash_token, token_matches
+from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
+from services.common.health import install_healthz
+from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
     install_http_problem_handler,
@@ -114,6 +118,15 @@ def create_app(
     )
     state: dict[str, Any] = {}
 
+    def db() -> Store:
+        value = state.get("store")
+        if value is None:  # routes only run inside the lifespan
+            raise HttpProblemError(503, "store not open")
+        assert isinstance(value, Store)
+        return value
+
+    metrics = CollectorMetrics.create(db)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = store
@@ -122,7 +135,9 @@ def create_app(
         http = httpx.AsyncClient(
             transport=transport, timeout=settings.request_timeout, follow_redirects=False
         )
-        poller = CollectionPoller(db, http, clock, poller_config)
+        poller = CollectionPoller(
+            db, http, clock, poller_config, requests=metrics.leader_requests
+        )
         state.update(store=db, poller=poller)
         stop = asyncio.Event()
         task = asyncio.create_task(poller.run(stop)) if run_poller else None
@@ -137,22 +152,11 @@ def create_app(
                 db.close()
 
     app = FastAPI(title="sagg collector", lifespan=lifespan, docs_url=None, redoc_url=None)
-
-    def db() -> Store:
-        value = state.get("store")
-        if value is None:  # routes only run inside the lifespan
-            raise HttpProblemError(503, "store not open")
-        assert isinstance(value, Store)
-        return value
+    app.state.metrics = metrics
 
     def authorize(request: Request) -> None:
         """The admin API takes `Authorization: Bearer <admin token>` (401 absent, 403 wrong)."""
-        auth = request.headers.get("authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if not token:
-            raise HttpProblemError(401, "admin token required")
-        if not token_matches(admin_hash, token):
-            raise HttpProblemError(403, "wrong admin token")
+        require_bearer(request.headers, admin_hash)
 
     async def json_body(request: Request) -> Any:
         try:
@@ -170,10 +174,12 @@ def create_app(
             type_="about:blank", title="the collector's database is unavailable", status=503
         )
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        await asyncio.to_thread(db().ping)
-        return {"status": "ok"}
+    def ready() -> bool:
+        db().ping()
+        return True
+
+    install_healthz(app, ready)
+    install_metrics(app, metrics.registry, admin_hash)
 
     @app.put("/internal/tasks/{task_id}")
     async def put_task(task_id: str, request: Request) -> Response:

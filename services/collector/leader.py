@@ -65,9 +65,11 @@ class Transient:
 
 @dataclass(frozen=True, slots=True)
 class Permanent:
-    """The leader refused the job; retrying the same request cannot help."""
+    """The leader refused the job; retrying the same request cannot help. `problem` is the
+    DAP problem type's name (`ProblemType.value`), or ``http_<status>`` without one."""
 
     reason: str
+    problem: str
 
 
 Outcome = Started | Pending | Ready | Gone | Transient | Permanent
@@ -89,14 +91,28 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _problem_document(response: httpx.Response) -> dict[str, object] | None:
+    try:
+        doc = json.loads(response.content)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def problem_name(response: httpx.Response) -> str:
+    """A short, bounded name of an error response: the DAP problem type's name if it is one,
+    else ``http_<status>`` (metrics label failed collections by it)."""
+    doc = _problem_document(response)
+    kind = doc.get("type") if doc is not None else None
+    problem = ProblemType.from_urn(kind) if isinstance(kind, str) else None
+    return problem.value if problem is not None else f"http_{response.status_code}"
+
+
 def describe_problem(response: httpx.Response) -> str:
     """A one-line description of an error response, naming the DAP problem type if any."""
     status = response.status_code
-    try:
-        doc = json.loads(response.content)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+    doc = _problem_document(response)
+    if doc is None:
         return f"leader answered HTTP {status}"
     kind = doc.get("type")
     problem = ProblemType.from_urn(kind) if isinstance(kind, str) else None
@@ -145,7 +161,9 @@ class LeaderClient:
         if status == 200:
             media = response.headers.get("Content-Type", "").split(";")[0].strip()
             if media != MEDIA_COLLECTION:
-                return Permanent(f"leader answered 200 with Content-Type {media!r}")
+                return Permanent(
+                    f"leader answered 200 with Content-Type {media!r}", "unexpected_media_type"
+                )
             return Ready(response.content)
         if status == 204:
             return Gone()
@@ -162,4 +180,4 @@ class LeaderClient:
         reason = describe_problem(response)
         if status >= 500 or status in (408, 429):
             return Transient(reason, parse_retry_after(response.headers.get("Retry-After")))
-        return Permanent(reason)
+        return Permanent(reason, problem_name(response))

@@ -45,6 +45,7 @@ from services.collector.leader import (
 )
 from services.collector.store import JobRow, JobState, JobUpdate, Store, StoredTask
 from services.common.clock import Clock
+from services.common.metrics import Counter
 from shared import hpke
 from shared.codec import DecodeError
 from shared.dap.ids import CollectionJobId
@@ -92,6 +93,7 @@ class CollectionPoller:
         clock: Clock,
         config: PollerConfig | None = None,
         owner: str | None = None,
+        requests: Counter | None = None,
     ) -> None:
         self._store = store
         self._http = http
@@ -100,6 +102,8 @@ class CollectionPoller:
         # A per-process lease owner name: unique, and meaningless to anyone reading the DB.
         self.owner = owner or f"collector-{secrets.token_hex(8)}"
         self._wake = asyncio.Event()
+        #: Labels task, request (``start`` | ``poll``) and outcome.
+        self._requests = requests
 
     def wake(self) -> None:
         """Ask the loop to look for work now (a job was just created)."""
@@ -157,7 +161,7 @@ class CollectionPoller:
     async def _step(self, job: JobRow) -> JobUpdate:
         stored = await asyncio.to_thread(self._store.load_task, job.task_id)
         if stored is None:  # impossible with the foreign key; fail loudly rather than spin
-            return self._failed(job, "task no longer exists")
+            return self._failed(job, "task no longer exists", "task_missing")
         task = CollectorTask.model_validate_json(stored.definition)
         query = parse_query(job.query)
         job_id = CollectionJobId.from_b64url(job.job_id)
@@ -165,12 +169,19 @@ class CollectionPoller:
 
         if job.state == JobState.NEW:
             outcome: Outcome = await leader.start(task.id, job_id, collection_request(query))
+            self._count(job, "start", outcome)
             if not isinstance(outcome, Started):
                 return self._settle(job, outcome, stored, task)
             log.info("collection job %s: created at the leader", job.job_id)
             job = _with_state(job, JobState.POLLING)
         outcome = await leader.poll(task.id, job_id)
+        self._count(job, "poll", outcome)
         return self._settle(job, outcome, stored, task)
+
+    def _count(self, job: JobRow, request: str, outcome: Outcome) -> None:
+        if self._requests is not None:
+            name = type(outcome).__name__.lower()
+            self._requests.inc(task=job.task_id, request=request, outcome=name)
 
     def _settle(
         self, job: JobRow, outcome: Outcome, stored: StoredTask, task: CollectorTask
@@ -185,9 +196,9 @@ class CollectionPoller:
         if isinstance(outcome, Ready):
             return self._complete(job, outcome.body, stored, task)
         if isinstance(outcome, Gone):
-            return self._failed(job, "the leader deleted this collection job's results")
+            return self._failed(job, "the leader deleted this collection job's results", "gone")
         if isinstance(outcome, Permanent):
-            return self._failed(job, outcome.reason)
+            return self._failed(job, outcome.reason, outcome.problem)
         if isinstance(outcome, Transient):
             return self._transient(job, outcome.reason, outcome.retry_after)
         raise AssertionError(f"unexpected outcome {outcome!r}")  # Started is handled above
@@ -202,9 +213,11 @@ class CollectionPoller:
                 task.id, task.vdaf.instance(), task_keypair(stored), dap_query(query), collection
             )
         except DecodeError as exc:
-            return self._failed(job, f"leader sent an undecodable Collection: {exc}")
+            return self._failed(
+                job, f"leader sent an undecodable Collection: {exc}", "undecodable_collection"
+            )
         except CollectionError as exc:
-            return self._failed(job, str(exc))
+            return self._failed(job, str(exc), "invalid_collection")
         return JobUpdate(
             state=JobState.COMPLETE,
             attempts=job.attempts + 1,
@@ -217,19 +230,22 @@ class CollectionPoller:
             result=json.dumps(result.aggregate),
         )
 
-    def _failed(self, job: JobRow, reason: str) -> JobUpdate:
+    def _failed(self, job: JobRow, reason: str, problem: str) -> JobUpdate:
         return JobUpdate(
             state=JobState.FAILED,
             attempts=job.attempts,
             failures=job.failures,
             next_attempt_ms=millis(self._clock),
             error=reason,
+            problem=problem,
         )
 
     def _transient(self, job: JobRow, reason: str, retry_after: float | None) -> JobUpdate:
         failures = job.failures + 1
         if failures >= self._config.max_transient_failures:
-            return self._failed(job, f"gave up after {failures} failed attempts: {reason}")
+            return self._failed(
+                job, f"gave up after {failures} failed attempts: {reason}", "gave_up"
+            )
         log.warning("collection job %s: will retry: %s", job.job_id, reason)
         return JobUpdate(
             state=job.state,

@@ -11,7 +11,8 @@ What is stored (DAP-09 §4.2: the collector alone holds the HPKE secret key of a
 - `collection_jobs`: one row per collection job (DAP-09 §4.6.1) with its query, its progress
   (`new` -> `polling` -> `complete` | `failed`), the scheduling fields the poller uses
   (`next_attempt_ms`, `attempts`) and a lease (`lease_owner`, `lease_expiry_ms`) that keeps two
-  collector processes from driving the same job at once.
+  collector processes from driving the same job at once; a failed job's `problem` is a short
+  name of why (migration 2), which the metrics count by.
 
 Times are integer milliseconds from the injected clock, so backoff below one second works.
 """
@@ -31,6 +32,7 @@ import psycopg
 from services.common.db import Database, Migration, Row, TransientDbError, Tx
 
 __all__ = [
+    "JobCount",
     "JobRow",
     "JobState",
     "JobUpdate",
@@ -117,6 +119,18 @@ class JobUpdate:
     interval_duration: int | None = None
     batch_id: str | None = None
     result: str | None = None
+    #: A failed job's problem: a DAP problem type name or the collector's own short reason.
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCount:
+    """Collection jobs of one task in one state (and, failed, with one problem)."""
+
+    task_id: str
+    state: JobState
+    problem: str | None
+    count: int
 
 
 _JOB_COLUMNS = (
@@ -160,6 +174,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             "CREATE INDEX collection_jobs_runnable ON collection_jobs (state, next_attempt_ms)",
         ),
+    ),
+    Migration(
+        2,
+        "problem name of failed collection jobs",
+        ("ALTER TABLE collection_jobs ADD COLUMN problem {text}",),
     ),
 )
 
@@ -380,6 +399,7 @@ class Store:
             "duration": update.interval_duration,
             "batch": update.batch_id,
             "result": update.result,
+            "problem": update.problem,
             "now": now_ms,
             "job": job_id,
             "owner": owner,
@@ -391,12 +411,33 @@ class Store:
                 "attempts = :attempts, failures = :failures, next_attempt_ms = :next, "
                 "report_count = :count, interval_start = :start, "
                 "interval_duration = :duration, batch_id = :batch, result = :result, "
-                "updated_at_ms = :now, lease_owner = NULL, lease_expiry_ms = NULL "
+                "problem = :problem, updated_at_ms = :now, lease_owner = NULL, lease_expiry_ms = NULL "
                 "WHERE job_id = :job AND lease_owner = :owner",
                 params,
             ),
         )
         return changed == 1
+
+    # --- metrics ----------------------------------------------------------------------------
+
+    def job_counts(self) -> list[JobCount]:
+        """Collection jobs by task, state and problem, for the metrics."""
+        rows = self._run(
+            "job_counts",
+            lambda tx: tx.query(
+                "SELECT task_id, state, problem, COUNT(*) AS n FROM collection_jobs"
+                " GROUP BY task_id, state, problem ORDER BY task_id, state, problem"
+            ),
+        )
+        return [
+            JobCount(r["task_id"], JobState(r["state"]), r["problem"], int(r["n"])) for r in rows
+        ]
+
+    def task_count(self) -> int:
+        row = self._run(
+            "task_count", lambda tx: tx.query_one("SELECT COUNT(*) AS n FROM tasks")
+        )
+        return int(row["n"]) if row else 0
 
 
 def open_store(url: str) -> Store:

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from services.common.problems import HttpProblemError
 from shared.constants import DAP_AUTH_HEADER
 
 _BEARER = "bearer "
@@ -38,6 +39,18 @@ def token_matches(stored_hash: bytes | None, token: str | None) -> bool:
     if stored_hash is None or token is None:
         return False
     return hmac.compare_digest(hash_token(token), stored_hash)
+
+
+def require_bearer(headers: Mapping[str, str], expected_hash: bytes | None) -> None:
+    """The admin check of every service: ``Authorization: Bearer <token>`` matching
+    `expected_hash`. `HttpProblemError` 401 without a token, 403 with a wrong one or when no
+    token is configured (`expected_hash` None: the admin surface is off)."""
+    auth = headers.get("authorization") or headers.get("Authorization") or ""
+    token = auth[len(_BEARER) :].strip() if auth[: len(_BEARER)].lower() == _BEARER else ""
+    if not token:
+        raise HttpProblemError(401, "admin token required")
+    if not token_matches(expected_hash, token):
+        raise HttpProblemError(403, "wrong admin token")
 
 
 def auth_headers(token: str) -> dict[str, str]:

@@ -1,15 +1,16 @@
-"""What every service's `python -m services.<name>` does: settings from the environment, logging,
-uvicorn in the foreground until SIGINT/SIGTERM."""
+"""What every service's `python -m services.<name>` does: settings from the environment, JSON-line
+logs (`services.common.logs`), uvicorn in the foreground until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from pydantic import ValidationError
+
+from services.common.logs import configure_logging
 
 __all__ = ["run_service", "service_main", "settings_from_env"]
 
@@ -18,14 +19,17 @@ _S = TypeVar("_S")
 
 def run_service(app: Any, *, host: str, port: int, log_level: str) -> None:
     """Serve `app` until a signal; uvicorn finishes in-flight requests and runs lifespan exit."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # httpx logs every request at INFO: one line per poll or relay would drown the service's own.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(log_level)
     # Access logs would only repeat request paths, and a path can carry task and job ids.
-    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+    # log_config=None: uvicorn's own lines go through the JSON handler instead of its format.
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        access_log=False,
+        log_config=None,
+    )
 
 
 def settings_from_env(load: Callable[[], _S], env_prefix: str, service: str) -> _S | None:

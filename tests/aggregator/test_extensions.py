@@ -448,9 +448,15 @@ def test_stats_and_metrics(db_factory: DbFactory, clock: TestClock) -> None:
     assert f'sagg_aggregation_jobs{{{labels},state="finished"}} 1' in lines
     assert f"sagg_task_min_batch_size{{{labels}}} 3" in lines
     assert any(line.startswith(f"sagg_batch_reports{{{labels},batch=") for line in lines)
+    # Progress towards B = 3: two of the three reports a collection needs.
+    batch = stats["open_batches"][0]["batch"]
+    progress = f'sagg_batch_progress_ratio{{{labels},batch="{batch}"}} '
+    assert [float(line.removeprefix(progress)) for line in lines if line.startswith(progress)] == [
+        pytest.approx(2 / 3)
+    ]
     assert "# TYPE sagg_reports_rejected_total counter" in lines
     # Every sample line parses as name{labels} value.
     for line in lines:
         if not line.startswith("#"):
             name_labels, value = line.rsplit(" ", 1)
-            assert int(value) >= 0 and name_labels.endswith("}")
+            assert float(value) >= 0 and name_labels.endswith("}")

@@ -1,0 +1,38 @@
+"""`GET /healthz` of every service: 200 once its store answers, 503 while it does not.
+
+Launchers (`sagg up`), the compose file's health checks and load balancers poll it. No
+authentication: the answer says only whether the process can serve.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+__all__ = ["install_healthz"]
+
+log = logging.getLogger(__name__)
+
+
+def install_healthz(
+    app: FastAPI, probe: Callable[[], bool], details: Mapping[str, str] | None = None
+) -> None:
+    """`probe` runs in the thread pool and returns whether the store is ready (migrated);
+    an exception from it (store unreachable) is a 503 too."""
+    extra = dict(details or {})
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        try:
+            ready = await run_in_threadpool(probe)
+        except Exception as exc:
+            # The type only: driver messages can quote connection strings.
+            log.warning("health check failed: %s", type(exc).__name__)
+            ready = False
+        if not ready:
+            return JSONResponse({"status": "unavailable", **extra}, status_code=503)
+        return JSONResponse({"status": "ok", **extra})
