@@ -18,7 +18,10 @@ Devices (no authentication; all answers are verifiable against the server's key)
 - ``GET /log/consistency?first=&second=``: RFC 9162 consistency proof.
 - ``GET /log/inclusion?leaf_index=&tree_size=`` or ``?leaf_hash=`` (base64url): inclusion proof.
 - ``GET /keys``: the Ed25519 public key (raw, base64url) and its key id.
-- ``GET /healthz``.
+- ``GET /healthz``: 200 once the store answers, else 503.
+
+Operators: ``GET /metrics`` (Prometheus text, `services.recipe_server.metrics`) with
+``Authorization: Bearer <metrics token>``.
 
 Hashes, proofs and signatures are unpadded base64url. Errors are RFC 9457 problem documents.
 """
@@ -39,8 +42,11 @@ from starlette.concurrency import run_in_threadpool
 from services.common.auth import hash_token, presented_token
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
+from services.common.health import install_healthz
+from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.recipe_server.keys import load_signer
+from services.recipe_server.metrics import CountingProvisioner, RecipeServerMetrics
 from services.recipe_server.provision import DapProvisioner, Provisioner
 from services.recipe_server.service import (
     Analyst,
@@ -128,7 +134,10 @@ def create_app(
             settings.admin_token.get_secret_value() if settings.admin_token else None,
             http,
         )
-    service = RecipeService(RecipeStore(db), signer, provisioner, clock, _default_issuer(settings))
+    store = RecipeStore(db)
+    metrics = RecipeServerMetrics.create(store)
+    provisioner = CountingProvisioner(provisioner, metrics.provisioned)
+    service = RecipeService(store, signer, provisioner, clock, _default_issuer(settings))
     service.start()
     analysts = _analysts(settings)
 
@@ -143,7 +152,15 @@ def create_app(
 
     app = FastAPI(title="sagg recipe server", lifespan=lifespan, openapi_url=None)
     app.state.service = service
+    app.state.metrics = metrics
     install_problem_handlers(app)
+    install_healthz(app, lambda: db.schema_version() > 0)
+    install_metrics(
+        app,
+        metrics.registry,
+        hash_token(settings.metrics_token.get_secret_value()) if settings.metrics_token else None,
+    )
+    refused = metrics.refused
 
     async def call(fn: Callable[..., _T], *args: Any) -> _T:
         return await run_in_threadpool(fn, *args)
@@ -161,11 +178,6 @@ def create_app(
     @app.exception_handler(BadRequestError)
     async def on_bad_request(_: Request, exc: Exception) -> Response:
         return _problem(400, str(exc))
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        await call(db.schema_version)
-        return JSONResponse({"status": "ok"})
 
     @app.get("/keys")
     async def keys() -> Response:
@@ -186,6 +198,7 @@ def create_app(
         token = presented_token(request.headers)
         analyst = analysts.get(hash_token(token)) if token else None
         if analyst is None:
+            refused.inc(reason="unauthorized")
             # Unknown and missing tokens look alike: nothing tells a prober which tokens exist.
             return problem_response(
                 type_="about:blank",
@@ -195,22 +208,29 @@ def create_app(
             )
         raw = await request.body()
         if len(raw) > _MAX_DRAFT:
+            refused.inc(reason="too_large")
             return _problem(413, "draft too large")
         try:
             draft = RecipeDraft.model_validate_json(raw)
         except ValidationError as exc:
+            refused.inc(reason="invalid_draft")
             return _problem(422, "Invalid recipe draft", errors=errors(exc))
         try:
             result = await call(service.publish, draft, analyst)
         except ForbiddenError as exc:
+            refused.inc(reason="forbidden")
             return _problem(403, str(exc))
         except ConflictError as exc:
+            refused.inc(reason="conflict")
             return _problem(409, str(exc))
         except InvalidDraftError as exc:
+            refused.inc(reason="invalid_draft")
             problems = [{"field": f, "message": m} for f, m in exc.problems]
             return _problem(422, "Invalid recipe draft", errors=problems)
         except ProvisioningFailedError as exc:
+            refused.inc(reason="provisioning_failed")
             return _problem(502, f"Task provisioning failed: {exc}")
+        metrics.published.inc(outcome="created" if result.created else "existing")
         if result.created:
             log.info(
                 "published %s v%d at leaf %d",
@@ -228,13 +248,18 @@ def create_app(
 
     @app.get("/recipes")
     async def list_recipes() -> Response:
-        return JSONResponse(await call(service.listing))
+        body = await call(service.listing)
+        metrics.listings.inc()
+        return JSONResponse(body)
 
     @app.get("/recipes/{recipe_id}")
     async def get_recipe(recipe_id: str, request: Request) -> Response:
         version = _int_param(request, "version")
         tree_size = _int_param(request, "tree_size")
-        return JSONResponse(await call(service.recipe_with_proof, recipe_id, version, tree_size))
+        body = await call(service.recipe_with_proof, recipe_id, version, tree_size)
+        # Only served recipes are labels: ids that exist, so the label set stays bounded.
+        metrics.fetches.inc(recipe=recipe_id)
+        return JSONResponse(body)
 
     @app.get("/log/sth")
     async def sth() -> Response:

@@ -56,6 +56,9 @@ class RecipeServerSettings(BaseSettings):
     admin_token: SecretStr | None = Field(default=None, min_length=16)
     request_timeout: float = Field(default=30.0, gt=0)
 
+    #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
+    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+
     #: The token issuer recipes name unless the analyst's draft names one.
     token_issuer_url: str | None = None
     token_key_ids: list[str] = Field(default_factory=list)

@@ -15,7 +15,14 @@ from services.common.db import Database, Migration, Row, Tx
 from shared.dap.task import b64url_encode
 from shared.recipe.log import SignedTreeHead, root_hash
 
-__all__ = ["KeyConflictError", "PendingTask", "RecipeRecord", "RecipeStore", "StoredHead"]
+__all__ = [
+    "KeyConflictError",
+    "PendingTask",
+    "RecipeRecord",
+    "RecipeStore",
+    "StoreCounts",
+    "StoredHead",
+]
 
 MIGRATIONS = [
     Migration(
@@ -101,6 +108,14 @@ class StoredHead:
 
 #: Signs a tree head: (tree_size, timestamp_ms, root) -> (key_id, signature).
 HeadSigner = Callable[[int, int, bytes], tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class StoreCounts:
+    recipes_by_analyst: dict[str, int]
+    tasks: int
+    pending_tasks: int
+    log_size: int
 
 
 def _record(row: Row) -> RecipeRecord:
@@ -193,6 +208,25 @@ class RecipeStore:
             return _head(row) if row else None
 
         return self.db.run("head_get", body)
+
+    def counts(self) -> StoreCounts:
+        """What the metrics read: recipes by analyst, distinct tasks, pending tasks, log size."""
+
+        def body(tx: Tx) -> StoreCounts:
+            analysts = tx.query(
+                "SELECT analyst, COUNT(*) AS n FROM recipes GROUP BY analyst ORDER BY analyst"
+            )
+            tasks = tx.query_one("SELECT COUNT(DISTINCT task_id) AS n FROM recipes")
+            pending = tx.query_one("SELECT COUNT(*) AS n FROM pending_tasks")
+            size = tx.query_one("SELECT MAX(tree_size) AS n FROM tree_heads")
+            return StoreCounts(
+                {str(r["analyst"]): int(r["n"]) for r in analysts},
+                int(tasks["n"]) if tasks else 0,
+                int(pending["n"]) if pending else 0,
+                int(size["n"] or 0) if size else 0,
+            )
+
+        return self.db.run("recipe_counts", body)
 
     def leaf_index_of(self, leaf_hash: bytes) -> int | None:
         def body(tx: Tx) -> int | None:
