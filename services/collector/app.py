@@ -135,9 +135,7 @@ def create_app(
         http = httpx.AsyncClient(
             transport=transport, timeout=settings.request_timeout, follow_redirects=False
         )
-        poller = CollectionPoller(
-            db, http, clock, poller_config, requests=metrics.leader_requests
-        )
+        poller = CollectionPoller(db, http, clock, poller_config, requests=metrics.leader_requests)
         state.update(store=db, poller=poller)
         stop = asyncio.Event()
         task = asyncio.create_task(poller.run(stop)) if run_poller else None

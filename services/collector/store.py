@@ -411,7 +411,8 @@ class Store:
                 "attempts = :attempts, failures = :failures, next_attempt_ms = :next, "
                 "report_count = :count, interval_start = :start, "
                 "interval_duration = :duration, batch_id = :batch, result = :result, "
-                "problem = :problem, updated_at_ms = :now, lease_owner = NULL, lease_expiry_ms = NULL "
+                "problem = :problem, updated_at_ms = :now, "
+                "lease_owner = NULL, lease_expiry_ms = NULL "
                 "WHERE job_id = :job AND lease_owner = :owner",
                 params,
             ),
@@ -434,9 +435,7 @@ class Store:
         ]
 
     def task_count(self) -> int:
-        row = self._run(
-            "task_count", lambda tx: tx.query_one("SELECT COUNT(*) AS n FROM tasks")
-        )
+        row = self._run("task_count", lambda tx: tx.query_one("SELECT COUNT(*) AS n FROM tasks"))
         return int(row["n"]) if row else 0
 
 

@@ -20,7 +20,9 @@ Attester routes (roles ``joint`` and ``attester``), for devices:
   `shared.privacypass.attestation`). 401 when authentication fails, 429 with
   Retry-After when the device's quota is used up, 422 when the issuer refuses the request.
 
-``GET /healthz`` answers 200 when the stores answer. Errors are RFC 9457 problem documents.
+``GET /healthz`` answers 200 when the stores answer, else 503. ``GET /metrics`` (Prometheus
+text, `services.token_issuer.metrics`) takes ``Authorization: Bearer <metrics token>``. Errors
+are RFC 9457 problem documents.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from starlette.concurrency import run_in_threadpool
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
+from services.common.health import install_healthz
+from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.token_issuer.attester import (
     AttesterService,
@@ -53,6 +57,7 @@ from services.token_issuer.attester import (
 from services.token_issuer.devices import DeviceAuthError
 from services.token_issuer.issuer import IssuanceError, IssuerService
 from services.token_issuer.keys import KeySchedule, KeyStore
+from services.token_issuer.metrics import TokenIssuerMetrics
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.constants import (
     ISSUER_DIRECTORY_PATH,
@@ -137,6 +142,7 @@ def create_app(
     http_client: httpx.Client | None = None
     issuer: IssuerService | None = None
     attester: AttesterService | None = None
+    metrics = TokenIssuerMetrics.create()
 
     if role in ("joint", "issuer"):
         issuer_db = Database.open(settings.issuer_database_url)
@@ -149,7 +155,15 @@ def create_app(
         factory = key_store_factory or KeyStore
         keys = factory(issuer_db, schedule, clock)
         keys.migrate()
-        issuer = IssuerService(keys, clock, settings.issuer_request_uri, settings.directory_max_age)
+        issuer = IssuerService(
+            keys,
+            clock,
+            settings.issuer_request_uri,
+            settings.directory_max_age,
+            issued=metrics.issued,
+            refused=metrics.issuance_errors,
+        )
+        metrics.read_issuer(issuer, clock)
 
     if role in ("joint", "attester"):
         if issuer_channel is None:
@@ -180,6 +194,7 @@ def create_app(
             nonce_ttl_seconds=settings.nonce_ttl_seconds,
         )
         attester.migrate()
+        metrics.read_attester(attester)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -192,18 +207,19 @@ def create_app(
                 db.close()
 
     app = FastAPI(title=f"sagg token issuer ({role})", lifespan=lifespan, openapi_url=None)
+    app.state.metrics = metrics
     install_problem_handlers(app)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        for db in databases:
-            await run_in_threadpool(db.schema_version)
-        return JSONResponse({"status": "ok", "role": role})
+    install_healthz(app, lambda: all(db.schema_version() > 0 for db in databases), {"role": role})
+    install_metrics(
+        app,
+        metrics.registry,
+        hash_token(settings.metrics_token.get_secret_value()) if settings.metrics_token else None,
+    )
 
     if issuer is not None:
         _issuer_routes(app, issuer, settings)
     if attester is not None:
-        _attester_routes(app, attester)
+        _attester_routes(app, attester, metrics)
     return app
 
 
@@ -237,17 +253,22 @@ def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSet
         return Response(out, media_type=MEDIA_TOKEN_RESPONSE)
 
 
-def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
+def _attester_routes(app: FastAPI, attester: AttesterService, metrics: TokenIssuerMetrics) -> None:
+    requests = metrics.token_requests
+
     @app.post(ATTESTER_ENROLL_PATH)
     async def enroll(request: Request) -> Response:
         raw = await _read_body(request)
         parsed = _parse_json(_EnrollBody, raw) if raw is not None else None
         if parsed is None:
+            metrics.enrolment_refusals.inc(reason="bad_request")
             return _problem(400, 'expected {"certificate": PEM}')
         try:
             result = await run_in_threadpool(attester.enroll, parsed.certificate.encode())
         except DeviceAuthError as exc:
+            metrics.enrolment_refusals.inc(reason=exc.reason)
             return _problem(403, f"Enrollment refused: {exc}")
+        metrics.enrolments.inc(outcome="created" if result.created else "known")
         return JSONResponse(
             {"device_id": b64url_encode(result.device_id)},
             status_code=201 if result.created else 200,
@@ -269,24 +290,32 @@ def _attester_routes(app: FastAPI, attester: AttesterService) -> None:
     @app.post(ATTESTER_TOKEN_REQUEST_PATH)
     async def token_request(request: Request) -> Response:
         if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
+            requests.inc(outcome="bad_request")
             return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
         try:
             device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
             nonce = b64url_decode(request.headers.get(NONCE_HEADER, ""))
             signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
         except HeaderError:
+            requests.inc(outcome="auth_failed")
             return _problem(401, "Device authentication required")
         body = await _read_body(request)
         if body is None:
+            requests.inc(outcome="bad_request")
             return _problem(422, "token request too large")
         try:
             out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
         except DeviceAuthError:
+            requests.inc(outcome="auth_failed")
             return _problem(401, "Device authentication failed")
         except QuotaExceededError as exc:
+            requests.inc(outcome="quota_exceeded")
             return _problem(429, "Token quota exceeded", {"Retry-After": str(exc.retry_after)})
         except IssuanceError:
+            requests.inc(outcome="issuer_refused")
             return _problem(422, "Unprocessable token request")
         except IssuerUnavailableError:
+            requests.inc(outcome="issuer_unavailable")
             return _problem(502, "Issuer unavailable")
+        requests.inc(outcome="issued")
         return Response(out, media_type=MEDIA_TOKEN_RESPONSE)

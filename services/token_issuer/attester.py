@@ -48,6 +48,7 @@ from shared.privacypass.issuance import IssuanceError
 
 __all__ = [
     "MIGRATIONS",
+    "AttesterCounts",
     "AttesterService",
     "DeviceAuthError",
     "HttpIssuerChannel",
@@ -150,13 +151,20 @@ class HttpIssuerChannel:
         except httpx.HTTPError as exc:
             raise IssuerUnavailableError(type(exc).__name__) from None
         if response.status_code == 422:
-            raise IssuanceError("issuer refused the token request")
+            raise IssuanceError("issuer refused the token request", "issuer_refused")
         if (
             response.status_code != 200
             or response.headers.get("content-type") != MEDIA_TOKEN_RESPONSE
         ):
             raise IssuerUnavailableError(f"issuer answered {response.status_code}")
         return response.content
+
+
+@dataclass(frozen=True, slots=True)
+class AttesterCounts:
+    devices: int
+    #: Tokens charged (refunds deducted) in the current quota window, over all devices.
+    window_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +213,7 @@ class AttesterService:
         try:
             cert = x509.load_pem_x509_certificate(certificate_pem)
         except ValueError:
-            raise DeviceAuthError("not a PEM certificate") from None
+            raise DeviceAuthError("not a PEM certificate", "not_pem") from None
         public_key = validate_device_certificate(cert, self._anchors, self._clock.now())
         device_id = device_id_of(public_key)
         spki = public_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
@@ -273,7 +281,7 @@ class AttesterService:
 
         self._housekeeping(now, period)
         if not self._db.run("attester.challenge", create):
-            raise DeviceAuthError("unknown device")
+            raise DeviceAuthError("unknown device", "unknown_device")
         return AttesterChallenge(nonce, expires)
 
     def _housekeeping(self, now: int, period: int) -> None:
@@ -298,7 +306,7 @@ class AttesterService:
             ),
         )
         if row is None:
-            raise DeviceAuthError("unknown device")
+            raise DeviceAuthError("unknown device", "unknown_device")
         return bytes(row["public_key"])
 
     # --- token requests ---------------------------------------------------------------------
@@ -337,7 +345,7 @@ class AttesterService:
 
         outcome = self._db.run("attester.charge", charge)
         if outcome == "replay":
-            raise DeviceAuthError("unknown, expired or already used nonce")
+            raise DeviceAuthError("unknown, expired or already used nonce", "bad_nonce")
         if outcome == "over":
             raise QuotaExceededError(retry_after=(period + 1) * self._window - now)
         try:
@@ -353,6 +361,22 @@ class AttesterService:
                 ),
             )
             raise
+
+    def counts(self) -> AttesterCounts:
+        """Totals for the metrics (no per-device figure leaves this method)."""
+        period = self._clock.now() // self._window
+
+        def read(tx: Tx) -> AttesterCounts:
+            devices = tx.query_one("SELECT COUNT(*) AS n FROM pp_attester_devices")
+            tokens = tx.query_one(
+                "SELECT SUM(issued) AS n FROM pp_attester_quota WHERE period = :p", {"p": period}
+            )
+            return AttesterCounts(
+                int(devices["n"]) if devices else 0,
+                int(tokens["n"] or 0) if tokens else 0,
+            )
+
+        return self._db.run("attester.counts", read)
 
     def issued(self, device_id: bytes) -> int:
         """Tokens charged to the device in the current window."""

@@ -49,7 +49,12 @@ _CURVE_HASH: Final[dict[str, type[hashes.HashAlgorithm]]] = {
 
 
 class DeviceAuthError(ValueError):
-    """A certificate or a signature the attester does not accept."""
+    """A certificate or a signature the attester does not accept; `reason` is a short fixed
+    name of why, for counting refusals."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def device_id_of(public_key: DevicePublicKey) -> bytes:
@@ -64,7 +69,7 @@ def auth_message(device_id: bytes, nonce: bytes, body: bytes) -> bytes:
     try:
         return attestation.auth_message(device_id, nonce, body)
     except ValueError as exc:
-        raise DeviceAuthError(str(exc)) from None
+        raise DeviceAuthError(str(exc), "malformed") from None
 
 
 def verify_device_signature(public_key: DevicePublicKey, message: bytes, signature: bytes) -> None:
@@ -76,7 +81,7 @@ def verify_device_signature(public_key: DevicePublicKey, message: bytes, signatu
             hash_cls = _CURVE_HASH[public_key.curve.name]
             public_key.verify(signature, message, ec.ECDSA(hash_cls()))
     except InvalidSignature:
-        raise DeviceAuthError("bad device signature") from None
+        raise DeviceAuthError("bad device signature", "bad_signature") from None
 
 
 def load_device_public_key(spki_der: bytes) -> DevicePublicKey:
@@ -85,7 +90,7 @@ def load_device_public_key(spki_der: bytes) -> DevicePublicKey:
         return key
     if isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name in _CURVE_HASH:
         return key
-    raise DeviceAuthError("device keys are Ed25519 or ECDSA P-256/P-384")
+    raise DeviceAuthError("device keys are Ed25519 or ECDSA P-256/P-384", "unsupported_key")
 
 
 def validate_device_certificate(
@@ -103,15 +108,17 @@ def validate_device_certificate(
         except (ValueError, TypeError, InvalidSignature):
             continue
         if not ca.not_valid_before_utc <= when <= ca.not_valid_after_utc:
-            raise DeviceAuthError("manufacturer CA certificate is not valid now")
+            raise DeviceAuthError("manufacturer CA certificate is not valid now", "ca_expired")
         break
     else:
-        raise DeviceAuthError("certificate not issued by a trusted manufacturer CA")
+        raise DeviceAuthError(
+            "certificate not issued by a trusted manufacturer CA", "untrusted_issuer"
+        )
     if not cert.not_valid_before_utc <= when <= cert.not_valid_after_utc:
-        raise DeviceAuthError("device certificate is not valid now")
+        raise DeviceAuthError("device certificate is not valid now", "certificate_expired")
     try:
         if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-            raise DeviceAuthError("a CA certificate is not a device certificate")
+            raise DeviceAuthError("a CA certificate is not a device certificate", "ca_certificate")
     except x509.ExtensionNotFound:
         pass
     spki = cert.public_key().public_bytes(

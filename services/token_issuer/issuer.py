@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.common.clock import Clock
+from services.common.metrics import Counter
 from services.token_issuer.keys import KeyRing, KeyStore
 from shared.codec import DecodeError
 from shared.privacypass.issuance import IssuanceError, issue
@@ -28,12 +29,22 @@ class DirectoryDocument:
 
 class IssuerService:
     def __init__(
-        self, keys: KeyStore, clock: Clock, request_uri: str, max_age_cap: int = 86400
+        self,
+        keys: KeyStore,
+        clock: Clock,
+        request_uri: str,
+        max_age_cap: int = 86400,
+        *,
+        issued: Counter | None = None,
+        refused: Counter | None = None,
     ) -> None:
         self._keys = keys
         self._clock = clock
         self._request_uri = request_uri
         self._max_age_cap = max_age_cap
+        #: Tokens issued by key epoch; refused requests by `IssuanceError.reason`.
+        self._issued = issued
+        self._refused = refused
 
     def ring(self) -> KeyRing:
         return self._keys.ring()
@@ -52,10 +63,22 @@ class IssuerService:
         a wrong size, or a truncated key id naming no key currently accepted for issuance.
         """
         try:
+            response = self._issue(body)
+        except IssuanceError as exc:
+            if self._refused is not None:
+                self._refused.inc(reason=exc.reason)
+            raise
+        return response
+
+    def _issue(self, body: bytes) -> bytes:
+        try:
             request = TokenRequest.decode(body)
         except DecodeError as exc:
-            raise IssuanceError(str(exc)) from None
+            raise IssuanceError(str(exc), "malformed") from None
         key = self._keys.ring().for_issuance(request.truncated_token_key_id, self._clock.now())
         if key is None:
-            raise IssuanceError("unknown token key id")
-        return issue(key, request).encode()
+            raise IssuanceError("unknown token key id", "unknown_key_id")
+        response = issue(key.key, request).encode()
+        if self._issued is not None:
+            self._issued.inc(epoch=str(key.epoch))
+        return response

@@ -123,10 +123,11 @@ class KeyRing:
     keys: Sequence[ScheduledKey]  # published keys, in directory preference order
     valid_until: int
 
-    def for_issuance(self, truncated_id: int, now: int) -> IssuerKey | None:
+    def for_issuance(self, truncated_id: int, now: int) -> ScheduledKey | None:
+        """The key a TokenRequest naming `truncated_id` is signed with at `now`, if any."""
         for k in self.keys:
             if k.issuing(now) and k.key.token_key.truncated_token_key_id == truncated_id:
-                return k.key
+                return k
         return None
 
     def directory(self, request_uri: str) -> IssuerDirectory:

@@ -26,6 +26,8 @@ class TokenIssuerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
     log_level: str = "info"
+    #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
+    metrics_token: SecretStr | None = Field(default=None, min_length=16)
 
     # --- issuer ---
     issuer_database_url: str = "sqlite:///.data/token-issuer.sqlite3"

@@ -17,7 +17,14 @@ __all__ = ["IssuanceError", "IssuerKey", "issue"]
 
 
 class IssuanceError(ValueError):
-    """A TokenRequest the issuer must refuse with 422 (RFC 9578 §6.2)."""
+    """A TokenRequest the issuer must refuse with 422 (RFC 9578 §6.2).
+
+    `reason` is a short fixed name (``malformed``, ``unknown_key_id``, ``invalid_blinded_msg``
+    ...) for counting refusals; the message may quote details."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class IssuerKey:
@@ -53,12 +60,12 @@ def issue(key: IssuerKey, request: TokenRequest | bytes) -> TokenResponse:
         try:
             request = TokenRequest.decode(request)
         except DecodeError as exc:
-            raise IssuanceError(str(exc)) from None
+            raise IssuanceError(str(exc), "malformed") from None
     if request.truncated_token_key_id != key.token_key.truncated_token_key_id:
-        raise IssuanceError("unknown token key id")
+        raise IssuanceError("unknown token key id", "unknown_key_id")
     try:
         blind_sig = rsabssa.blind_sign(key.private_key, request.blinded_msg)
     except rsabssa.InvalidInputError as exc:
         # A blinded message >= n: not something a correct client can produce.
-        raise IssuanceError(str(exc)) from None
+        raise IssuanceError(str(exc), "invalid_blinded_msg") from None
     return TokenResponse(blind_sig)

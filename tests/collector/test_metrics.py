@@ -39,7 +39,10 @@ def _wait(client: TestClient, job_id: str) -> dict[str, Any]:
 def _collect(client: TestClient, task_id: str, start: int) -> dict[str, Any]:
     response = client.post(
         "/collections",
-        json={"task_id": task_id, "query": {"type": "time_interval", "start": start, "duration": 3600}},
+        json={
+            "task_id": task_id,
+            "query": {"type": "time_interval", "start": start, "duration": 3600},
+        },
         headers=HEADERS,
     )
     assert response.status_code == 201
