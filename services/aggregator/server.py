@@ -63,8 +63,7 @@ def serve(settings: AggregatorSettings) -> None:
 
 def drive(settings: AggregatorSettings) -> None:
     """Run only the leader's drivers, without HTTP, until SIGINT/SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level)
     agg = open_aggregator(settings)
     stop = threading.Event()
 
