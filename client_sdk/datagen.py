@@ -2,6 +2,8 @@
 
 - ``emoji`` / ``words``: one item per event, Zipf-distributed over a vocabulary (popular items
   dominate, the long tail is rare: the regime heavy-hitter recipes target, 002 §1);
+- ``new_words``: half the events a Zipf draw from `NEW_WORDS` (coined strings a keyboard
+  dictionary does not hold: what SFP discovers, 002 §4.3 and §6), half one from ``words``;
 - ``ngrams``: typed sentences from a small keyboard corpus (a bigram chain over a word list),
   for n-gram recipes (000 §4.1 running example);
 - ``ages``: integer ages 13-90, skewed young;
@@ -29,11 +31,12 @@ from shared.recipe.model import (
     IntegerFeature,
     NgramFeature,
     Recipe,
+    StringFeature,
 )
 
-__all__ = ["GENERATORS", "generate_events", "keyboard_events", "value_events"]
+__all__ = ["GENERATORS", "NEW_WORDS", "WORDS", "generate_events", "keyboard_events", "value_events"]
 
-GENERATORS = ("emoji", "words", "ngrams", "ages", "values")
+GENERATORS = ("emoji", "words", "new_words", "ngrams", "ages", "values")
 
 EMOJI = ["😂", "❤️", "🤣", "👍", "😭", "🙏", "😘", "🥰", "😍", "😊", "🎉", "🔥", "💯", "😁", "🤔"]
 _CORPUS = (
@@ -43,6 +46,21 @@ _CORPUS = (
     "take people into"
 )
 WORDS = _CORPUS.split()
+#: Coined strings, most popular first; none is in `WORDS`.
+NEW_WORDS = [
+    "rizz",
+    "yeet",
+    "skibid",
+    "bussin",
+    "gyatt",
+    "delulu",
+    "cheugy",
+    "sheesh",
+    "oomf",
+    "finna",
+    "glowup",
+    "sksksk",
+]
 
 
 def _zipf(rng: random.Random, items: list[Any], s: float = 1.1) -> Any:
@@ -78,6 +96,8 @@ def _value(kind: str, feature: Any, rng: random.Random) -> Any:
         if kind == "ages":
             return min(top, 13 + int(rng.expovariate(1 / 20)))
         return min(top, int(math.exp(rng.gauss(math.log(max(2, top) / 8), 1.0))))
+    if kind == "new_words" and (feature is None or isinstance(feature, StringFeature)):
+        return _zipf(rng, NEW_WORDS if rng.random() < 0.5 else WORDS, 1.0)
     return _zipf(rng, EMOJI if kind == "emoji" else WORDS)
 
 

@@ -44,7 +44,7 @@ from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
 from client_sdk.policy import DevicePolicy
-from client_sdk.query import Measurement, NoDataError, encode_record, randomize_indices
+from client_sdk.query import Answer, Measurement, NoDataError, encode_record, randomize_indices
 from client_sdk.query import select_record as _select_record
 from client_sdk.recipes import RecipeClient, RecipeRefusedError, VerifiedRecipe
 from client_sdk.reports import ReportInput, build_reports, choose_config
@@ -94,7 +94,8 @@ class Plan:
     status: Literal["answer", "not_sampled", "refused"]
     now: int
     reason: str = ""
-    index: int | None = None
+    #: The one-hot index, or the string for SFP (`client_sdk.query.Answer`).
+    index: Answer | None = None
 
 
 @dataclass(frozen=True, slots=True)

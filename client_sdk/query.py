@@ -16,6 +16,12 @@ mapping to the VDAF measurement (000 §4.1, §4.4 and appendix B; 004 §6).
 
 For CMS / HCMS the sketched item is the one-hot index (its decimal string hashed by
 `item_keys`), so the server side hashes candidate indices the same way.
+For SFP (002 §4.3) the answer is the string itself, not an index: `encode_record` returns the
+queried string field, and a value that is missing, not a string, or has a character outside
+the recipe's alphabet is answered as the empty string (all pad; the collector labels it OOV),
+since refusing would itself disclose (000 footnote 3). `SequenceFragmentPuzzle.randomize` pads
+or truncates it to the recipe's length and produces the report that `vdaf_mapping.encode_sfp`
+lays out.
 Bit pushing picks bit j with p_j proportional to 2^j (003's one-round weighting with alpha = 1;
 the recipe format has no alpha): the collector's estimate uses per-bit means, so any fixed
 weighting is unbiased.
@@ -45,11 +51,22 @@ from shared.recipe.model import (
     RandomEventSelection,
     RandomNgramSelection,
     Recipe,
+    SfpRandomizer,
 )
 
-__all__ = ["Measurement", "NoDataError", "encode_record", "randomize_indices", "select_record"]
+__all__ = [
+    "Answer",
+    "Measurement",
+    "NoDataError",
+    "encode_record",
+    "randomize_indices",
+    "select_record",
+]
 
 Measurement = int | list[int]
+#: What a device answers before randomization: a one-hot index (the integer itself for bit
+#: pushing), or the string for SFP.
+Answer = int | str
 
 
 class NoDataError(ValueError):
@@ -102,9 +119,15 @@ def select_record(
     return {**record, sel.field: gram}
 
 
-def encode_record(recipe: Recipe, record: Mapping[str, Any]) -> int:
-    """The one-hot index (the integer value itself for bit pushing)."""
+def encode_record(recipe: Recipe, record: Mapping[str, Any]) -> Answer:
+    """The one-hot index (the integer value itself for bit pushing; the string for SFP)."""
     features = recipe.encoding.features
+    r = recipe.randomizer
+    if isinstance(r, SfpRandomizer):
+        value = record.get(features[0].field)
+        if not isinstance(value, str) or any(ch not in r.alphabet for ch in value):
+            return ""
+        return value
     if any(isinstance(f, IntegerFeature) for f in features) and any(
         record.get(f.field) is None for f in features
     ):
@@ -116,24 +139,33 @@ def encode_record(recipe: Recipe, record: Mapping[str, Any]) -> int:
 
 
 def randomize_indices(
-    recipe: Recipe, indices: Sequence[int], rng: np.random.Generator
+    recipe: Recipe, indices: Sequence[Answer], rng: np.random.Generator
 ) -> list[Measurement]:
-    """Steps 3 and 4 for a batch of devices' indices: the randomized VDAF measurements."""
+    """Steps 3 and 4 for a batch of devices' answers: the randomized VDAF measurements."""
     r = recipe.randomizer
     if not indices:
         return []
+    if isinstance(r, SfpRandomizer):
+        if not all(isinstance(i, str) for i in indices):
+            raise TypeError("sfp answers are strings (encode_record)")
+        sfp = r.puzzle()
+        words = [str(i) for i in indices]
+        return list(vdaf_mapping.encode_sfp(sfp, sfp.randomize(words, rng)))
+    if not all(isinstance(i, int) for i in indices):
+        raise TypeError(f"{r.name} answers are one-hot indices (encode_record)")
+    ints = [int(i) for i in indices]
     if isinstance(r, OneHotRandomizer):
         one_hot = DpOneHot(r.eps0, recipe.encoding.dimension, r.symmetric)
-        return list(vdaf_mapping.encode_one_hot(one_hot.randomize(indices, rng)))
+        return list(vdaf_mapping.encode_one_hot(one_hot.randomize(ints, rng)))
     if isinstance(r, CmsRandomizer):
         cms = CountMeanSketch(r.eps0, r.k, r.m, r.seed)
-        return list(vdaf_mapping.encode_cms(cms, cms.randomize(item_keys(indices), rng)))
+        return list(vdaf_mapping.encode_cms(cms, cms.randomize(item_keys(ints), rng)))
     if isinstance(r, HcmsRandomizer):
         hcms = HadamardCountMeanSketch(r.eps0, r.k, r.m, r.seed)
-        return list(vdaf_mapping.encode_hcms(hcms, hcms.randomize(item_keys(indices), rng)))
+        return list(vdaf_mapping.encode_hcms(hcms, hcms.randomize(item_keys(ints), rng)))
     assert isinstance(r, BitPushingRandomizer)
     feature = recipe.encoding.features[0]
     assert isinstance(feature, IntegerFeature)
     bp = BitPushing(feature.bits, r.eps0)
     probabilities = weighted_probabilities(feature.bits, 1.0)
-    return list(vdaf_mapping.encode_bit_pushing(bp.randomize(indices, probabilities, rng)))
+    return list(vdaf_mapping.encode_bit_pushing(bp.randomize(ints, probabilities, rng)))

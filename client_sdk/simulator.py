@@ -18,7 +18,7 @@ verified bytes handed to every device: they all would receive the same bytes.
 several recipes instead (an interactive analysis, 000 §1 and §4.1): each device keeps its event
 store and its budget accountant, so the recipes' budgets compose on every device (000 §4.3).
 `SimulationSummary.truth` is the ground truth the aggregate estimates: the one-hot index (the
-integer value, for bit pushing) each uploaded report randomized.
+integer value, for bit pushing; the string, for SFP) each uploaded report randomized.
 
 Randomized donation times (001 appendix A) run on a compressed clock: devices pick their slot
 as usual, and the simulator walks the slots in order, sleeping ``slot_seconds / time_scale``
@@ -45,7 +45,7 @@ import numpy as np
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
-from client_sdk.query import randomize_indices
+from client_sdk.query import Answer, randomize_indices
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.reports import ReportInput, build_reports
 from client_sdk.tokens import DeviceIdentity, TokenError
@@ -69,8 +69,9 @@ class SimulationSummary:
     failed: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     report_bytes: int = 0
-    #: One-hot index (the value, for bit pushing) -> number of uploaded reports that encoded it.
-    truth: Counter[int] = field(default_factory=Counter)
+    #: One-hot index (the value, for bit pushing; the string, for SFP) -> number of uploaded
+    #: reports that encoded it.
+    truth: Counter[Answer] = field(default_factory=Counter)
 
     @property
     def reports_per_second(self) -> float:
@@ -167,7 +168,7 @@ class Simulator:
         self.offset = 0
         self.progress = progress
         #: (device, pending upload id) -> the index it randomized, until the report is sent.
-        self._indices: dict[tuple[int, int], int] = {}
+        self._indices: dict[tuple[int, int], Answer] = {}
         self._lock = threading.Lock()
 
     def now(self) -> int:

@@ -5,9 +5,10 @@ The collector receives the sum of the VDAF measurements (DAP-09 §4.4.5; VDAF-08
 unshard). For a recipe task those measurements are randomized reports (000 §4.1, §4.4; 004 §6),
 so the raw aggregate is biased; this module turns it back into estimates (`shared.dp.vdaf_mapping`
 decoders, then each randomizer's debias and variance formulas: 000 appendices A and C for
-one-hot, 002 §4.1-4.2 for CMS/HCMS, 003 §3 for bit pushing) and states which (epsilon, delta)
-the batch has, under which neighbouring notion and which trust model (004 §3.3), computed from
-its actual report count by `shared.recipe.accounting` and `shared.dp.policy`.
+one-hot, 002 §4.1-4.2 for CMS/HCMS, 002 §4.3 for SFP's word discovery, 003 §3 for bit pushing)
+and states which (epsilon, delta) the batch has, under which neighbouring notion and which
+trust model (004 §3.3), computed from its actual report count by `shared.recipe.accounting` and
+`shared.dp.policy`.
 
 Entry points:
 
@@ -49,7 +50,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from shared.dp import amplification as amp
 from shared.dp.aggregator_noise import decode_signed
 from shared.dp.estimators import Estimate, z_value
 from shared.dp.gaussian import gaussian_epsilon
+from shared.dp.heavy_hitters import sfp_candidate_estimates
 from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
@@ -69,6 +71,8 @@ from shared.dp.vdaf_mapping import (
     bit_tallies_from_aggregate,
     cms_sketch_from_aggregate,
     hcms_sketch_from_aggregate,
+    sfp_length,
+    sfp_sketches_from_aggregate,
 )
 from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon
 from shared.recipe.model import (
@@ -84,6 +88,7 @@ from shared.recipe.model import (
     OneHotRandomizer,
     Recipe,
     RecipeDraft,
+    SfpRandomizer,
 )
 from shared.vdaf.spec import VdafSpec
 
@@ -258,7 +263,7 @@ class PrivacyStatement:
 class Analysis:
     recipe_id: str | None
     recipe_version: int | None
-    #: e.g. "one_hot(symmetric)", "cms", "hcms", "bit_pushing", "none" (plain task).
+    #: e.g. "one_hot(symmetric)", "cms", "hcms", "bit_pushing", "sfp", "none" (plain task).
     randomizer: str
     #: "count" (frequency estimates) or "mean" (bit pushing) or "raw" (plain task).
     statistic: str
@@ -405,6 +410,13 @@ def analyze(
     `recipe=None` (a plain DAP task with no local randomizer): the raw counts, stderr 0 (or the
     aggregator noise's), no privacy statement.
 
+    SFP (002 §4.3): the aggregate is decoded into the word sketch and the per-position fragment
+    sketches (`vdaf_mapping.sfp_sketches_from_aggregate`); Algorithm 10 builds the candidate
+    dictionary and the word sketch estimates it. The items are the discovered words (pad
+    stripped; the all-pad answer of devices without a valid word is OOV), those whose estimate
+    clears the threshold rule at the Bonferroni level 1 - (1 - threshold_level) / candidates,
+    which the analysis reports as its threshold level.
+
     `task`: the collector's task; with `aggregator_noise` set, the module docstring's decoding,
     standard errors and OAOC line apply (004 §5).
     """
@@ -466,6 +478,14 @@ def analyze(
             f"sketch estimates for {len(chosen)} candidates; the variance's collision term "
             "takes them as the whole dictionary (002 §4)"
         )
+    elif isinstance(r, SfpRandomizer):
+        if candidates is not None:
+            raise AnalysisError("sfp discovers its own dictionary; it takes no candidates")
+        items, threshold_level, sfp_notes = _sfp_items(
+            r, agg, n, confidence, threshold_level, floor
+        )
+        notes.extend(sfp_notes)
+        name = "sfp"
     else:
         assert isinstance(r, BitPushingRandomizer)
         feature = recipe.encoding.features[0]
@@ -593,6 +613,46 @@ def _bit_pushing_items(
         np.concatenate([mean.value, bits.value]), np.concatenate([mean.stderr, bits.stderr])
     )
     return _items(labels, [None] * len(labels), combined, confidence, threshold_level, floor)
+
+
+def _sfp_items(
+    r: SfpRandomizer,
+    agg: npt.NDArray[np.int64],
+    n: int,
+    confidence: float,
+    threshold_level: float,
+    floor: float,
+) -> tuple[tuple[Item, ...], float, list[str]]:
+    """002 Algorithm 10 on the decoded sketches: the discovered words, largest first, and the
+    per-candidate level they cleared (see `analyze`)."""
+    sfp = r.puzzle()
+    _check_length(agg, sfp_length(sfp), f"sfp(length={r.length}, fragment={r.fragment_length})")
+    notes: list[str] = []
+    sketches = sfp_sketches_from_aggregate(sfp, agg)
+    if sketches.n != n:
+        notes.append(f"word row indicators sum to {sketches.n}, not report_count {n}")
+    fragment_reports = [m for _, m in sketches.fragments]
+    if sum(fragment_reports) != n:
+        notes.append(f"fragment row indicators sum to {sum(fragment_reports)}, not {n}")
+    try:
+        words, est = sfp_candidate_estimates(sfp, replace(sketches, n=n), r.top)
+    except ValueError as exc:
+        raise AnalysisError(str(exc)) from None
+    # Bonferroni over the data-dependent dictionary: about 1 - threshold_level false
+    # discoveries in all, instead of that many per candidate.
+    level = 1 - (1 - threshold_level) / max(1, len(words))
+    keep = np.flatnonzero(est.significant(level, floor))
+    keep = keep[np.argsort(-est.value[keep], kind="stable")]
+    labels = [words[i].rstrip(sfp.pad) or OOV for i in keep]
+    found = Estimate(est.value[keep], est.stderr[keep])
+    items = _items(labels, [None] * len(labels), found, confidence, level, floor)
+    notes.append(
+        f"{len(words)} candidate words from the top {r.top} fragments of each of "
+        f"{len(sketches.fragments)} positions (002 Algorithm 10; reports per position "
+        f"{', '.join(map(str, fragment_reports))}); {len(labels)} significant at one-sided "
+        f"level {level:.6g} = 1 - (1 - {threshold_level:g}) / {max(1, len(words))} (Bonferroni)"
+    )
+    return items, level, notes
 
 
 def _raw_analysis(

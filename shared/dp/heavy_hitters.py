@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.dp.estimators import Estimate
-from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, SfpReports
+from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, SfpReports, SfpSketches
 
 
 @dataclass(frozen=True)
@@ -39,25 +39,32 @@ def _significant(
     return sorted(found, key=lambda h: -h.count)
 
 
+def sfp_candidate_estimates(
+    sfp: SequenceFragmentPuzzle, data: SfpReports | SfpSketches, top: int
+) -> tuple[list[str], Estimate]:
+    """Algorithm 10: the candidate dictionary (padded words) and their word-sketch estimates.
+
+    The standard error uses the CMS variance with the candidates as the dictionary.
+    """
+    sketches = sfp.sketches(data) if isinstance(data, SfpReports) else data
+    words = sfp.candidates(sketches, top)
+    value = sfp.word_estimates(sketches, words)
+    n = sketches.n
+    stderr = np.sqrt(sfp.word_sketch.variance(n, np.clip(value, 0, n)))
+    return words, Estimate(value, stderr)
+
+
 def sfp_heavy_hitters(
     sfp: SequenceFragmentPuzzle,
-    reports: SfpReports,
+    data: SfpReports | SfpSketches,
     top: int,
     level: float = 0.999,
     floor: float = 0.0,
 ) -> list[HeavyHitter]:
-    """Words whose word-sketch estimate is significant at `level` (one-sided) and >= floor.
-
-    The standard error uses the CMS variance with the candidates as the dictionary; the pad is
-    stripped from the returned words.
-    """
-    words = sfp.candidates(reports, top)
-    if not words:
-        return []
-    n = int(reports.position.size)
-    value = sfp.word_estimates(reports, words)
-    stderr = np.sqrt(sfp.word_sketch.variance(n, np.clip(value, 0, n)))
-    found = _significant(words, Estimate(value, stderr), level, floor)
+    """Words whose word-sketch estimate is significant at `level` (one-sided) and >= floor,
+    from raw reports or from the sketches; the pad is stripped from the returned words."""
+    words, est = sfp_candidate_estimates(sfp, data, top)
+    found = _significant(words, est, level, floor)
     return [HeavyHitter(h.item.rstrip(sfp.pad), h.count, h.stderr) for h in found]
 
 

@@ -11,6 +11,7 @@ encoded measurements, from which each randomizer's server side rebuilds its stat
 | CMS | Prio3MultiHotHistogram(k m + k, m') | bits (v~+1)/2 in row j, then e_j | below |
 | HCMS | Prio3Histogram(2 k m) | index of (j, l, sign) | 1 |
 | bit pushing | Prio3Histogram(2 b) | index 2 j + bit | 1 |
+| SFP | Prio3MultiHotHistogram(k m + k + P (k' m' + k'), m'') | word, fragment CMS | below |
 
 The multi-hot bound m is the smallest with P(honest weight > m) <= p_fail (004 §6.1.1: the
 false-rejection rate of honest clients); a malicious client can then set at most m bits. For CMS
@@ -18,8 +19,29 @@ the weight is Bern(1 - p) + Bin(m-1, p) + 1 with p = 1/(1+e^(eps/2)); the bound 
 malicious client to m' ones anywhere in the sketch. CMS and HCMS are dense over the k x m sketch
 (report sizes grow as k m: fine for the small sketches of tests and simulations, impractical for
 002's deployed k = 65536); since j and l are independent of the data, a deployment could send
-them in the clear and aggregate per row instead -- not done here. SFP is two CMS reports
-(fragment and word), i.e. two such measurements.
+them in the clear and aggregate per row instead -- not done here.
+
+SFP (002 §4.3) is one measurement, two CMS blocks laid out as above and concatenated:
+
+    [word bits in row j (k m) | e_j (k) | fragment bits in row (l, j') (P k' m') | e_(l,j') (P k')]
+
+with P = length / fragment_length positions. The fragment block is a CMS block of P k' rows:
+row l k' + j' holds the fragment report of a device that chose position l and hash j', so the
+row indicators say how many reports each position's sketch has (Algorithm 10's S_l) and the
+aggregate splits into the word sketch and P fragment sketches (`sfp_sketches_from_aggregate`).
+The honest weight is the sum of the two blocks' independent CMS weights; m'' bounds it at
+p_fail, so a malicious client sets at most m'' ones anywhere (it could, as for CMS, skip or
+double row indicators, which the collector notes). This is the cheapest shape that keeps
+everything inside the validity circuit: a Histogram cannot carry the m noisy bits, a SumVec
+with bits = 1 costs the same length with no weight bound, and two separate tasks would need two
+reports, two tokens and two batches. Measurement lengths (Field128, about 16 bytes per
+coordinate in the leader's input share):
+
+- the new-words demo (length 6, fragment 2, (eps, k, m) = (4, 16, 64), (eps', k', m') =
+  (6, 16, 32)): 1040 + 3 x 528 = 2624 coordinates, m'' = 38, 45,840 bytes per report;
+- 002's deployed parameters (length 10, fragment 2, (k, m) = (k', m') = (2048, 1024),
+  (eps, eps') = (2, 6)): 6 x 2,099,200 = 12,595,200 coordinates, m'' = 442, about 200 MB per
+  report -- beyond `VdafSpec`'s 10^6 and any upload; it would need j and j' in the clear.
 
 `chunk_length` defaults to about sqrt(measurement length), the VDAF-08 §7.4.4 recommendation.
 """
@@ -34,15 +56,18 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
+from shared.dp.estimators import FloatArray
 from shared.dp.randomizers.bitpushing import BitPushing, BitReports, BitTallies
 from shared.dp.randomizers.cms import (
     CmsReports,
     CountMeanSketch,
     HadamardCountMeanSketch,
     HcmsReports,
+    IntArray,
     fwht,
 )
 from shared.dp.randomizers.onehot import OneHotRandomizer
+from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, SfpReports, SfpSketches
 from shared.vdaf.spec import VdafSpec
 
 #: Default honest false-rejection rate for multi-hot weight bounds.
@@ -121,13 +146,24 @@ def cms_spec(cms: CountMeanSketch, p_fail: float = DEFAULT_P_FAIL) -> VdafSpec:
     )
 
 
+def _cms_block(rows: int, m: int, j: IntArray, signs: npt.NDArray[np.int8]) -> IntArray:
+    """Measurements (n, rows m + rows): bits (v~+1)/2 in row j's m cells, then e_j."""
+    n = j.size
+    out = np.zeros((n, rows * m + rows), dtype=np.int64)
+    idx = np.arange(n)
+    out[idx[:, None], j[:, None] * m + np.arange(m)[None, :]] = (signs + 1) // 2
+    out[idx, rows * m + j] = 1
+    return out
+
+
+def _cms_rows(cms: CountMeanSketch, ones: FloatArray, per_row: FloatArray) -> FloatArray:
+    """Sketch rows from the summed bits (..., m) and the reports per row (..., 1)."""
+    # sum of v~ over a row's reports is 2 * ones - reports; each adds k (c/2 v~ + 1/2).
+    return np.asarray(cms.k * (cms.c / 2 * (2 * ones - per_row) + per_row / 2))
+
+
 def encode_cms(cms: CountMeanSketch, reports: CmsReports) -> list[list[int]]:
-    n = reports.j.size
-    out = np.zeros((n, cms.k * cms.m + cms.k), dtype=np.int64)
-    rows = np.arange(n)
-    cols = reports.j[:, None] * cms.m + np.arange(cms.m)[None, :]
-    out[rows[:, None], cols] = (reports.signs + 1) // 2
-    out[rows, cms.k * cms.m + reports.j] = 1
+    out = _cms_block(cms.k, cms.m, reports.j, reports.signs)
     return [list(map(int, r)) for r in out]
 
 
@@ -135,9 +171,83 @@ def cms_sketch_from_aggregate(cms: CountMeanSketch, aggregate: npt.ArrayLike) ->
     """The k x m CMS sketch from the summed measurements (ones per cell, reports per row)."""
     agg = np.asarray(aggregate, dtype=np.float64)
     ones = agg[: cms.k * cms.m].reshape(cms.k, cms.m)
-    per_row = agg[cms.k * cms.m :][:, None]
-    # sum of v~ over a row's reports is 2 * ones - reports; each adds k (c/2 v~ + 1/2).
-    return np.asarray(cms.k * (cms.c / 2 * (2 * ones - per_row) + per_row / 2))
+    return _cms_rows(cms, ones, agg[cms.k * cms.m :][:, None])
+
+
+def _cms_weight_pmf(cms: CountMeanSketch) -> FloatArray:
+    """pmf of an honest CMS block's weight, 1 + Bern(1 - p) + Bin(m - 1, p), over 0..m+1."""
+    p, m = cms.flip_probability, cms.m
+    b = stats.binom.pmf(np.arange(m), m - 1, p)
+    out = np.zeros(m + 2)
+    out[2:] += (1 - p) * b
+    out[1:-1] += p * b
+    return out
+
+
+def sfp_length(sfp: SequenceFragmentPuzzle) -> int:
+    """Measurement length: k m + k, then positions (k' m' + k')."""
+    w, f = sfp.word_sketch, sfp.fragment_sketch
+    return w.k * w.m + w.k + len(sfp.starts) * (f.k * f.m + f.k)
+
+
+def sfp_max_count(sfp: SequenceFragmentPuzzle, p_fail: float = DEFAULT_P_FAIL) -> int:
+    """Weight bound of the concatenated measurement: honest weight is the sum of the word and
+    fragment blocks' independent weights (`_cms_weight_pmf` each)."""
+    pmf = np.convolve(_cms_weight_pmf(sfp.word_sketch), _cms_weight_pmf(sfp.fragment_sketch))
+    # P(W > w) summed from the tail, so that tails near p_fail keep their precision.
+    tail = np.concatenate([np.cumsum(pmf[::-1])[::-1][1:], [0.0]])
+    return smallest_bound(lambda w: float(tail[w]), p_fail, pmf.size - 1)
+
+
+def sfp_spec(sfp: SequenceFragmentPuzzle, p_fail: float = DEFAULT_P_FAIL) -> VdafSpec:
+    length = sfp_length(sfp)
+    m = sfp_max_count(sfp, p_fail)
+    return VdafSpec(
+        type="Prio3MultiHotHistogram",
+        length=length,
+        max_count=m,
+        chunk_length=chunk_length_for(length + m.bit_length()),
+    )
+
+
+def encode_sfp_array(sfp: SequenceFragmentPuzzle, reports: SfpReports) -> IntArray:
+    """The measurements as an (n, `sfp_length`) 0/1 array (see the module docstring)."""
+    w, f = sfp.word_sketch, sfp.fragment_sketch
+    word = _cms_block(w.k, w.m, reports.words.j, reports.words.signs)
+    # (position, j') is one row of a P k' x m' block: the fragment lands in its position's rows.
+    rows = reports.position * f.k + reports.fragments.j
+    frag = _cms_block(len(sfp.starts) * f.k, f.m, rows, reports.fragments.signs)
+    return np.concatenate([word, frag], axis=1)
+
+
+def encode_sfp(sfp: SequenceFragmentPuzzle, reports: SfpReports) -> list[list[int]]:
+    return [list(map(int, r)) for r in encode_sfp_array(sfp, reports)]
+
+
+def sfp_sketches_from_aggregate(
+    sfp: SequenceFragmentPuzzle, aggregate: npt.ArrayLike
+) -> SfpSketches:
+    """The word sketch and the per-position fragment sketches from the summed measurements.
+
+    The word sketch's n is the number of row indicators set in the word block, each position's
+    n the number set in its fragment rows (an honest report sets exactly one of each; the
+    collector compares them with its report count)."""
+    agg = np.asarray(aggregate, dtype=np.float64)
+    if agg.shape != (sfp_length(sfp),):
+        raise ValueError(f"an SFP aggregate has {sfp_length(sfp)} coordinates, not {agg.size}")
+    w, f = sfp.word_sketch, sfp.fragment_sketch
+    positions = len(sfp.starts)
+    split = w.k * w.m + w.k
+    word = cms_sketch_from_aggregate(w, agg[:split])
+    frag = agg[split:]
+    ones = frag[: positions * f.k * f.m].reshape(positions, f.k, f.m)
+    per_row = frag[positions * f.k * f.m :].reshape(positions, f.k, 1)
+    sketches = _cms_rows(f, ones, per_row)
+    return SfpSketches(
+        word,
+        int(agg[w.k * w.m : split].sum()),
+        tuple((sketches[p], int(per_row[p].sum())) for p in range(positions)),
+    )
 
 
 def hcms_spec(hcms: HadamardCountMeanSketch) -> VdafSpec:

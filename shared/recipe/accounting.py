@@ -6,7 +6,8 @@ Privacy accounting (000 §3 and §4.3 check 3; 001 §4.1 and Theorem 4), with th
 1. Aggregation: B reports, each eps0-LDP, aggregated (shuffled) are (eps_a, delta_a)-DP with
    eps_a = shuffle_epsilon(eps0, B, delta_a, analysis). eps0 is the randomizer's replacement
    epsilon for the generic analyses and the per-bit epsilon of symmetric RAPPOR for the
-   ``sym_rappor_*`` ones.
+   ``sym_rappor_*`` ones. An SFP report is two CMS reports of the same string, so its eps0 is
+   their sum, eps + eps' (basic composition, 002 Theorem 4.5).
 2. Sampling: with q < 1 each device contributes with probability q (Poisson), which gives
    (ln(1 + q (e^eps_a - 1)), q delta_a). The recipe's delta is split as delta_a = delta / q
    (capped at `MAX_AGGREGATION_DELTA`, which keeps the analyses in their tested regime): any
@@ -25,7 +26,7 @@ from shared.dp import amplification as amp
 from shared.dp.randomizers.bitpushing import BitPushing
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
-from shared.dp.vdaf_mapping import bit_pushing_spec, cms_spec, hcms_spec, one_hot_spec
+from shared.dp.vdaf_mapping import bit_pushing_spec, cms_spec, hcms_spec, one_hot_spec, sfp_spec
 from shared.recipe.model import (
     BitPushingRandomizer,
     CmsRandomizer,
@@ -36,6 +37,7 @@ from shared.recipe.model import (
     PrivacyClaim,
     Randomizer,
     Recipe,
+    SfpRandomizer,
 )
 from shared.vdaf.spec import VdafSpec
 
@@ -125,6 +127,8 @@ def expected_vdaf(randomizer: Randomizer, encoding: Encoding) -> VdafSpec:
         return hcms_spec(
             HadamardCountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
         )
+    if isinstance(randomizer, SfpRandomizer):
+        return sfp_spec(randomizer.puzzle())
     assert isinstance(randomizer, BitPushingRandomizer)
     feature = encoding.features[0]
     assert isinstance(feature, IntegerFeature)

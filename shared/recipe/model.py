@@ -8,7 +8,8 @@ A recipe (000 §4.1 and appendix B; 001 §4.1) names
 - the non-sensitive cohort fields the device may append to the collection id (000 §4.1);
 - the encoding of the query output as a one-hot vector: a tuple of features, each with its
   bucketing rule, OOV and end tokens, and for n-grams a prefix tree plus known tokens
-  (000 appendix B; `Encoding.dimension` is the product of the feature sizes);
+  (000 appendix B; `Encoding.dimension` is the product of the feature sizes); or, for the
+  Sequence Fragment Puzzle (002 §4.3), one string feature that the `sfp` randomizer sketches;
 - the local randomizer and its parameters (one of `shared.dp.randomizers`);
 - the sampling rate q, the minimum batch size B, and the aggregate (epsilon, delta) claimed for
   them (001 §4.1: "which allow the client device to verify that the protocol satisfies DP");
@@ -45,6 +46,9 @@ from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
 from shared.dap.task import TokenPolicy, b64url_decode
 from shared.dp.amplification import Analysis
+from shared.dp.randomizers.cms import CountMeanSketch
+from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
+from shared.dp.vdaf_mapping import sfp_length
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -67,6 +71,9 @@ __all__ = [
     "RandomEventSelection",
     "RandomNgramSelection",
     "Randomizer",
+    "SfpRandomizer",
+    "SketchParams",
+    "StringFeature",
     "Recipe",
     "RecipeDraft",
     "RecipeTask",
@@ -270,8 +277,24 @@ class IntegerFeature(_Frozen):
         return value
 
 
+class StringFeature(_Frozen):
+    """A text field the `sfp` randomizer sketches whole (002 §4.3), over the randomizer's
+    alphabet and length. It has no one-hot buckets: it adds nothing to the encoding's dimension
+    (size 1) and `bucket` refuses."""
+
+    kind: Literal["string"] = "string"
+    field: FieldName
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    def bucket(self, value: object) -> int:
+        raise ValueError(f"{self.field} is a string feature: the sfp randomizer sketches it")
+
+
 Feature = Annotated[
-    BucketFeature | CategoryFeature | NgramFeature | IntegerFeature,
+    BucketFeature | CategoryFeature | NgramFeature | IntegerFeature | StringFeature,
     Field(discriminator="kind"),
 ]
 
@@ -367,8 +390,81 @@ class BitPushingRandomizer(_Frozen):
         return self.eps0
 
 
+class SketchParams(_Frozen):
+    """One Count Mean Sketch of an SFP report: its epsilon, k hash rows of m columns, and the
+    public seed of its hash family (`shared.dp.randomizers.cms`)."""
+
+    eps0: Epsilon0
+    k: int = Field(ge=1, le=65536)
+    m: int = Field(ge=2, le=65536)
+    seed: int = Field(default=0, ge=0, lt=2**53)
+
+    def sketch(self) -> CountMeanSketch:
+        return CountMeanSketch(self.eps0, self.k, self.m, self.seed)
+
+
+#: Largest number of (puzzle value, fragment) pairs, 256 |alphabet|^fragment_length, the
+#: collector enumerates per position (002: 256 * 26^2 or so; 2^22 keeps it to seconds).
+MAX_FRAGMENT_PAIRS = 1 << 22
+
+
+class SfpRandomizer(_Frozen):
+    """`shared.dp.randomizers.sfp.SequenceFragmentPuzzle` (002 §4.3, Algorithms 8-10): new
+    strings (words outside any dictionary) over `alphabet`, padded or truncated to `length`
+    with `pad`. A report is a CMS report of the whole string (`word`: 002's (eps, k, m)) and
+    one of the fragment h(s) || s[l : l + fragment_length] at a uniform position l
+    (`fragment`: 002's (eps', k', m')); it is (eps + eps')-LDP by basic composition (002
+    Theorem 4.5). The collector keeps the `top` (002's T) fragments per position."""
+
+    name: Literal["sfp"] = "sfp"
+    length: int = Field(ge=1, le=64)
+    fragment_length: int = Field(ge=1, le=8)
+    alphabet: str = Field(min_length=2, max_length=256)
+    pad: str = Field(default=" ", min_length=1, max_length=1)
+    word: SketchParams
+    fragment: SketchParams
+    top: int = Field(ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SfpRandomizer:
+        if self.length % self.fragment_length:
+            raise ValueError("sfp length must be a multiple of fragment_length")
+        if len(set(self.alphabet)) != len(self.alphabet):
+            raise ValueError("sfp alphabet characters must not repeat")
+        if not self.alphabet.isprintable():
+            raise ValueError("sfp alphabet characters must be printable")
+        if self.pad not in self.alphabet:
+            raise ValueError("the sfp pad must be a character of the alphabet")
+        pairs = PUZZLE_RANGE * len(self.alphabet) ** self.fragment_length
+        if pairs > MAX_FRAGMENT_PAIRS:
+            raise ValueError(
+                f"256 x {len(self.alphabet)}^{self.fragment_length} = {pairs} fragments per "
+                f"position exceed {MAX_FRAGMENT_PAIRS}"
+            )
+        if self.top > pairs:
+            raise ValueError(f"top {self.top} exceeds the {pairs} possible fragments")
+        length = sfp_length(self.puzzle())
+        if length > MAX_DIMENSION:
+            raise ValueError(f"the sfp measurement length {length} exceeds {MAX_DIMENSION}")
+        return self
+
+    @property
+    def local_epsilon(self) -> float:
+        return self.word.eps0 + self.fragment.eps0
+
+    def puzzle(self) -> SequenceFragmentPuzzle:
+        return SequenceFragmentPuzzle(
+            self.alphabet,
+            self.word.sketch(),
+            self.fragment.sketch(),
+            self.length,
+            self.fragment_length,
+            self.pad,
+        )
+
+
 Randomizer = Annotated[
-    OneHotRandomizer | CmsRandomizer | HcmsRandomizer | BitPushingRandomizer,
+    OneHotRandomizer | CmsRandomizer | HcmsRandomizer | BitPushingRandomizer | SfpRandomizer,
     Field(discriminator="name"),
 ]
 
@@ -533,6 +629,13 @@ class _RecipeBody(_Frozen):
             self.randomizer, BitPushingRandomizer
         ):
             raise ValueError("integer features are only for bit_pushing")
+        strings = [f for f in self.encoding.features if isinstance(f, StringFeature)]
+        if isinstance(self.randomizer, SfpRandomizer) and not (
+            len(self.encoding.features) == 1 and strings
+        ):
+            raise ValueError("sfp needs exactly one string feature")
+        if strings and not isinstance(self.randomizer, SfpRandomizer):
+            raise ValueError("string features are only for sfp")
         if self.privacy.analysis.startswith("sym_rappor") and not (
             isinstance(self.randomizer, OneHotRandomizer) and self.randomizer.symmetric
         ):

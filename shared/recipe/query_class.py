@@ -33,11 +33,12 @@ class QueryClass(BaseModel):
     #: Selection kinds (`random_event`, `random_ngram`, `latest`).
     selections: tuple[str, ...] = ("random_event", "random_ngram", "latest")
     max_ngram_n: int = Field(default=8, ge=2)
-    #: Feature kinds (`buckets`, `categories`, `ngram`, `integer`) and the largest dimension.
-    feature_kinds: tuple[str, ...] = ("buckets", "categories", "ngram", "integer")
+    #: Feature kinds (`buckets`, `categories`, `ngram`, `integer`, `string`) and the largest
+    #: dimension.
+    feature_kinds: tuple[str, ...] = ("buckets", "categories", "ngram", "integer", "string")
     max_dimension: int = Field(default=1_000_000, ge=1)
-    #: Randomizer names (`one_hot`, `cms`, `hcms`, `bit_pushing`).
-    randomizers: tuple[str, ...] = ("one_hot", "cms", "hcms", "bit_pushing")
+    #: Randomizer names (`one_hot`, `cms`, `hcms`, `bit_pushing`, `sfp`).
+    randomizers: tuple[str, ...] = ("one_hot", "cms", "hcms", "bit_pushing", "sfp")
     #: Largest replacement-model local epsilon, overall and per field read.
     max_local_epsilon: float = Field(gt=0)
     field_max_local_epsilon: dict[str, float] = Field(default_factory=dict)

@@ -13,12 +13,14 @@ from fastapi.testclient import TestClient
 from client_sdk.device import Device
 from services.aggregator.app import create_app
 from services.aggregator.drivers.runner import DriverRunner
+from services.collector.analysis import Collection, analyze
 from services.common.clock import TestClock
 from shared.dap.extensions import recipe_digest
 from shared.dap.messages import BatchSelector, HpkeConfigList, Interval, Query
 from shared.dap.task import b64url_encode
+from shared.dp.vdaf_mapping import sfp_sketches_from_aggregate
 from shared.recipe.accounting import expected_vdaf
-from shared.recipe.model import RecipeDraft
+from shared.recipe.model import RecipeDraft, SfpRandomizer
 from shared.recipe.signing import recipe_bytes
 from tests.aggregator import helpers
 from tests.aggregator.env import Env, make_env
@@ -29,8 +31,8 @@ from tests.client_sdk.harness import EMOJI, ISSUER, NOW, World, draft, verified
 TP = 3600
 
 
-def build(tmp_path: Path, tokens: bool) -> tuple[World, Env]:
-    spec = RecipeDraft.model_validate(draft())
+def build(tmp_path: Path, tokens: bool, **overrides: Any) -> tuple[World, Env]:
+    spec = RecipeDraft.model_validate(draft(**overrides))
     vdaf = expected_vdaf(spec.randomizer, spec.encoding)
     clock = TestClock(NOW)
     params = TaskParams(vdaf=vdaf.model_dump(exclude_none=True), min_batch_size=1)
@@ -45,7 +47,7 @@ def build(tmp_path: Path, tokens: bool) -> tuple[World, Env]:
     )
     world.router.apps["leader.test"] = env.leader
     world.router.apps["helper.test"] = env.helper
-    world.publish()
+    world.publish(**overrides)
     return world, env
 
 
@@ -62,13 +64,14 @@ def run_devices(world: World, n: int, tokens: bool) -> list[Device]:
     return devices
 
 
-def collect_and_check(env: Env, devices: list[Device]) -> None:
+def collect_and_check(env: Env, devices: list[Device]) -> list[int]:
     query = Query.time_interval(Interval(NOW, TP))
     collection = env.collect(query)
     assert collection.report_count == len(devices)
     aggregate = unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP)))
     sent = [d.audit.entries("sent")[0].detail["measurement"] for d in devices]
     assert aggregate == [sum(col) for col in zip(*sent, strict=True)]
+    return list(aggregate)
 
 
 def test_plain_reports_aggregate_to_the_randomized_measurements(tmp_path: Path) -> None:
@@ -123,3 +126,33 @@ def test_bound_and_tokened_reports_aggregate(tmp_path: Path) -> None:
     unbound.answer(verified(world, unbound))
     unbound.run_due()
     collect_and_check(env, devices)
+
+
+SFP = {
+    "name": "sfp",
+    "length": 6,
+    "fragment_length": 2,
+    "alphabet": "abcdefghijklmnopqrstuvwxyz ",
+    "word": {"eps0": 0.5, "k": 4, "m": 16, "seed": 1},
+    "fragment": {"eps0": 0.5, "k": 4, "m": 8, "seed": 2},
+    "top": 50,
+}
+
+
+def test_sfp_reports_pass_the_validity_proof_and_decode_per_position(tmp_path: Path) -> None:
+    """SFP measurements (word CMS + positioned fragment CMS in one MultiHotHistogram) are
+    accepted by both aggregators' validity checks and their sum splits back into sketches."""
+    overrides: dict[str, Any] = {
+        "encoding": {"features": [{"kind": "string", "field": "emoji"}]},
+        "randomizer": SFP,
+    }
+    world, env = build(tmp_path, tokens=False, **overrides)
+    devices = run_devices(world, 12, tokens=False)
+    recipe = verified(world, devices[0]).recipe
+    assert isinstance(recipe.randomizer, SfpRandomizer)
+    aggregate = collect_and_check(env, devices)
+    sketches = sfp_sketches_from_aggregate(recipe.randomizer.puzzle(), aggregate)
+    assert sketches.n == 12 and sum(n for _, n in sketches.fragments) == 12
+    analysis = analyze(recipe, Collection(12, tuple(aggregate)))
+    assert analysis.randomizer == "sfp" and analysis.privacy is not None
+    assert analysis.privacy.local_epsilon == 1.0

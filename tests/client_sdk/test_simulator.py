@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from client_sdk.cli import main
-from client_sdk.datagen import GENERATORS, generate_events
+from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
 from client_sdk.policy import FieldAllowance
 from client_sdk.sampling import DonationSchedule
@@ -80,6 +80,43 @@ def test_generators_fill_the_recipe_fields() -> None:
     values = [generate_events("emoji", emoji, rng, 0, 1)[0][0]["emoji"] for _ in range(300)]
     # Zipf: the first category is the most common.
     assert max(set(values), key=values.count) == "smile"
+
+
+SFP_RANDOMIZER = {
+    "name": "sfp",
+    "length": 6,
+    "fragment_length": 2,
+    "alphabet": "abcdefghijklmnopqrstuvwxyz ",
+    "word": {"eps0": 1.0, "k": 4, "m": 16, "seed": 1},
+    "fragment": {"eps0": 1.0, "k": 4, "m": 8, "seed": 2},
+    "top": 50,
+}
+
+
+def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> None:
+    """A string feature under sfp: the new_words generator fills it, the devices randomize the
+    string, and the simulator's ground truth counts the strings the uploads answered."""
+    world = World(tmp_path, tokens=False)
+    overrides = {
+        "encoding": {"features": [{"kind": "string", "field": "emoji"}]},
+        "randomizer": SFP_RANDOMIZER,
+        "privacy": {"epsilon": 2.0, "delta": 1e-6, "analysis": "stronger_clones"},
+    }
+    world.publish(**overrides)
+    recipe = complete(RecipeDraft.model_validate(draft(**overrides)))
+    config = DeviceConfig(
+        recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key, use_tokens=False
+    )
+    summary = Simulator(
+        config, http=world.http, clock=world.clock.now, progress=None, seed=5
+    ).run("emoji.daily", 40, "new_words")
+    assert summary.uploaded == 40 == len(world.leader.uploads) and not summary.refused
+    assert sum(summary.truth.values()) == 40
+    assert set(summary.truth) <= set(NEW_WORDS) | set(WORDS)
+    assert any(w in NEW_WORDS for w in summary.truth) and any(w in WORDS for w in summary.truth)
+    events = generate_events("new_words", recipe, random.Random(1), 0, events=400)
+    share = sum(e["emoji"] in NEW_WORDS for e, _ in events) / 400
+    assert 0.4 < share < 0.6
 
 
 def test_cli_requires_a_recipe() -> None:

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import random
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from client_sdk.query import _ngrams, randomize_indices
+from client_sdk.query import _ngrams, encode_record, randomize_indices
 from services.collector.analysis import (
     Analysis,
     AnalysisError,
@@ -584,3 +585,84 @@ def test_oaoc_line_states_the_aggregator_noise_epsilon() -> None:
     weak = noisy_task(HISTOGRAM, {"mechanism": "discrete_gaussian", "sigma": "0.5"})
     oaoc = {g.trust_model: g for g in privacy_statement(recipe, 5000, weak).guarantees}["OAOC"]
     assert oaoc.epsilon == recipe.randomizer.local_epsilon
+
+
+# --- SFP: new words over an unknown dictionary (002 §4.3) ----------------------------------------
+
+SFP_LETTERS = "abcdefgh"
+
+
+def sfp_draft(**randomizer: Any) -> RecipeDraft:
+    params: dict[str, Any] = {
+        "name": "sfp",
+        "length": 6,
+        "fragment_length": 2,
+        "alphabet": SFP_LETTERS + " ",
+        "word": {"eps0": 4.0, "k": 16, "m": 64, "seed": 1},
+        "fragment": {"eps0": 6.0, "k": 16, "m": 32, "seed": 2},
+        "top": 300,
+    }
+    params.update(randomizer)
+    return draft(
+        params,
+        query={"stream": "s", "fields": ["word"], "selection": {"kind": "latest"}},
+        encoding={"features": [{"kind": "string", "field": "word"}]},
+        privacy={"epsilon": 10.0, "delta": 1e-6, "analysis": "stronger_clones"},
+        min_batch_size=1,
+    )
+
+
+def unknown_words(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
+    """A Zipf vocabulary of random strings (no dictionary knows them) and n devices' words."""
+    vocab: list[str] = []
+    while len(vocab) < 30:
+        word = "".join(rng.choice(list(SFP_LETTERS), rng.integers(2, 7)))
+        if word not in vocab:
+            vocab.append(word)
+    p = 1 / np.arange(1, len(vocab) + 1) ** 1.1
+    return vocab, [vocab[i] for i in rng.choice(len(vocab), n, p=p / p.sum())]
+
+
+@pytest.mark.parametrize("seed", [41, 42])
+def test_sfp_discovers_the_top_words_through_the_device_path(seed: int) -> None:
+    """Devices randomize their string (client_sdk.query), the aggregate is the sum of the
+    measurements; the analysis finds the heavy words with intervals covering their counts."""
+    recipe = complete(sfp_draft())
+    rng = _rng(seed)
+    vocab, words = unknown_words(rng, 3000)
+    words += ["", "xyz"]  # no word / outside the alphabet: both answered as the all-pad string
+    answers = [encode_record(recipe, {"word": w}) for w in words]
+    assert answers[-2:] == ["", ""]
+    agg = np.asarray(randomize_indices(recipe, answers, rng)).sum(axis=0)
+    a = analyze(recipe, collection(agg, len(words)))
+    assert a.randomizer == "sfp" and a.statistic == "count"
+    truth = Counter(words)
+    found = [it.label for it in a.items]
+    assert {w for w, _ in truth.most_common(3)} <= set(found)
+    assert set(found) <= set(vocab)  # no false discovery at this seed
+    assert [it.estimate for it in a.items] == sorted((it.estimate for it in a.items), reverse=True)
+    for it in a.items:
+        assert not it.below_threshold and it.index is None
+        assert abs(it.estimate - truth[it.label]) < 4 * it.stderr
+    assert 0.95 < a.threshold_level < 1  # Bonferroni over the candidates
+    assert any("candidate words" in n for n in a.notes)
+    assert a.privacy is not None and a.privacy.local_epsilon == 10.0
+    doc = json.loads(to_json(a))
+    assert [i["label"] for i in doc["items"]] == found
+    assert to_csv(a).count("\n") == len(found) + 1
+    assert found[0] in to_table(a)
+
+
+def test_sfp_analysis_refuses_candidates_and_bad_lengths() -> None:
+    recipe = complete(sfp_draft())
+    rng = _rng(43)
+    agg = np.asarray(randomize_indices(recipe, ["abc", "", "ab"], rng)).sum(axis=0)
+    with pytest.raises(AnalysisError, match="no candidates"):
+        analyze(recipe, collection(agg, 3), candidates=["abc"])
+    with pytest.raises(AnalysisError, match="coordinates"):
+        analyze(recipe, collection(agg[:-1], 3))
+    # A report count that the row indicators do not match is noted, not hidden.
+    a = analyze(recipe, collection(agg, 5))
+    assert any("not report_count 5" in n for n in a.notes)
+    with pytest.raises(TypeError):
+        randomize_indices(recipe, [3], rng)

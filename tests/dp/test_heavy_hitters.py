@@ -8,9 +8,14 @@ import numpy as np
 import pytest
 
 from shared.dp.estimators import Estimate
-from shared.dp.heavy_hitters import prefix_tree_heavy_hitters, sfp_heavy_hitters
+from shared.dp.heavy_hitters import (
+    prefix_tree_heavy_hitters,
+    sfp_candidate_estimates,
+    sfp_heavy_hitters,
+)
 from shared.dp.randomizers.cms import CountMeanSketch, item_keys
-from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, puzzle_hash
+from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, SfpSketches, puzzle_hash
+from shared.dp.vdaf_mapping import encode_sfp_array, sfp_sketches_from_aggregate
 
 LETTERS = "abcdefgh"
 
@@ -102,3 +107,47 @@ def test_prefix_tree_stops_when_nothing_survives():
     assert calls == [0]
     with pytest.raises(ValueError):
         prefix_tree_heavy_hitters(oracle, "ab", 3, step=2)
+
+
+def _small_sfp() -> SequenceFragmentPuzzle:
+    return SequenceFragmentPuzzle(
+        LETTERS + " ",
+        word_sketch=CountMeanSketch(4.0, 16, 64, seed=1),
+        fragment_sketch=CountMeanSketch(6.0, 16, 64, seed=2),
+        length=6,
+    )
+
+
+def test_sfp_from_the_vdaf_aggregate_finds_what_the_reports_find():
+    """The collector only has the summed measurements: the same words, the same numbers."""
+    rng = np.random.default_rng(12)
+    _, words = zipf_words(rng, 4000)
+    sfp = _small_sfp()
+    reports = sfp.randomize(words, rng)
+    aggregate = encode_sfp_array(sfp, reports).sum(axis=0)
+    from_reports = sfp_heavy_hitters(sfp, reports, top=40)
+    from_aggregate = sfp_heavy_hitters(sfp, sfp_sketches_from_aggregate(sfp, aggregate), top=40)
+    assert from_reports and [h.item for h in from_aggregate] == [h.item for h in from_reports]
+    assert np.allclose([h.count for h in from_aggregate], [h.count for h in from_reports])
+
+
+def test_sfp_candidates_are_puzzle_consistent_and_bounded():
+    rng = np.random.default_rng(13)
+    _, words = zipf_words(rng, 8000)
+    sfp = _small_sfp()
+    sketches = sfp.sketches(sfp.randomize(words, rng))
+    candidates = sfp.candidates(sketches, top=200)
+    counts = Counter(words)
+    assert {sfp.normalise(w) for w, _ in counts.most_common(3)} <= set(candidates)
+    # Every candidate is anchored by its own puzzle piece: (h(c), c's fragment at l) is among
+    # the kept fragments of every position l.
+    kept = [set(sfp.top_fragments(s, n, 200)) for s, n in sketches.fragments]
+    for c, h in zip(candidates, puzzle_hash(candidates), strict=True):
+        for pos, start in zip(kept, sfp.starts, strict=True):
+            assert (int(h), c[start : start + sfp.fragment]) in pos
+    words_est, est = sfp_candidate_estimates(sfp, sketches, top=200)
+    assert words_est == candidates and est.value.shape == (len(candidates),)
+    with pytest.raises(ValueError, match="candidate products"):
+        sfp.candidates(sketches, top=200, max_products=1)
+    with pytest.raises(ValueError, match="positions"):
+        sfp.candidates(SfpSketches(sketches.word, sketches.n, sketches.fragments[:1]), top=5)

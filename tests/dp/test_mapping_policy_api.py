@@ -19,6 +19,7 @@ from shared.dp.policy import (
 from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
 from shared.dp.randomizers.onehot import asymmetric_one_hot, symmetric_rappor
+from shared.dp.randomizers.sfp import SequenceFragmentPuzzle
 
 
 @pytest.mark.parametrize(("d", "eps0"), [(1000, 5.0), (1000, 6.5), (1000, 7.0), (64, 1.0)])
@@ -128,3 +129,78 @@ def test_cli_functions_return_numbers():
     assert g.total_std == pytest.approx(12.0777, rel=3e-5)
     assert g.discrete_delta == pytest.approx(9.88e-10, rel=1e-3)
     assert api.gaussian_sigma(1.0, 1e-6, sensitivity=3.0).discrete_delta is None
+
+
+def _sfp(length: int = 6) -> SequenceFragmentPuzzle:
+    return SequenceFragmentPuzzle(
+        "abcdefgh ",
+        word_sketch=CountMeanSketch(3.0, 4, 16, seed=1),
+        fragment_sketch=CountMeanSketch(5.0, 3, 8, seed=2),
+        length=length,
+    )
+
+
+def test_sfp_round_trip_through_the_aggregate():
+    """Word block then the position-major fragment block; the sum decodes to the sketches the
+    reports themselves give, per position, with each position's report count."""
+    rng = np.random.default_rng(4)
+    sfp = _sfp()
+    words = ["".join(rng.choice(list("abcdefgh"), rng.integers(1, 7))) for _ in range(400)]
+    reports = sfp.randomize(words, rng)
+    measurements = vm.encode_sfp_array(sfp, reports)
+    assert measurements.shape == (400, vm.sfp_length(sfp)) == (400, 4 * 16 + 4 + 3 * (3 * 8 + 3))
+    # Exactly one word row indicator and one fragment row indicator (in its position) each.
+    assert (measurements[:, 64:68].sum(axis=1) == 1).all()
+    frag_rows = measurements[:, 68 + 3 * 24 :].reshape(400, 3, 3)
+    assert (frag_rows.sum(axis=(1, 2)) == 1).all()
+    assert (frag_rows.sum(axis=2).argmax(axis=1) == reports.position).all()
+    spec = vm.sfp_spec(sfp, p_fail=1e-9)
+    vdaf = spec.instance()
+    for meas in vm.encode_sfp(sfp, reports)[:20]:
+        vdaf.valid.encode(meas)
+    decoded = vm.sfp_sketches_from_aggregate(sfp, measurements.sum(axis=0))
+    direct = sfp.sketches(reports)
+    assert decoded.n == direct.n == 400
+    assert np.allclose(decoded.word, direct.word)
+    for (a, na), (b, nb) in zip(decoded.fragments, direct.fragments, strict=True):
+        assert na == nb and np.allclose(a, b)
+    assert sum(n for _, n in decoded.fragments) == 400
+    with pytest.raises(ValueError, match="coordinates"):
+        vm.sfp_sketches_from_aggregate(sfp, measurements.sum(axis=0)[:-1])
+
+
+def test_sfp_weight_bound_is_the_convolved_tail_and_binds_a_cheater():
+    sfp = _sfp()
+    rng = np.random.default_rng(5)
+    reports = sfp.randomize(["abc"] * 20_000, rng)
+    weights = vm.encode_sfp_array(sfp, reports).sum(axis=1)
+    p_fail = 0.01
+    bound = vm.sfp_max_count(sfp, p_fail)
+    # Smallest w with P(W > w) <= p_fail: the empirical tail agrees within sampling error.
+    assert np.mean(weights > bound) <= p_fail + 0.003
+    assert np.mean(weights > bound - 1) > p_fail - 0.003
+    spec = vm.sfp_spec(sfp)
+    assert spec.type == "Prio3MultiHotHistogram" and spec.length == vm.sfp_length(sfp)
+    assert spec.max_count is not None and weights.max() <= spec.max_count
+    cheat = [1] * (spec.max_count + 1) + [0] * (spec.length - spec.max_count - 1)
+    with pytest.raises(ValueError):
+        spec.instance().valid.encode(cheat)
+
+
+def test_sfp_lengths_stated_in_the_docstring():
+    deployed = SequenceFragmentPuzzle(
+        "abcdefghijklmnopqrstuvwxyz ",
+        CountMeanSketch(2.0, 2048, 1024),
+        CountMeanSketch(6.0, 2048, 1024),
+        length=10,
+    )
+    assert vm.sfp_length(deployed) == 6 * (2048 * 1024 + 2048) == 12_595_200
+    assert vm.sfp_max_count(deployed) == 442
+    demo = SequenceFragmentPuzzle(
+        "abcdefghijklmnopqrstuvwxyz ",
+        CountMeanSketch(4.0, 16, 64, seed=1),
+        CountMeanSketch(6.0, 16, 32, seed=2),
+        length=6,
+    )
+    spec = vm.sfp_spec(demo)
+    assert (spec.length, spec.max_count, vm.report_size(spec).total) == (2624, 38, 45_840)

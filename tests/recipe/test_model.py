@@ -143,3 +143,93 @@ def test_device_rechecks_the_claims() -> None:
     other_vdaf = recipe.task.model_copy(update={"vdaf": wider})
     problems = check_recipe_claims(recipe.model_copy(update={"task": other_vdaf}))
     assert len(problems) == 1 and "task VDAF" in problems[0]
+
+
+def sfp_json(**randomizer: object) -> dict[str, object]:
+    """002 §4.3 as a recipe: new words typed this week, one string feature, the SFP randomizer."""
+    params: dict[str, object] = {
+        "name": "sfp",
+        "length": 6,
+        "fragment_length": 2,
+        "alphabet": "abcdefghijklmnopqrstuvwxyz ",
+        "pad": " ",
+        "word": {"eps0": 0.5, "k": 16, "m": 64, "seed": 1},
+        "fragment": {"eps0": 1.0, "k": 16, "m": 32, "seed": 2},
+        "top": 1000,
+    }
+    params.update(randomizer)
+    doc = draft_json(
+        randomizer=params, encoding={"features": [{"kind": "string", "field": "word"}]}
+    )
+    doc["query"] = {
+        "stream": "keyboard",
+        "fields": ["word"],
+        "selection": {"kind": "random_event", "window_seconds": 7 * 86400},
+    }
+    doc["cohorts"] = []
+    return doc
+
+
+def test_sfp_recipe_vdaf_and_composed_epsilon() -> None:
+    draft = RecipeDraft.model_validate(sfp_json())
+    r = draft.randomizer
+    assert r.name == "sfp" and r.local_epsilon == 1.5  # eps + eps', 002 Theorem 4.5
+    spec = expected_vdaf(r, draft.encoding)
+    assert spec.type == "Prio3MultiHotHistogram"
+    assert spec.length == 16 * 64 + 16 + 3 * (16 * 32 + 16)
+    # The accounting takes eps0 = eps + eps': the same B as any 1.5-LDP randomizer.
+    q, claim = draft.sampling_rate, draft.privacy
+    needed = required_batch_size(r, q, claim)
+    target = math.log1p(math.expm1(claim.epsilon) / q)
+    assert needed == amp.min_batch_size(1.5, target, claim.delta / q, "stronger_clones")
+    cms = RecipeDraft.model_validate(
+        draft_json(randomizer={"name": "cms", "eps0": 1.5, "k": 4, "m": 16})
+    )
+    assert needed == required_batch_size(cms.randomizer, q, claim)
+    assert assess_privacy(r, needed, q, claim).claim_met
+    assert not assess_privacy(r, needed - 1, q, claim).claim_met
+    # Signed and logged like the others: the canonical form round-trips.
+    assert RecipeDraft.model_validate_json(draft.model_dump_json()) == draft
+
+
+@pytest.mark.parametrize(
+    ("randomizer", "message"),
+    [
+        ({"length": 7}, "multiple of fragment_length"),
+        ({"alphabet": "abca "}, "must not repeat"),
+        ({"alphabet": "ab\ncd "}, "printable"),
+        ({"pad": "_"}, "pad must be a character"),
+        (
+            {
+                "fragment_length": 3,
+                "length": 6,
+                "alphabet": "abcdefghijklmnopqrstuvwxyz0123456789 ",
+            },
+            "fragments per position",
+        ),
+        ({"top": 256 * 3**2 + 1, "alphabet": "ab "}, "possible fragments"),
+        ({"top": 100_001}, "less than or equal"),
+        ({"word": {"eps0": 1, "k": 1024, "m": 1024}}, "measurement length"),
+        ({"word": {"eps0": 0, "k": 4, "m": 16}}, "eps0"),
+        ({"fragment": {"eps0": 1, "k": 4, "m": 1}}, "m"),
+    ],
+)
+def test_sfp_parameters_are_validated(randomizer: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        RecipeDraft.model_validate(sfp_json(**randomizer))
+
+
+def test_string_features_and_sfp_go_together() -> None:
+    doc = sfp_json()
+    doc["randomizer"] = {"name": "cms", "eps0": 2, "k": 4, "m": 16}
+    with pytest.raises(ValidationError, match="string features are only for sfp"):
+        RecipeDraft.model_validate(doc)
+    doc = sfp_json()
+    doc["encoding"] = {"features": [{"kind": "categories", "field": "word", "values": ["a"]}]}
+    with pytest.raises(ValidationError, match="exactly one string feature"):
+        RecipeDraft.model_validate(doc)
+    draft = RecipeDraft.model_validate(sfp_json())
+    (feature,) = draft.encoding.features
+    assert draft.encoding.dimension == 1
+    with pytest.raises(ValueError, match="sketches it"):
+        feature.bucket("word")

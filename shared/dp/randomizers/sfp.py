@@ -10,6 +10,11 @@ Server (Algorithm 10): a word sketch over all reports and one fragment sketch pe
 the reports that chose it); per position keep the T (hash, fragment) pairs with the largest
 estimates; for every hash value w, the Cartesian product of the kept fragments carrying w gives
 candidate words; candidates are scored with the word sketch (`heavy_hitters.sfp_heavy_hitters`).
+Ours: a candidate whose own puzzle piece h(candidate) differs from the w that anchored it is
+dropped (every true word passes; a spurious product passes with probability 1/256).
+
+The server side works on `SfpSketches`, so it is the same for raw reports (simulations) and for
+the sum of VDAF measurements the collector receives (`shared.dp.vdaf_mapping`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +31,8 @@ from shared.dp.estimators import FloatArray
 from shared.dp.randomizers.cms import CmsReports, CountMeanSketch, IntArray, item_keys
 
 PUZZLE_RANGE = 256
+#: Default cap on the Cartesian products `candidates` enumerates.
+MAX_PRODUCTS = 2_000_000
 
 
 def puzzle_hash(words: list[str]) -> IntArray:
@@ -52,6 +60,23 @@ class SfpReports:
     position: IntArray
     fragments: CmsReports
     words: CmsReports
+
+
+@dataclass(frozen=True)
+class SfpSketches:
+    """What the server keeps (Algorithm 10 lines 1-6): the word sketch over all `n` reports and,
+    per position, the fragment sketch with the number of reports that chose that position.
+    Built from raw reports (`SequenceFragmentPuzzle.sketches`) or from a VDAF aggregate
+    (`shared.dp.vdaf_mapping.sfp_sketches_from_aggregate`)."""
+
+    word: FloatArray
+    n: int
+    fragments: tuple[tuple[FloatArray, int], ...]
+
+
+#: (puzzle value, fragment) pairs estimated per array operation in `top_fragments`: bounds the
+#: k' x chunk bucket matrix (002's k' = 2048 over 256 * 27^2 pairs would otherwise take GBs).
+_PAIR_CHUNK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -97,42 +122,65 @@ class SequenceFragmentPuzzle:
             self.word_sketch.randomize(item_keys(padded), rng),
         )
 
-    def fragment_sketches(self, reports: SfpReports) -> list[tuple[FloatArray, int]]:
-        """Per position: (sketch, number of reports that chose it)."""
-        out = []
+    def sketches(self, reports: SfpReports) -> SfpSketches:
+        """Algorithm 10 lines 1-6 over raw reports."""
+        fragments = []
         for p in range(len(self.starts)):
             mask = reports.position == p
             sub = CmsReports(reports.fragments.signs[mask], reports.fragments.j[mask])
-            out.append((self.fragment_sketch.sketch(sub), int(mask.sum())))
-        return out
+            fragments.append((self.fragment_sketch.sketch(sub), int(mask.sum())))
+        word = self.word_sketch.sketch(reports.words)
+        return SfpSketches(word, int(reports.position.size), tuple(fragments))
 
     def top_fragments(self, sketch: FloatArray, n: int, top: int) -> list[tuple[int, str]]:
         """The `top` (puzzle value, fragment) pairs with the largest estimated counts."""
         pairs, keys = _all_fragments(self.alphabet, self.fragment)
-        est = self.fragment_sketch.estimate_counts(sketch, n, keys)
-        best = np.argpartition(-est, min(top, est.size - 1))[:top]
-        return [pairs[i] for i in best[np.argsort(-est[best])]]
+        est = np.concatenate(
+            [
+                self.fragment_sketch.estimate_counts(sketch, n, keys[lo : lo + _PAIR_CHUNK])
+                for lo in range(0, keys.size, _PAIR_CHUNK)
+            ]
+        )
+        top = min(top, est.size)
+        best = np.argpartition(-est, top - 1)[:top]
+        return [pairs[i] for i in best[np.argsort(-est[best], kind="stable")]]
 
-    def candidates(self, reports: SfpReports, top: int) -> list[str]:
+    def candidates(
+        self, sketches: SfpSketches, top: int, max_products: int = MAX_PRODUCTS
+    ) -> list[str]:
         """Algorithm 10 lines 7-14: the dictionary of puzzle-anchored Cartesian products."""
+        if len(sketches.fragments) != len(self.starts):
+            raise ValueError(
+                f"{len(sketches.fragments)} fragment sketches for {len(self.starts)} positions"
+            )
         by_position: list[dict[int, list[str]]] = []
-        for sketch, n in self.fragment_sketches(reports):
+        for sketch, n in sketches.fragments:
             kept: dict[int, list[str]] = {}
             for w, frag in self.top_fragments(sketch, n, top):
                 kept.setdefault(w, []).append(frag)
             by_position.append(kept)
-        common = set(by_position[0]).intersection(*by_position[1:])
-        words = {
-            "".join(parts)
-            for w in sorted(common)
-            for parts in itertools.product(*(pos[w] for pos in by_position))
-        }
-        return sorted(words)
+        common = sorted(set(by_position[0]).intersection(*by_position[1:]))
+        products = sum(math.prod(len(pos[w]) for pos in by_position) for w in common)
+        if products > max_products:
+            # Fragments concentrated on few puzzle values (e.g. crafted reports) would make the
+            # product explode; refuse rather than enumerate.
+            raise ValueError(
+                f"the top {top} fragments give {products} candidate products (> {max_products})"
+            )
+        anchors: list[int] = []
+        words: list[str] = []
+        for w in common:
+            for parts in itertools.product(*(pos[w] for pos in by_position)):
+                anchors.append(w)
+                words.append("".join(parts))
+        if not words:
+            return []
+        # A product whose own puzzle piece is not w cannot be a word that sent those fragments.
+        consistent = puzzle_hash(words) == np.asarray(anchors, dtype=np.int64)
+        return sorted({word for word, ok in zip(words, consistent, strict=True) if ok})
 
-    def word_estimates(self, reports: SfpReports, words: list[str]) -> FloatArray:
-        sketch = self.word_sketch.sketch(reports.words)
-        n = int(reports.position.size)
-        return self.word_sketch.estimate_counts(sketch, n, item_keys(words))
+    def word_estimates(self, sketches: SfpSketches, words: list[str]) -> FloatArray:
+        return self.word_sketch.estimate_counts(sketches.word, sketches.n, item_keys(words))
 
     def report_bits(self) -> int:
         pos_bits = max(1, (len(self.starts) - 1).bit_length())
