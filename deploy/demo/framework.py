@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from services.collector.analysis import (
     analyze,
     collection_from_body,
     item_labels,
+    sfp_label,
     to_csv,
 )
 from services.collector.charts import write_chart
@@ -63,6 +65,7 @@ from shared.recipe.model import (
     PrivacyClaim,
     Recipe,
     RecipeDraft,
+    SfpRandomizer,
 )
 from shared.recipe.query_class import QueryClass
 
@@ -169,19 +172,27 @@ class Round:
 
 def truth_of(recipe: Recipe, summary: SimulationSummary) -> dict[str, float]:
     """The ground truth of a collection, keyed like the analysis' items: counts per one-hot
-    label; for bit pushing the mean and each bit's mean (`analysis._bit_pushing_items`)."""
-    if isinstance(recipe.randomizer, BitPushingRandomizer):
+    label; for bit pushing the mean and each bit's mean (`analysis._bit_pushing_items`); for
+    SFP counts per word (`analysis.sfp_label`)."""
+    r = recipe.randomizer
+    if isinstance(r, SfpRandomizer):
+        words: Counter[str] = Counter()
+        for word, c in summary.truth.items():
+            words[sfp_label(r, str(word))] += c
+        return {w: float(c) for w, c in words.items()}
+    values = {int(v): c for v, c in summary.truth.items()}
+    if isinstance(r, BitPushingRandomizer):
         feature = recipe.encoding.features[0]
         assert isinstance(feature, IntegerFeature)
-        n = sum(summary.truth.values())
+        n = sum(values.values())
         if n == 0:
             return {}
-        out = {f"mean({feature.field})": sum(v * c for v, c in summary.truth.items()) / n}
+        out = {f"mean({feature.field})": sum(v * c for v, c in values.items()) / n}
         for j in range(feature.bits):
-            out[f"bit {j}"] = sum(c for v, c in summary.truth.items() if v >> j & 1) / n
+            out[f"bit {j}"] = sum(c for v, c in values.items() if v >> j & 1) / n
         return out
     labels = item_labels(recipe.encoding)
-    return {labels[i]: float(c) for i, c in summary.truth.items()}
+    return {labels[i]: float(c) for i, c in values.items()}
 
 
 def coverage_check(

@@ -106,6 +106,7 @@ __all__ = [
     "collection_from_body",
     "item_labels",
     "privacy_statement",
+    "sfp_label",
     "to_csv",
     "to_json",
     "to_table",
@@ -615,6 +616,12 @@ def _bit_pushing_items(
     return _items(labels, [None] * len(labels), combined, confidence, threshold_level, floor)
 
 
+def sfp_label(r: SfpRandomizer, word: str) -> str:
+    """The item label of an SFP word: padded or truncated as the device sketched it, the pad
+    stripped; the all-pad answer (no valid word on the device) is OOV."""
+    return word[: r.length].rstrip(r.pad) or OOV
+
+
 def _sfp_items(
     r: SfpRandomizer,
     agg: npt.NDArray[np.int64],
@@ -643,7 +650,7 @@ def _sfp_items(
     level = 1 - (1 - threshold_level) / max(1, len(words))
     keep = np.flatnonzero(est.significant(level, floor))
     keep = keep[np.argsort(-est.value[keep], kind="stable")]
-    labels = [words[i].rstrip(sfp.pad) or OOV for i in keep]
+    labels = [sfp_label(r, words[i]) for i in keep]
     found = Estimate(est.value[keep], est.stderr[keep])
     items = _items(labels, [None] * len(labels), found, confidence, level, floor)
     notes.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> 
     """A string feature under sfp: the new_words generator fills it, the devices randomize the
     string, and the simulator's ground truth counts the strings the uploads answered."""
     world = World(tmp_path, tokens=False)
-    overrides = {
+    overrides: dict[str, Any] = {
         "encoding": {"features": [{"kind": "string", "field": "emoji"}]},
         "randomizer": SFP_RANDOMIZER,
         "privacy": {"epsilon": 2.0, "delta": 1e-6, "analysis": "stronger_clones"},
@@ -107,9 +108,9 @@ def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> 
     config = DeviceConfig(
         recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key, use_tokens=False
     )
-    summary = Simulator(
-        config, http=world.http, clock=world.clock.now, progress=None, seed=5
-    ).run("emoji.daily", 40, "new_words")
+    summary = Simulator(config, http=world.http, clock=world.clock.now, progress=None, seed=5).run(
+        "emoji.daily", 40, "new_words"
+    )
     assert summary.uploaded == 40 == len(world.leader.uploads) and not summary.refused
     assert sum(summary.truth.values()) == 40
     assert set(summary.truth) <= set(NEW_WORDS) | set(WORDS)
@@ -150,7 +151,7 @@ def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) 
     try:
         first = simulator.answer(devices, verified)
         assert first.uploaded == 12 == sum(first.truth.values())
-        assert all(0 <= i < recipe.encoding.dimension for i in first.truth)
+        assert all(isinstance(i, int) and 0 <= i < recipe.encoding.dimension for i in first.truth)
         again = simulator.answer(devices, verified)
     finally:
         simulator.close(devices)
