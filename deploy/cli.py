@@ -55,7 +55,7 @@ from deploy.config import (
 )
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
-from deploy.keys import KeysError, ensure_keys
+from deploy.keys import DATASTORE_KEY_SERVICES, KeysError, datastore_key_file, ensure_keys
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
     RecipeError,
@@ -358,11 +358,11 @@ SERVE_MODULES = {
 }
 #: Secrets may come from files (Docker/compose secrets): `<NAME>_FILE` sets `<NAME>` to the
 #: file's content. Only names ending so: `SIGNING_KEY_FILE` is a setting of its own.
-SECRET_FILE_SUFFIXES = ("_TOKEN_FILE", "_SECRET_FILE")
+SECRET_FILE_SUFFIXES = ("_TOKEN_FILE", "_SECRET_FILE", "_KEYS_FILE")
 
 
 def secrets_from_files(environ: dict[str, str], prefix: str) -> dict[str, str]:
-    """The `<prefix>..._TOKEN_FILE`/`_SECRET_FILE` variables of `environ`, resolved."""
+    """The `<prefix>...<SECRET_FILE_SUFFIXES>` variables of `environ`, resolved."""
     resolved: dict[str, str] = {}
     for name, path in environ.items():
         if not (name.startswith(prefix) and name.endswith(SECRET_FILE_SUFFIXES)):
@@ -465,6 +465,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
         raise CliError(f"keys in {directory}: {exc}") from None
     written = ["admin_token", "analyst_token", "recipe-server.key", "manufacturer-ca.pem"]
     written.append("manufacturer-ca.key")
+    written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
         missing = [r for r, u in urls.items() if not u]

@@ -13,6 +13,9 @@ Files (all written owner-only, 0600):
   `services.recipe_server.keys` reads).
 - ``manufacturer-ca.pem`` / ``manufacturer-ca.key``: the simulated manufacturer CA the attester
   trusts, and its private key (PKCS#8 PEM) with which the device simulator certifies devices.
+- ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
+  that service's secrets at rest (`services.common.crypter`), one per service so that no
+  party's key opens another's store.
 """
 
 from __future__ import annotations
@@ -26,17 +29,27 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.dap.task import b64url_decode, b64url_encode
 from shared.recipe.signing import RecipeSigner
 
-__all__ = ["DeploymentKeys", "KeysError", "ensure_keys", "load_manufacturer_ca"]
+__all__ = [
+    "DATASTORE_KEY_SERVICES",
+    "DeploymentKeys",
+    "KeysError",
+    "datastore_key_file",
+    "ensure_keys",
+    "load_manufacturer_ca",
+]
 
 ADMIN_TOKEN_FILE = "admin_token"
 ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
+#: The services whose stores hold secrets, each with its own datastore key.
+DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
 #: Below this a token is not one `ensure_keys` wrote; the services ask for at least 16 characters.
 _MIN_TOKEN = 16
 
@@ -55,6 +68,8 @@ class DeploymentKeys:
     recipe_key_id: str
     ca_cert_file: Path
     ca_key_file: Path
+    #: Per service of `DATASTORE_KEY_SERVICES`: its ``datastore_keys`` setting.
+    datastore_keys: dict[str, str]
 
     def __repr__(self) -> str:
         return f"DeploymentKeys({str(self.directory)!r})"
@@ -92,6 +107,21 @@ def _recipe_key(path: Path) -> RecipeSigner:
     if len(seed) != 32:
         raise KeysError(f"{path} must hold a 32-byte Ed25519 seed")
     return RecipeSigner.from_seed(seed)
+
+
+def datastore_key_file(directory: Path, service: str) -> Path:
+    return directory / f"{service}.datastore_key"
+
+
+def _datastore_key(path: Path) -> str:
+    if not path.exists():
+        _write_new(path, generate_key() + "\n")
+    text = path.read_text().strip()
+    try:
+        parse_keys(text)
+    except CrypterError as exc:
+        raise KeysError(f"{path}: {exc}") from None
+    return text
 
 
 def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
@@ -148,4 +178,8 @@ def ensure_keys(
         recipe_key_id=signer.key_id,
         ca_cert_file=directory / CA_CERT_FILE,
         ca_key_file=directory / CA_KEY_FILE,
+        datastore_keys={
+            service: _datastore_key(datastore_key_file(directory, service))
+            for service in DATASTORE_KEY_SERVICES
+        },
     )

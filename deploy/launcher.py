@@ -169,13 +169,20 @@ def service_env(
             **common,
             "DATABASE_URL": databases[name],
             "ADMIN_TOKEN": keys.admin_token,
+            "DATASTORE_KEYS": keys.datastore_keys[name],
         }
     elif name == "collector":
-        env = {**common, "DATABASE_URL": databases["collector"], "ADMIN_TOKEN": keys.admin_token}
+        env = {
+            **common,
+            "DATABASE_URL": databases["collector"],
+            "ADMIN_TOKEN": keys.admin_token,
+            "DATASTORE_KEYS": keys.datastore_keys[name],
+        }
     elif name == "token-issuer":
         env = {
             **common,
             "ROLE": "joint",
+            "DATASTORE_KEYS": keys.datastore_keys[name],
             "ISSUER_DATABASE_URL": databases["token_issuer"],
             "ATTESTER_DATABASE_URL": databases["token_attester"],
             # pydantic-settings reads a list from the environment as JSON.

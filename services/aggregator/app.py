@@ -43,6 +43,7 @@ from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
 from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
+from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
 from services.common.metrics import install_metrics
@@ -114,10 +115,13 @@ def open_aggregator(
     Every process on one store calls this at start (API and driver-only processes alike):
     migrations and the first key are safe to race."""
     db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
-    ds = Datastore(db, shards=settings.batch_shards)
+    crypter = crypter_from(settings.datastore_keys, "aggregator")
+    ds = Datastore(db, shards=settings.batch_shards, crypter=crypter)
     ds.migrate()
     clock = clock or RealClock()
     ds.add_hpke_key(clock.now(), only_if_none=True)
+    # Opening every key now makes wrong datastore keys fail the start, not the first upload.
+    ds.hpke_keys()
     http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
     return Aggregator(ds, clock, settings, fetch=http.get)
 

@@ -55,6 +55,7 @@ from services.aggregator.batches import (
     report_checksum,
     xor_bytes,
 )
+from services.common.crypter import Crypter
 from services.common.db import Database, Migration, Row, Tx
 from shared import hpke
 from shared.dap.messages import PrepareError
@@ -359,9 +360,11 @@ def _hash(data: bytes) -> bytes:
 class Datastore:
     """The aggregator's persistent state; methods are units of work, each one transaction."""
 
-    def __init__(self, db: Database, *, shards: int = 8) -> None:
+    def __init__(self, db: Database, *, shards: int = 8, crypter: Crypter | None = None) -> None:
         self.db = db
         self._shards = shards
+        #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
+        self._crypter = crypter or Crypter()
 
     def migrate(self) -> int:
         return self.db.migrate(MIGRATIONS)
@@ -383,16 +386,27 @@ class Datastore:
     ) -> str:
         """'created', 'exists' (identical) or 'conflict' (a different definition)."""
         text = json.dumps(definition, sort_keys=True)
+        stored = dict(definition)
+        if "vdaf_verify_key" in stored:
+            stored["vdaf_verify_key"] = self._crypter.seal_text(
+                "tasks", "vdaf_verify_key", task_id, stored["vdaf_verify_key"]
+            )
+        sealed_helper_token = (
+            None
+            if helper_token is None
+            else self._crypter.seal_text("tasks", "helper_token", task_id, helper_token)
+        )
 
         def body(tx: Tx) -> str:
             row = tx.query_one("SELECT * FROM tasks WHERE task_id = :t", {"t": task_id})
             if row is not None:
+                existing = self._task_record(row)
                 same = (
-                    row["definition"] == text
-                    and row["role"] == role
-                    and row["aggregator_token_hash"] == aggregator_token_hash
-                    and row["collector_token_hash"] == collector_token_hash
-                    and row["helper_token"] == helper_token
+                    json.dumps(existing.definition, sort_keys=True) == text
+                    and existing.role == role
+                    and existing.aggregator_token_hash == aggregator_token_hash
+                    and existing.collector_token_hash == collector_token_hash
+                    and existing.helper_token == helper_token
                 )
                 return "exists" if same else "conflict"
             tx.execute(
@@ -402,10 +416,10 @@ class Datastore:
                 {
                     "t": task_id,
                     "r": role,
-                    "d": text,
+                    "d": json.dumps(stored, sort_keys=True),
                     "ah": aggregator_token_hash,
                     "ch": collector_token_hash,
-                    "ht": helper_token,
+                    "ht": sealed_helper_token,
                     "now": now,
                 },
             )
@@ -418,17 +432,17 @@ class Datastore:
             "get_task",
             lambda tx: tx.query_one("SELECT * FROM tasks WHERE task_id = :t", {"t": task_id}),
         )
-        return None if row is None else _task_record(row)
+        return None if row is None else self._task_record(row)
 
     def leader_tasks(self) -> list[TaskRecord]:
         rows = self.db.run(
             "leader_tasks", lambda tx: tx.query("SELECT * FROM tasks WHERE role = 'leader'")
         )
-        return [_task_record(r) for r in rows]
+        return [self._task_record(r) for r in rows]
 
     def all_tasks(self) -> list[TaskRecord]:
         rows = self.db.run("all_tasks", lambda tx: tx.query("SELECT * FROM tasks"))
-        return [_task_record(r) for r in rows]
+        return [self._task_record(r) for r in rows]
 
     def delete_task(self, task_id: bytes) -> bool:
         def body(tx: Tx) -> bool:
@@ -448,6 +462,25 @@ class Datastore:
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
 
         return self.db.run("delete_task", body)
+
+    def _task_record(self, row: Row) -> TaskRecord:
+        task_id = bytes(row["task_id"])
+        definition = json.loads(row["definition"])
+        if "vdaf_verify_key" in definition:
+            definition["vdaf_verify_key"] = self._crypter.open_text(
+                "tasks", "vdaf_verify_key", task_id, definition["vdaf_verify_key"]
+            )
+        helper_token = row["helper_token"]
+        return TaskRecord(
+            task_id,
+            str(row["role"]),
+            definition,
+            bytes(row["aggregator_token_hash"]),
+            _opt_bytes(row["collector_token_hash"]),
+            None
+            if helper_token is None
+            else self._crypter.open_text("tasks", "helper_token", task_id, helper_token),
+        )
 
     def collect_garbage(
         self, task_id: bytes, *, report_horizon: int | None, token_horizon: int, limit: int
@@ -508,7 +541,12 @@ class Datastore:
             HpkeKeyRecord(
                 hpke.from_private_bytes(
                     int(r["config_id"]),
-                    bytes(r["private_key"]),
+                    self._crypter.open(
+                        "hpke_keys",
+                        "private_key",
+                        _config_row(r["config_id"]),
+                        bytes(r["private_key"]),
+                    ),
                     kem_id=int(r["kem_id"]),
                     kdf_id=int(r["kdf_id"]),
                     aead_id=int(r["aead_id"]),
@@ -553,7 +591,12 @@ class Datastore:
                     "kdf": keypair.kdf_id,
                     "aead": keypair.aead_id,
                     "pk": keypair.public_key,
-                    "sk": keypair.private_key_bytes(),
+                    "sk": self._crypter.seal(
+                        "hpke_keys",
+                        "private_key",
+                        _config_row(config_id),
+                        keypair.private_key_bytes(),
+                    ),
                     "g": generation,
                     "now": now,
                 },
@@ -1829,12 +1872,6 @@ def _opt_bytes(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
-def _task_record(row: Row) -> TaskRecord:
-    return TaskRecord(
-        bytes(row["task_id"]),
-        str(row["role"]),
-        json.loads(row["definition"]),
-        bytes(row["aggregator_token_hash"]),
-        _opt_bytes(row["collector_token_hash"]),
-        row["helper_token"],
-    )
+def _config_row(config_id: object) -> bytes:
+    """The associated-data row key of an HPKE key: its u8 config id."""
+    return int(str(config_id)).to_bytes(1, "big")

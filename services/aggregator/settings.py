@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.crypter import DatastoreKeys
+
 
 class AggregatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
@@ -13,6 +15,9 @@ class AggregatorSettings(BaseSettings):
     database_url: str = "sqlite:///sagg-aggregator.db"
     #: Bearer token of the admin API (/internal/...); unset disables it (every call 403).
     admin_token: SecretStr | None = None
+    #: Keys sealing the store's secrets (`services.common.crypter`): comma-separated base64url
+    #: AES-128 keys, the first seals; unset stores them in the clear.
+    datastore_keys: DatastoreKeys = None
     host: str = "127.0.0.1"
     port: int = Field(default=8081, ge=0, le=65535)
     log_level: str = "info"

@@ -39,6 +39,7 @@ from services.collector.settings import CollectorSettings
 from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
 from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
+from services.common.crypter import crypter_from
 from services.common.health import install_healthz
 from services.common.metrics import install_metrics
 from services.common.problems import (
@@ -131,7 +132,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = store
         if db is None:
-            db = await asyncio.to_thread(open_store, settings.database_url)
+            crypter = crypter_from(settings.datastore_keys, "collector")
+            db = await asyncio.to_thread(open_store, settings.database_url, crypter)
         http = httpx.AsyncClient(
             transport=transport, timeout=settings.request_timeout, follow_redirects=False
         )

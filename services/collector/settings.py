@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.crypter import DatastoreKeys
+
 __all__ = ["CollectorSettings"]
 
 
@@ -17,6 +19,9 @@ class CollectorSettings(BaseSettings):
     database_url: str = "sqlite:///.data/collector.sqlite3"
     #: Bearer token of the collector's own API (tasks, collections).
     admin_token: SecretStr = Field(min_length=16)
+    #: Keys sealing each task's HPKE private key and bearer token at rest
+    #: (`services.common.crypter`); unset stores them in the clear.
+    datastore_keys: DatastoreKeys = None
     host: str = "127.0.0.1"
     port: int = Field(default=8083, ge=0, le=65535)
     log_level: str = "info"

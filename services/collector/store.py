@@ -19,6 +19,7 @@ Times are integer milliseconds from the injected clock, so backoff below one sec
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from typing import TypeVar
 
 import psycopg
 
+from services.common.crypter import Crypter
 from services.common.db import Database, Migration, Row, TransientDbError, Tx
 
 __all__ = [
@@ -209,21 +211,35 @@ def _job(row: Row) -> JobRow:
     )
 
 
-def _task(row: Row) -> StoredTask:
-    return StoredTask(
-        row["task_id"],
-        row["definition"],
-        row["hpke_config"],
-        row["hpke_private_key"],
-        int(row["created_at_ms"]),
-    )
-
-
 class Store:
     """The collector's tables behind named transactions (see the module docstring)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, crypter: Crypter | None = None) -> None:
         self._db = db
+        #: Seals the task's HPKE private key and the collector's bearer token at rest.
+        self._crypter = crypter or Crypter()
+
+    @staticmethod
+    def _token_field(
+        definition: str, task_id: bytes, transform: Callable[[str, str, bytes, str], str]
+    ) -> str:
+        """`definition` with its collector token sealed or opened by `transform`."""
+        parsed = json.loads(definition)
+        if not isinstance(parsed, dict) or "collector_auth_token" not in parsed:
+            return definition
+        token = parsed["collector_auth_token"]
+        parsed["collector_auth_token"] = transform("tasks", "collector_auth_token", task_id, token)
+        return json.dumps(parsed)
+
+    def _task(self, row: Row) -> StoredTask:
+        task_id = str(row["task_id"]).encode()
+        return StoredTask(
+            row["task_id"],
+            self._token_field(row["definition"], task_id, self._crypter.open_text),
+            row["hpke_config"],
+            self._crypter.open_text("tasks", "hpke_private_key", task_id, row["hpke_private_key"]),
+            int(row["created_at_ms"]),
+        )
 
     def _run(self, name: str, body: Callable[[Tx], T]) -> T:
         """`Database.run`, with engine errors turned into `StoreError` for the callers."""
@@ -266,6 +282,11 @@ class Store:
         is discarded when the task already exists: clients may already encrypt to the old one.
         """
 
+        sealed = self._token_field(definition, task_id.encode(), self._crypter.seal_text)
+        sealed_key = self._crypter.seal_text(
+            "tasks", "hpke_private_key", task_id.encode(), hpke_private_key
+        )
+
         def body(tx: Tx) -> tuple[bool, StoredTask]:
             inserted = tx.execute(
                 "INSERT INTO tasks (task_id, definition, hpke_config, hpke_private_key, "
@@ -273,9 +294,9 @@ class Store:
                 "ON CONFLICT (task_id) DO NOTHING",
                 {
                     "id": task_id,
-                    "definition": definition,
+                    "definition": sealed,
                     "config": hpke_config,
-                    "key": hpke_private_key,
+                    "key": sealed_key,
                     "now": now_ms,
                 },
             )
@@ -283,7 +304,7 @@ class Store:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = :id", {"id": task_id}
             )
             assert row is not None
-            return inserted == 1, _task(row)
+            return inserted == 1, self._task(row)
 
         created, stored = self._run("put_task", body)
         if created:
@@ -299,7 +320,7 @@ class Store:
                 f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = :id", {"id": task_id}
             ),
         )
-        return None if row is None else _task(row)
+        return None if row is None else self._task(row)
 
     # --- collection jobs --------------------------------------------------------------------
 
@@ -439,7 +460,7 @@ class Store:
         return int(row["n"]) if row else 0
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, crypter: Crypter | None = None) -> Store:
     """Open (creating if needed) and migrate the store at `url`."""
     if url.startswith("sqlite:///"):
         # SQLite creates the file but not its directory.
@@ -448,7 +469,7 @@ def open_store(url: str) -> Store:
         db = Database.open(url, pool_size=4)
     except ValueError as exc:
         raise StoreError(str(exc)) from None
-    store = Store(db)
+    store = Store(db, crypter)
     try:
         store.migrate()
     except StoreError:

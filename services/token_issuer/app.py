@@ -42,6 +42,7 @@ from starlette.concurrency import run_in_threadpool
 
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import Clock, RealClock
+from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
 from services.common.metrics import install_metrics
@@ -152,8 +153,11 @@ def create_app(
             settings.key_publish_ahead_seconds,
             settings.key_grace_seconds,
         )
-        factory = key_store_factory or KeyStore
-        keys = factory(issuer_db, schedule, clock)
+        if key_store_factory is None:
+            crypter = crypter_from(settings.datastore_keys, "token issuer")
+            keys = KeyStore(issuer_db, schedule, clock, crypter=crypter)
+        else:
+            keys = key_store_factory(issuer_db, schedule, clock)
         keys.migrate()
         issuer = IssuerService(
             keys,

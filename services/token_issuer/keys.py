@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from services.common.clock import Clock
+from services.common.crypter import Crypter
 from services.common.db import Database, Migration, Tx
 from shared.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass import rsabssa
@@ -156,6 +157,11 @@ def _serialize(key: IssuerKey) -> bytes:
     )
 
 
+def _row(epoch: object) -> bytes:
+    """The associated-data row key of an issuer key: its epoch."""
+    return int(str(epoch)).to_bytes(8, "big", signed=True)
+
+
 def _deserialize(der: bytes) -> IssuerKey:
     sk = serialization.load_der_private_key(der, None)
     if not isinstance(sk, rsa.RSAPrivateKey):
@@ -173,8 +179,11 @@ class KeyStore:
         clock: Clock,
         *,
         generate: Callable[[], IssuerKey] = IssuerKey.generate,
+        crypter: Crypter | None = None,
     ) -> None:
         self._db = db
+        #: Seals the private keys at rest, each bound to its epoch.
+        self._crypter = crypter or Crypter()
         self._schedule = schedule
         self._clock = clock
         self._generate = generate
@@ -215,7 +224,9 @@ class KeyStore:
             key_id = bytes(row["token_key_id"])
             parsed = self._parsed.get(key_id)
             if parsed is None:
-                parsed = _deserialize(bytes(row["private_key"]))
+                sealed = bytes(row["private_key"])
+                where = ("pp_issuer_keys", "private_key", _row(row["epoch"]))
+                parsed = _deserialize(self._crypter.open(*where, sealed))
                 self._parsed[key_id] = parsed
             keys.append(
                 ScheduledKey(
@@ -270,7 +281,9 @@ class KeyStore:
                         "pub": s.publish_at(epoch),
                         "iu": s.issue_until(epoch),
                         "exp": s.expires(epoch),
-                        "sk": _serialize(key),
+                        "sk": self._crypter.seal(
+                            "pp_issuer_keys", "private_key", _row(epoch), _serialize(key)
+                        ),
                     },
                 )
                 return "inserted"

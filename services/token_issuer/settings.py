@@ -8,6 +8,8 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.crypter import DatastoreKeys
+
 __all__ = ["TokenIssuerSettings"]
 
 
@@ -31,6 +33,9 @@ class TokenIssuerSettings(BaseSettings):
 
     # --- issuer ---
     issuer_database_url: str = "sqlite:///.data/token-issuer.sqlite3"
+    #: Keys sealing the issuer's private keys at rest (`services.common.crypter`); unset
+    #: stores them in the clear.
+    datastore_keys: DatastoreKeys = None
     #: What the directory advertises as `issuer-request-uri` (RFC 9578 §4): where clients send
     #: TokenRequests. Devices go through the attester, so by default its endpoint.
     issuer_request_uri: str = "/attester/token-request"
