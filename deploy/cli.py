@@ -643,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo-scale",
         choices=tuple(SCALES),
         default="full",
-        help="full: epsilon 1 per collection; small: epsilon 2, far fewer devices (tests)",
+        help="full: epsilon 1 per collection; small: epsilon 1.5, far fewer devices (tests)",
     )
     up.add_argument("--demo-out", metavar="DIR", help="charts and CSV (default DATA_DIR/demo)")
     up.add_argument("--demo-seed", type=int, default=0, help="seed of the synthetic data")

@@ -27,7 +27,9 @@ __all__ = ["ANALYSES", "AnalysisReport", "DemoError", "demo_recipe", "run_demo"]
 
 #: Analysis name -> module of `deploy.demo` with its `run`, in demo order.
 ANALYSES: dict[str, str] = {
+    "ngrams": "deploy.demo.ngrams",
     "emoji": "deploy.demo.emoji",
+    "moments": "deploy.demo.moments",
 }
 
 

@@ -11,7 +11,7 @@ sketched.
 from __future__ import annotations
 
 from client_sdk.datagen import EMOJI, generate_events
-from deploy.demo.framework import AnalysisReport, Check, DemoContext, coverage_check
+from deploy.demo.framework import AnalysisReport, DemoContext, claim_check, coverage_check
 from services.collector.analysis import to_table
 
 __all__ = ["run"]
@@ -51,7 +51,7 @@ def run(ctx: DemoContext) -> AnalysisReport:
         f"({recipe.task.vdaf.describe()}), B = {recipe.min_batch_size} from the claim "
         f"({recipe.privacy.epsilon:g}, {recipe.privacy.delta:g})"
     )
-    policy = ctx.policy(recipe)
+    policy = ctx.policy([recipe])
     simulator = ctx.simulator(policy)
     rng = ctx.rng(NAME)
     devices = ctx.population(
@@ -73,14 +73,5 @@ def run(ctx: DemoContext) -> AnalysisReport:
     report.checks.append(
         coverage_check("CMS estimates vs the emoji sketched", result.analysis, result.truth)
     )
-    privacy = result.analysis.privacy
-    assert privacy is not None
-    report.checks.append(
-        Check(
-            "privacy claim",
-            privacy.claim_met,
-            f"({privacy.epsilon:.4g}, {privacy.delta:.3g})-DP for {privacy.report_count} "
-            f"reports; the recipe claims ({privacy.claimed_epsilon:g}, {privacy.claimed_delta:g})",
-        )
-    )
+    report.checks.append(claim_check(result))
     return report

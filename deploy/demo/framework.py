@@ -20,7 +20,7 @@ z_k standard errors of its truth, z_k the two-sided normal quantile at 1 - alpha
 (Bonferroni), so that a correct pipeline fails with probability at most alpha.
 
 Every population is sized from B (`population_for`), so the `DemoScale`'s privacy claim sets the
-demo's cost: ``full`` claims epsilon = 1 per collection, ``small`` (tests) epsilon = 2.
+demo's cost: ``full`` claims epsilon = 1 per collection, ``small`` (tests) epsilon = 1.5.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from services.collector.analysis import (
 from services.collector.charts import write_chart
 from shared.dap.task import b64url_decode
 from shared.dp.amplification import Analysis as AmplificationAnalysis
+from shared.dp.composition import basic_composition
 from shared.dp.estimators import z_value
 from shared.recipe.accounting import required_batch_size
 from shared.recipe.model import (
@@ -77,6 +78,7 @@ __all__ = [
     "DemoError",
     "DemoScale",
     "Round",
+    "claim_check",
     "coverage_check",
     "population_for",
     "truth_of",
@@ -109,7 +111,7 @@ class DemoScale:
 
 SCALES: dict[str, DemoScale] = {
     "full": DemoScale("full", epsilon=1.0, delta=1e-6, min_devices=800),
-    "small": DemoScale("small", epsilon=2.0, delta=1e-6, min_devices=150),
+    "small": DemoScale("small", epsilon=1.5, delta=1e-6, min_devices=150),
 }
 
 
@@ -217,33 +219,15 @@ def coverage_check(
     return Check(what, not misses, detail)
 
 
-def _policy_for(
-    recipe_fields: Sequence[str],
-    stream: str,
-    rounds: int,
-    claim: PrivacyClaim,
-    local_epsilon: float,
-) -> DevicePolicy:
-    """A device policy admitting `rounds` reports per field at this claim (000 Table 1)."""
-    return DevicePolicy(
-        query_classes=(
-            QueryClass(
-                name="demo",
-                streams=(stream,),
-                fields=tuple(recipe_fields),
-                max_local_epsilon=local_epsilon,
-                max_epsilon=claim.epsilon,
-                max_delta=claim.delta,
-                analysis_id_prefixes=("demo",),
-            ),
-        ),
-        default_analysis=AnalysisAllowance(epsilon=rounds * claim.epsilon, reports=rounds),
-        fields={
-            f: FieldAllowance(
-                local_epsilon=local_epsilon, epsilon=rounds * claim.epsilon, reports=rounds
-            )
-            for f in recipe_fields
-        },
+def claim_check(result: Round) -> Check:
+    """Does the batch actually collected meet its recipe's claim (at its report count)?"""
+    privacy = result.analysis.privacy
+    assert privacy is not None  # a recipe's analysis always states one
+    return Check(
+        f"privacy claim of {result.recipe.recipe_id}",
+        privacy.claim_met,
+        f"({privacy.epsilon:.4g}, {privacy.delta:.3g})-DP for {privacy.report_count} reports; "
+        f"the recipe claims ({privacy.claimed_epsilon:g}, {privacy.claimed_delta:g})",
     )
 
 
@@ -306,20 +290,56 @@ class DemoContext:
 
     # --- devices --------------------------------------------------------------------------
 
-    def policy(self, recipe: Recipe, rounds: int = 1) -> DevicePolicy:
-        """The demo devices' policy for this recipe's stream and fields: its local epsilon,
-        its claim, and budget for `rounds` such reports per field."""
-        return _policy_for(
-            recipe.query.fields,
-            recipe.query.stream,
-            rounds,
-            recipe.privacy,
-            recipe.randomizer.local_epsilon,
+    def policy(self, recipes: Sequence[Recipe | RecipeDraft], rounds: int = 1) -> DevicePolicy:
+        """The demo devices' policy (000 §4.2 and Table 1): one query class admitting these
+        recipes' streams, fields, local epsilon and claims, and per analysis and per field a
+        budget of `rounds` reports at the largest claim."""
+        fields = tuple(dict.fromkeys(f for r in recipes for f in r.query.fields))
+        local = max(r.randomizer.local_epsilon for r in recipes)
+        eps = max(r.privacy.epsilon for r in recipes)
+        return DevicePolicy(
+            query_classes=(
+                QueryClass(
+                    name="demo",
+                    streams=tuple(dict.fromkeys(r.query.stream for r in recipes)),
+                    fields=fields,
+                    max_local_epsilon=local,
+                    max_epsilon=eps,
+                    max_delta=max(r.privacy.delta for r in recipes),
+                    analysis_id_prefixes=("demo",),
+                ),
+            ),
+            default_analysis=AnalysisAllowance(epsilon=rounds * eps, reports=rounds),
+            fields={
+                f: FieldAllowance(local_epsilon=local, epsilon=rounds * eps, reports=rounds)
+                for f in fields
+            },
         )
 
-    def population_size(self, recipe: Recipe) -> int:
-        """Devices to simulate so that the recipe's B is reached (`population_for`)."""
-        return population_for(recipe.min_batch_size, recipe.sampling_rate, self.scale.min_devices)
+    def composition_lines(
+        self, rounds: Sequence[Round], device: Device, analysis_id: str
+    ) -> list[str]:
+        """What several collections from the same devices cost each device: the batches'
+        guarantees composed (basic composition, as the accountant does, 000 §4.3), and what
+        one device's budget accountant recorded against its policy's allowance."""
+        statements = [r.analysis.privacy for r in rounds]
+        assert all(s is not None for s in statements)
+        eps, delta = basic_composition((s.epsilon, s.delta) for s in statements if s)
+        used = device.budget.analysis_usage(analysis_id)
+        allowed = device.policy.analysis_allowance(analysis_id)
+        return [
+            f"composed over {len(rounds)} collections from the same devices (basic "
+            f"composition, 000 §4.3): ({eps:.4g}, {delta:.3g})-DP per device (OAMC)",
+            f"a device's budget accountant: analysis {analysis_id} used epsilon "
+            f"{used.eps_used:g} of {allowed.epsilon:g}, {used.reports_used} of "
+            f"{allowed.reports} reports (claimed epsilons add up)",
+        ]
+
+    def population_size(self, recipe: Recipe | RecipeDraft, factor: int = 1) -> int:
+        """Devices to simulate: enough to reach the recipe's B (`population_for`), and at least
+        `factor` times the scale's floor (analyses that need more reports for accuracy)."""
+        floor = factor * self.scale.min_devices
+        return population_for(recipe.min_batch_size, recipe.sampling_rate, floor)
 
     def population(
         self,

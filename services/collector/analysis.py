@@ -605,10 +605,7 @@ def _bit_pushing_items(
     """003 §3: the mean, then each bit's debiased mean (variance as in `BitPushing.mean`)."""
     mean = bp.mean(tallies)
     means = bp.bit_means(tallies)
-    q = bp.flip_probability
-    m = np.clip(means, 0.0, 1.0)
-    var_j = (m * (1 - m) + q * (1 - q) / (1 - 2 * q) ** 2) / np.maximum(tallies.reports, 1)
-    bits = Estimate(np.asarray(means, dtype=np.float64), np.sqrt(var_j))
+    bits = Estimate(np.asarray(means, dtype=np.float64), np.sqrt(bp.bit_variances(tallies, means)))
     labels = [f"mean({field})", *(f"bit {j}" for j in range(bp.bits))]
     combined = Estimate(
         np.concatenate([mean.value, bits.value]), np.concatenate([mean.stderr, bits.stderr])

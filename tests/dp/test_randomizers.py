@@ -220,3 +220,24 @@ def test_noise_vectors_have_stated_variance(mech):
     noisy_sum = mech.randomize(x, rng).sum(axis=0)
     est: Estimate = mech.estimate_sum(noisy_sum, 500)
     check_standardised(est.value / est.stderr, var_tol=0.2)
+
+
+def test_bit_pushing_sparse_bits_have_honest_standard_errors() -> None:
+    """A bit with a handful of reports (a low bit under p_j ~ 2^j) gets a standard error that
+    covers its truth: the raw plug-in m (1 - m) is 0 when noise pushes the mean to 0 or 1."""
+    bp = BitPushing(10, 3.0)
+    p = weighted_probabilities(10, 1.0)
+    rng = np.random.default_rng(17)
+    x = rng.integers(0, 1024, 450)
+    truth = np.array([((x >> j) & 1).mean() for j in range(10)])
+    z = 1.96
+    covered = total = 0
+    for _ in range(400):
+        tallies = bp.tally(bp.randomize(x, p, rng))
+        means = bp.bit_means(tallies)
+        se = np.sqrt(bp.bit_variances(tallies, means))
+        sparse = (tallies.reports > 0) & (tallies.reports <= 6)
+        covered += int(np.sum((np.abs(means - truth) <= z * se) & sparse))
+        total += int(np.sum(sparse))
+    assert total > 300
+    assert covered / total >= 0.93, covered / total

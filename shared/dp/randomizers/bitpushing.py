@@ -128,12 +128,24 @@ class BitPushing:
         means = self.bit_means(tallies)
         return np.asarray(np.where(means < squash * self.noise_sd(tallies), 0.0, means))
 
-    def mean(self, tallies: BitTallies, squash: float | None = None) -> Estimate:
-        """sum_j 2^j m^_j with its standard error (plug-in, means clipped to [0, 1])."""
-        means = self.bit_means(tallies) if squash is None else self.squashed_means(tallies, squash)
+    def bit_variances(self, tallies: BitTallies, means: FloatArray) -> FloatArray:
+        """Variance of each bit's debiased mean, (m (1 - m) + q (1 - q) / (1 - 2q)^2) / n_j.
+
+        m is the plug-in mean shrunk as Agresti and Coull do, (n_j m^ + 2) / (n_j + 4) clipped
+        to [0, 1]: the raw plug-in makes m (1 - m) = 0 whenever noise pushes m^ to 0 or 1,
+        which on a bit with few reports (a low bit under p_j ~ 2^j) claims a precision it does
+        not have; with many reports the two agree.
+        """
+        n = tallies.reports.astype(np.float64)
+        m = np.clip((n * np.asarray(means, dtype=np.float64) + 2) / (n + 4), 0.0, 1.0)
         q = self.flip_probability
-        m = np.clip(means, 0.0, 1.0)
-        var_j = (m * (1 - m) + q * (1 - q) / (1 - 2 * q) ** 2) / np.maximum(tallies.reports, 1)
+        per_report = m * (1 - m) + q * (1 - q) / (1 - 2 * q) ** 2
+        return np.asarray(per_report / np.maximum(n, 1), dtype=np.float64)
+
+    def mean(self, tallies: BitTallies, squash: float | None = None) -> Estimate:
+        """sum_j 2^j m^_j with its standard error (`bit_variances`)."""
+        means = self.bit_means(tallies) if squash is None else self.squashed_means(tallies, squash)
+        var_j = self.bit_variances(tallies, means)
         scale = np.exp2(np.arange(self.bits, dtype=np.float64))
         value = np.asarray([float(np.dot(scale, means))])
         stderr = np.asarray([math.sqrt(float(np.dot(scale**2, var_j)))])
