@@ -169,7 +169,11 @@ def create_app(
 
     @app.exception_handler(StoreError)
     async def _on_store_error(request: Request, exc: Exception) -> Response:
-        log.error("store error on %s %s: %s", request.method, request.url.path, exc)
+        # The driver's type only: its message can quote statement parameters.
+        cause = exc.__cause__ or exc
+        log.error(
+            "store error on %s %s: %s", request.method, request.url.path, type(cause).__name__
+        )
         return problem_response(
             type_="about:blank", title="the collector's database is unavailable", status=503
         )

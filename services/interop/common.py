@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from services.common.logs import JsonFormatter
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -207,17 +208,23 @@ def interop_app(role: Role, commands: Mapping[str, Command], lifespan: Lifespan)
 def configure_logging(
     role: Role, port: int, level: int = logging.INFO, logs: Path = Path("/logs")
 ) -> None:
-    """Log to stderr, and to /logs when that directory exists and is writable (interop draft
-    §4: the runner collects /logs from each container)."""
+    """JSON lines to stderr, and to /logs when that directory exists and is writable (interop
+    draft §4: the runner collects /logs from each container)."""
     root = logging.getLogger()
     root.setLevel(level)
-    fmt = logging.Formatter(f"%(asctime)s {role} %(levelname)s %(name)s: %(message)s")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if logs.is_dir() and os.access(logs, os.W_OK):
         with contextlib.suppress(OSError):
             handlers.append(logging.FileHandler(logs / f"sagg-interop-{role}-{port}.log"))
+
+    def tag(record: logging.LogRecord) -> bool:
+        record.role = role
+        return True
+
     for handler in handlers:
-        handler.setFormatter(fmt)
+        # The JSON lines of every sagg service, each tagged with the interop role.
+        handler.setFormatter(JsonFormatter())
+        handler.addFilter(tag)
         root.addHandler(handler)
     # One line per HTTP request (httpx) drowns the interesting lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
 
@@ -147,7 +148,13 @@ def test_logs_go_to_the_logs_dir_when_writable(tmp_path: Path) -> None:
         logging.getLogger("services.interop.test").info("hello interop")
         for handler in root.handlers:
             handler.flush()
-        assert "hello interop" in (tmp_path / "sagg-interop-client-4242.log").read_text()
+        line = (tmp_path / "sagg-interop-client-4242.log").read_text().splitlines()[-1]
+        record = json.loads(line)  # one JSON object per line, tagged with the role
+        assert (record["msg"], record["role"], record["level"]) == (
+            "hello interop",
+            "client",
+            "info",
+        )
         configure_logging("client", 4243, logs=tmp_path / "missing")  # no dir: stderr only
     finally:
         for handler in root.handlers[len(before) :]:
