@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,7 +79,10 @@ def test_serves_healthz_and_stops_on_sigterm(tmp_path: Path) -> None:
         # status may be -SIGTERM; the log shows whether the lifespan shutdown ran.
         assert process.wait(timeout=20) in (0, -signal.SIGTERM)
         logs = process.stderr.read() if process.stderr else ""
-        assert "Application shutdown complete" in logs
+        # Every line is one JSON object, uvicorn's own included.
+        records = [json.loads(line) for line in logs.splitlines()]
+        assert "Application shutdown complete." in [r["msg"] for r in records]
+        assert {r["logger"] for r in records} >= {"uvicorn.error"}
         assert token not in logs
     finally:
         if process.poll() is None:

@@ -21,6 +21,7 @@ from deploy.config import Deployment
 from deploy.demo import demo_recipe
 from deploy.launcher import SERVICES, free_port
 from tests.deploy.conftest import REPO, Up
+from tests.exposition import Samples, parse, value
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +162,29 @@ def test_five_services_healthy_and_recipe_publication(
     devices = sagg("devices", "run", "--recipe", draft.recipe_id, "--count", "8")
     assert devices.returncode == 0, devices.stderr
     assert "uploaded 8" in devices.stdout
+
+    # Every service's /metrics, read with the deployment's admin token, shows that traffic.
+    metrics: dict[str, Samples] = {}
+    with httpx.Client(timeout=10.0) as http:
+        for name in SERVICES:
+            url = f"{_url(deployment, name)}/metrics"
+            assert http.get(url).status_code == 401, name
+            scraped = http.get(url, headers={"Authorization": f"Bearer {deployment.admin_token}"})
+            assert scraped.status_code == 200, (name, scraped.text)
+            metrics[name] = parse(scraped.text)
+            assert deployment.admin_token not in scraped.text
+    task = summary["task_id"]
+    assert value(metrics["leader"], "sagg_reports_received_total", task=task, role="leader") == 8
+    assert value(metrics["leader"], "sagg_task_min_batch_size", task=task, role="leader") == (
+        draft.min_batch_size
+    )
+    issued = sum(
+        v for (n, _), v in metrics["token-issuer"].items() if n.endswith("tokens_issued_total")
+    )
+    assert issued >= 8
+    assert value(metrics["token-issuer"], "sagg_attester_devices") >= 8
+    assert value(metrics["recipe-server"], "sagg_recipe_server_log_size") == 1
+    assert value(metrics["collector"], "sagg_collector_tasks") >= 2
 
     # SIGTERM stops all five.
     ports = [int(_url(deployment, name).rsplit(":", 1)[1]) for name in SERVICES]
