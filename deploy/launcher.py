@@ -187,6 +187,8 @@ def service_env(
             "ATTESTER_DATABASE_URL": databases["token_attester"],
             # pydantic-settings reads a list from the environment as JSON.
             "MANUFACTURER_CA_FILES": json.dumps([str(keys.ca_cert_file)]),
+            # The operator's one admin token also reads every service's /metrics.
+            "METRICS_TOKEN": keys.admin_token,
         }
     elif name == "recipe-server":
         env = {
@@ -195,6 +197,7 @@ def service_env(
             "SIGNING_KEY_FILE": str(keys.recipe_key_file),
             "ANALYST_TOKEN": keys.analyst_token,
             "ADMIN_TOKEN": keys.admin_token,
+            "METRICS_TOKEN": keys.admin_token,
             "LEADER_URL": urls["leader"],
             "HELPER_URL": urls["helper"],
             "COLLECTOR_URL": urls["collector"],
