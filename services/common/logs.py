@@ -17,10 +17,11 @@ from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging"]
 
-#: Attributes every LogRecord has; anything else on a record came from `extra`.
+#: Attributes every LogRecord has; anything else on a record came from `extra`. uvicorn's
+#: `color_message` repeats `msg` with terminal escapes.
 _STANDARD = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
-    | {"message", "asctime", "taskName"}
+    | {"message", "asctime", "taskName", "color_message"}
 )
 
 
