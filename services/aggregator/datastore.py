@@ -29,6 +29,15 @@ Tables (one store serves many tasks, in either role):
 - ``rejection_counts``: per task, stage (upload or aggregation) and reason, how many reports
   were refused; spread over shard rows like the batch aggregations, so that rejections do not
   all serialize on one row.
+- ``batch_refusals``: per task and reason, how many collection requests were refused although
+  the batch passed DAP's checks (001 §4.8 rate validation); rare, so one row each.
+
+Rate validation (001 §4.8, `shared.dap.task.RateValidation`) counts a batch's reports per
+`time_precision` bucket in one grouped query: for time_interval tasks the bucket is the batch
+key; for fixed_size tasks the buckets are those of the client times in the batch, each counted
+over every aggregated report of the task (`report_aggregations` in state finished, i.e. exactly
+the reports added to some batch). It runs in the transaction that would release the share, so
+a refused batch is left as it was: not collected, no query spent, no report dropped.
 
 Crash safety: a report's output share is added to ``batch_aggregations`` in the same
 transaction that finishes its report aggregation, and jobs are created in the same transaction
@@ -228,6 +237,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX spent_tokens_spent ON spent_tokens (task_id, spent_at)",
         ),
     ),
+    Migration(
+        5,
+        "batch refusal counters (rate validation)",
+        (
+            """CREATE TABLE batch_refusals (
+                task_id {blob} NOT NULL,
+                reason {text} NOT NULL,
+                count {bigint} NOT NULL,
+                PRIMARY KEY (task_id, reason))""",
+        ),
+    ),
 )
 
 #: Stages of `rejection_counts`.
@@ -235,6 +255,8 @@ STAGE_UPLOAD = "upload"
 STAGE_AGGREGATION = "aggregation"
 #: Reasons of `rejection_counts` the datastore itself decides.
 REASON_TOKEN_SPENT = "token_spent"
+#: Reason of `batch_refusals`: a time bucket of the batch is above the rate limit.
+REFUSAL_RATE_EXCEEDED = "rate_exceeded"
 
 # Job and report-aggregation states.
 JOB_IN_PROGRESS = "in_progress"
@@ -349,6 +371,31 @@ class Garbage:
         return self.reports + self.aggregation_jobs + self.spent_tokens
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """What rate validation needs from the task: the bucket width and the most reports a
+    bucket may hold (`RateValidation.max_reports_per_bucket`)."""
+
+    time_precision: int
+    max_reports_per_bucket: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a batch's aggregate share is not released: the DAP problem and a detail for it."""
+
+    problem: ProblemType
+    detail: str = "batch check failed"
+
+
+def _rate_refusal(limit: RateLimit, bucket: int, count: int) -> Refusal:
+    return Refusal(
+        ProblemType.INVALID_BATCH_SIZE,
+        f"the time bucket starting at {bucket} holds {count} reports, more than the"
+        f" {limit.max_reports_per_bucket} the task's rate validation allows (001 §4.8)",
+    )
+
+
 class LeaseLostError(Exception):
     """The job's lease expired and was taken by another worker; drop the work."""
 
@@ -457,6 +504,7 @@ class Datastore:
                 "leader_noised_shares",
                 "spent_tokens",
                 "rejection_counts",
+                "batch_refusals",
             ):
                 tx.execute(f"DELETE FROM {table} WHERE task_id = :t", {"t": task_id})
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
@@ -1169,6 +1217,61 @@ class Datastore:
             max((int(r["time_max"]) for r in rows), default=None),
         )
 
+    def _busiest_bucket(
+        self, tx: Tx, task_id: bytes, lo: bytes, hi: bytes, fixed_size: bool, precision: int
+    ) -> tuple[int, int] | None:
+        """(bucket start, aggregated reports) of the fullest time bucket the batch [lo, hi)
+        has reports in, or None for an empty batch (rate validation, module docstring)."""
+        if not fixed_size:
+            row = tx.query_one(
+                "SELECT batch_key, SUM(report_count) AS n FROM batch_aggregations"
+                " WHERE task_id = :t AND batch_key >= :lo AND batch_key < :hi"
+                " GROUP BY batch_key ORDER BY n DESC, batch_key LIMIT 1",
+                {"t": task_id, "lo": lo, "hi": hi},
+            )
+            if row is None:
+                return None
+            return int.from_bytes(bytes(row["batch_key"]), "big"), int(row["n"])
+        # The job time range narrows the second scan to jobs that can hold the bucket; the
+        # report aggregations are then read by their primary key.
+        row = tx.query_one(
+            "WITH buckets AS (SELECT DISTINCT ra.client_time - ra.client_time % :p AS bucket"
+            " FROM aggregation_jobs aj JOIN report_aggregations ra"
+            " ON ra.task_id = aj.task_id AND ra.job_id = aj.job_id"
+            " WHERE aj.task_id = :t AND aj.batch_id = :k AND ra.state = :fin)"
+            " SELECT b.bucket AS bucket, COUNT(*) AS n FROM buckets b"
+            " JOIN aggregation_jobs aj ON aj.task_id = :t"
+            " AND aj.time_min < b.bucket + :p AND aj.time_max >= b.bucket"
+            " JOIN report_aggregations ra ON ra.task_id = aj.task_id AND ra.job_id = aj.job_id"
+            " AND ra.state = :fin AND ra.client_time >= b.bucket"
+            " AND ra.client_time < b.bucket + :p"
+            " GROUP BY b.bucket ORDER BY n DESC, b.bucket LIMIT 1",
+            {"t": task_id, "k": lo, "p": precision, "fin": RA_FINISHED},
+        )
+        return None if row is None else (int(row["bucket"]), int(row["n"]))
+
+    def _rate_refusal(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        lo: bytes,
+        hi: bytes,
+        fixed_size: bool,
+        limit: RateLimit | None,
+    ) -> Refusal | None:
+        """The refusal of a batch with a bucket above the rate limit, counted; else None."""
+        if limit is None:
+            return None
+        busiest = self._busiest_bucket(tx, task_id, lo, hi, fixed_size, limit.time_precision)
+        if busiest is None or busiest[1] <= limit.max_reports_per_bucket:
+            return None
+        tx.execute(
+            "INSERT INTO batch_refusals (task_id, reason, count) VALUES (:t, :r, 1)"
+            " ON CONFLICT (task_id, reason) DO UPDATE SET count = batch_refusals.count + 1",
+            {"t": task_id, "r": REFUSAL_RATE_EXCEEDED},
+        )
+        return _rate_refusal(limit, *busiest)
+
     # --- helper aggregation ------------------------------------------------------------------
 
     def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
@@ -1374,11 +1477,13 @@ class Datastore:
         vdaf: Prio3,
         build_response: Callable[[FieldArray], bytes],
         now: int,
-    ) -> tuple[ProblemType | None, bytes | None]:
+        rate: RateLimit | None = None,
+    ) -> tuple[Refusal | None, bytes | None]:
         """Answer an AggregateShareReq once (DAP-09 §4.6.2, §4.6.5); later identical
-        requests get the stored answer. (problem, None) when a batch check fails."""
+        requests get the stored answer. (refusal, None) when a batch check fails, including
+        `rate` validation (001 §4.8), which is a batch size check run after DAP's."""
 
-        def body(tx: Tx) -> tuple[ProblemType | None, bytes | None]:
+        def body(tx: Tx) -> tuple[Refusal | None, bytes | None]:
             stored = tx.query_one(
                 "SELECT report_count, checksum, response FROM aggregate_share_jobs"
                 " WHERE task_id = :t AND batch_selector = :bs AND agg_param = :ap",
@@ -1390,32 +1495,35 @@ class Datastore:
                     and bytes(stored["checksum"]) == checksum
                 ):
                     return None, bytes(stored["response"])
-                return ProblemType.BATCH_MISMATCH, None
+                return Refusal(ProblemType.BATCH_MISMATCH), None
             if is_fixed_size and not tx.query_one(
                 "SELECT 1 AS known FROM batches WHERE task_id = :t AND batch_key = :k",
                 {"t": task_id, "k": key_lo},
             ):
-                return ProblemType.BATCH_INVALID, None
+                return Refusal(ProblemType.BATCH_INVALID), None
             previous = tx.query(
                 "SELECT batch_selector, agg_param FROM aggregate_share_jobs"
                 " WHERE task_id = :t AND key_lo < :hi AND key_hi > :lo",
                 {"t": task_id, "lo": key_lo, "hi": key_hi},
             )
             if any(bytes(p["batch_selector"]) != selector for p in previous):
-                return ProblemType.BATCH_OVERLAP, None
+                return Refusal(ProblemType.BATCH_OVERLAP), None
             if len({bytes(p["agg_param"]) for p in previous}) >= max_batch_query_count:
-                return ProblemType.BATCH_QUERIED_TOO_MANY_TIMES, None
+                return Refusal(ProblemType.BATCH_QUERIED_TOO_MANY_TIMES), None
             if agg_param != b"":
                 # The batch checks come first (DAP-09 §4.6.5); then the VDAF's own: Prio3 has
                 # no aggregation parameter.
-                return ProblemType.INVALID_MESSAGE, None
+                return Refusal(ProblemType.INVALID_MESSAGE), None
             totals = self._batch_totals(tx, task_id, key_lo, vdaf, key_hi)
             if totals.report_count < min_batch_size or (
                 max_batch_size is not None and totals.report_count > max_batch_size
             ):
-                return ProblemType.INVALID_BATCH_SIZE, None
+                return Refusal(ProblemType.INVALID_BATCH_SIZE), None
+            refused = self._rate_refusal(tx, task_id, key_lo, key_hi, is_fixed_size, rate)
+            if refused is not None:
+                return refused, None
             if totals.report_count != report_count or totals.checksum != checksum:
-                return ProblemType.BATCH_MISMATCH, None
+                return Refusal(ProblemType.BATCH_MISMATCH), None
             assert totals.aggregate_share is not None
             response = build_response(totals.aggregate_share)
             self._mark_collected(tx, task_id, key_lo, key_hi, now)
@@ -1586,14 +1694,18 @@ class Datastore:
         min_batch_size: int,
         now: int,
         noise: Callable[[FieldArray], FieldArray] | None = None,
+        rate: RateLimit | None = None,
     ) -> str:
         """Fix the batch of a pending collection job and freeze it.
 
         Returns 'waiting' (aggregation still running or too few reports: DAP-09 §4.6.5.2
-        says the leader waits), 'no_batch' (current_batch with no batch ready) or 'started'.
-        On 'started' the batch is marked collected and the job holds the leader's aggregate
-        share, count and checksum, all in this transaction, so later reports are refused and
-        the request to the helper is the same however often it is retried.
+        says the leader waits), 'no_batch' (current_batch with no batch ready), 'refused'
+        or 'started'. On 'started' the batch is marked collected and the job holds the
+        leader's aggregate share, count and checksum, all in this transaction, so later
+        reports are refused and the request to the helper is the same however often it is
+        retried. On 'refused' (a time bucket above the `rate` limit, 001 §4.8) the job has
+        failed with invalidBatchSize and the batch is untouched; a current_batch job keeps
+        the batch it picked, so the next one does not pick the refused batch again.
 
         `noise` (tasks with aggregator noise, 004 §5): the share frozen into the job is
         noise(share), drawn once per batch and kept in ``leader_noised_shares`` so that a
@@ -1644,6 +1756,18 @@ class Datastore:
             totals = self._batch_totals(tx, t, lo, vdaf, hi)
             if totals.report_count < min_batch_size:
                 return "waiting"
+            if self._rate_refusal(tx, t, lo, hi, key is not None, rate) is not None:
+                tx.execute(
+                    "UPDATE collection_jobs SET state = :s, error = :e, lease_token = NULL"
+                    " WHERE task_id = :t AND job_id = :j",
+                    {
+                        "s": COLLECTION_FAILED,
+                        "e": ProblemType.INVALID_BATCH_SIZE.value,
+                        "t": t,
+                        "j": lease.job_id,
+                    },
+                )
+                return "refused"
             assert totals.aggregate_share is not None
             share = totals.aggregate_share
             if noise is not None:
@@ -1792,6 +1916,17 @@ class Datastore:
         )
         return int(row["n"]) if row else 0
 
+    def batch_refusal_counts(self, task_id: bytes) -> dict[str, int]:
+        """{reason: count} of the task's refused collection requests (`batch_refusals`)."""
+        rows = self.db.run(
+            "batch_refusal_counts",
+            lambda tx: tx.query(
+                "SELECT reason, count FROM batch_refusals WHERE task_id = :t ORDER BY reason",
+                {"t": task_id},
+            ),
+        )
+        return {str(r["reason"]): int(r["count"]) for r in rows}
+
     def rejection_counts(self, task_id: bytes) -> dict[str, dict[str, int]]:
         """{stage: {reason: count}} of the task's refused reports."""
         rows = self.db.run(
@@ -1865,6 +2000,7 @@ _TABLES = (
     "leader_noised_shares",
     "spent_tokens",
     "rejection_counts",
+    "batch_refusals",
 )
 
 

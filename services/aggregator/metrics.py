@@ -5,7 +5,9 @@ process of one aggregator reports the same numbers, across restarts. Counts of r
 are by stage (``upload`` at the leader, ``aggregation`` at either aggregator) and reason: a
 `PrepareError` name or one of sagg's finer reasons (``binding_mismatch``, ``token_spent``...).
 Batch progress is the aggregated report count of each uncollected batch over the task's
-minimum batch size (DAP-09 §4.6.5: a batch is collectable at 1.0).
+minimum batch size (DAP-09 §4.6.5: a batch is collectable at 1.0). Refused collections of
+batches that passed DAP's checks are counted by reason (``rate_exceeded``: 001 §4.8 rate
+validation).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
         "min_batch_size": int(record.definition["min_batch_size"]),
         "reports": stats["reports"],
         "rejections": ds.rejection_counts(record.task_id),
+        "batches_refused": ds.batch_refusal_counts(record.task_id),
         "report_aggregations": stats["report_aggregations"],
         "aggregation_jobs": stats["aggregation_jobs"],
         "collection_jobs": stats["collection_jobs"],
@@ -57,6 +60,12 @@ def aggregator_metrics(ds: Datastore) -> Registry:
         "counter",
         "Refused reports by stage and reason.",
         (*_TASK, "stage", "reason"),
+    )
+    registry.family(
+        "sagg_batches_refused_total",
+        "counter",
+        "Collection requests refused by reason (rate_exceeded: 001 §4.8 rate validation).",
+        (*_TASK, "reason"),
     )
     for family, what in (
         ("report_aggregations", "Report aggregations"),
@@ -94,6 +103,8 @@ def _task_samples(scrape: Scrape, doc: dict[str, Any]) -> None:
     for stage, reasons in doc["rejections"].items():
         for reason, n in reasons.items():
             scrape.add("sagg_reports_rejected_total", n, **base, stage=stage, reason=reason)
+    for reason, n in doc["batches_refused"].items():
+        scrape.add("sagg_batches_refused_total", n, **base, reason=reason)
     for family in ("report_aggregations", "aggregation_jobs", "collection_jobs"):
         for state, n in doc[family].items():
             scrape.add(f"sagg_{family}", n, **base, state=state)

@@ -48,6 +48,7 @@ from services.aggregator.datastore import (
     REASON_TOKEN_SPENT,
     STAGE_UPLOAD,
     Datastore,
+    RateLimit,
     ReportOutcome,
     TaskRecord,
     TokenSpend,
@@ -90,7 +91,7 @@ from shared.dap.messages import (
     Role,
 )
 from shared.dap.problems import ProblemType
-from shared.dap.task import AggregatorNoise, TokenPolicy, b64url_decode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_decode
 from shared.dp.aggregator_noise import add_noise
 from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
 from shared.privacypass.verify import InvalidTokenError, verify_token
@@ -130,6 +131,7 @@ class Task:
     recipe_digest: bytes | None = None
     tokens: TokenPolicy | None = None
     noise: AggregatorNoise | None = None
+    rate_validation: RateValidation | None = None
 
     @property
     def b64(self) -> str:
@@ -138,6 +140,13 @@ class Task:
     def expired_report(self, report_time: int, now: int) -> bool:
         """Older than `report_expiry_age`: refused, since its replay record may be gone."""
         return self.report_expiry_age is not None and report_time < now - self.report_expiry_age
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """What the datastore checks for 001 §4.8 rate validation (None: no check)."""
+        if self.rate_validation is None:
+            return None
+        return RateLimit(self.time_precision, self.rate_validation.max_reports_per_bucket)
 
     def batch_target(self) -> int | None:
         """Reports per fixed_size batch the leader fills (None for time_interval)."""
@@ -175,6 +184,9 @@ def task_from_record(record: TaskRecord) -> Task:
         noise=None
         if d.get("aggregator_noise") is None
         else AggregatorNoise.model_validate(d["aggregator_noise"]),
+        rate_validation=None
+        if d.get("rate_validation") is None
+        else RateValidation.model_validate(d["rate_validation"]),
     )
 
 
@@ -749,7 +761,7 @@ class Aggregator:
                 seal_aggregate_share(task, Role.HELPER, selector, noised)
             ).encode()
 
-        kind, response = self.ds.helper_aggregate_share(
+        refusal, response = self.ds.helper_aggregate_share(
             task.id.value,
             selector.encode(),
             request.agg_param,
@@ -764,9 +776,11 @@ class Aggregator:
             task.vdaf,
             build_response,
             self.clock.now(),
+            task.rate_limit,
         )
-        if kind is not None or response is None:
-            raise problem(kind or ProblemType.INVALID_MESSAGE, "batch check failed")
+        if refusal is not None:
+            raise problem(refusal.problem, refusal.detail)
+        assert response is not None
         return Answer(200, response)
 
     # --- collection (leader, DAP-09 §4.6.1) --------------------------------------------------

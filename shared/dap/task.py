@@ -194,6 +194,30 @@ class TokenPolicy(BaseModel):
     window_seconds: int = Field(default=86_400, ge=1)
 
 
+class RateValidation(BaseModel):
+    """001 §4.8 rate validation: the leader and the helper expect about
+    `expected_reports_per_bucket` (R) aggregated reports per `time_precision` bucket, and refuse
+    to release an aggregate share of a batch that has reports in a bucket holding more than
+    `max_multiple` (M) x R of them (a sybil surge). With the honest rate near R, a batch that
+    passes holds at least 1/M honest reports.
+
+    A bucket's count is every report of the task aggregated with a client time in it, whatever
+    batch it went to; for fixed_size tasks the buckets checked are those of the client times in
+    the batch, so a surge spread over several leader-selected batches is still seen.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expected_reports_per_bucket: int = Field(ge=1)
+    #: The bounds also refuse NaN and infinity.
+    max_multiple: float = Field(default=2.0, ge=1, le=1_000_000)
+
+    @property
+    def max_reports_per_bucket(self) -> int:
+        """floor(M x R), computed exactly from M's decimal form (a count above it is refused)."""
+        return math.floor(Fraction(repr(self.max_multiple)) * self.expected_reports_per_bucket)
+
+
 class TaskDefinition(_TaskCommon):
     """An aggregator's task: parameters shared with its peer plus the secrets of its role.
 
@@ -225,6 +249,9 @@ class TaskDefinition(_TaskCommon):
     #: 004 §5: noise this aggregator adds to its aggregate share (both aggregators hold the
     #: same setting); None: no aggregator randomization.
     aggregator_noise: AggregatorNoise | None = None
+    #: 001 §4.8: refuse batches with a time bucket above M x the expected report rate (both
+    #: aggregators hold the same setting); None: no rate validation.
+    rate_validation: RateValidation | None = None
 
     @field_validator("vdaf_verify_key")
     @classmethod

@@ -5,7 +5,9 @@ left in it) and large enough (§4.6.5.2: the leader waits rather than fails). Th
 transaction, the batch is marked collected and its totals frozen into the job; the
 AggregateShareReq built from them is identical on every retry, which the helper's idempotent
 handling relies on. With aggregator noise (004 §5) the frozen share is already noised. The
-helper's failure answers end the job with that problem type.
+helper's failure answers end the job with that problem type. With rate validation (001 §4.8),
+a batch with a time bucket above the task's limit fails the job with invalidBatchSize before
+anything is frozen or sent, and stays uncollected.
 """
 
 from __future__ import annotations
@@ -76,8 +78,11 @@ class CollectionJobDriver:
             else lambda share: noised_share(task, share, agg.noise_randbits)
         )
         state = agg.ds.start_collection(
-            lease, task.vdaf, task.min_batch_size, agg.clock.now(), noise
+            lease, task.vdaf, task.min_batch_size, agg.clock.now(), noise, task.rate_limit
         )
+        if state == "refused":
+            log.warning("refused a collection: a time bucket is above the rate limit")
+            return
         if state != "started":
             agg.ds.release_collection_job(
                 lease, agg.clock.now() + s.collection_retry_s, count_attempt=False
