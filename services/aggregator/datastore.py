@@ -431,8 +431,10 @@ class Datastore:
         helper_token: str | None,
         now: int,
     ) -> str:
-        """'created', 'exists' (identical) or 'conflict' (a different definition)."""
-        text = json.dumps(definition, sort_keys=True)
+        """'created', 'exists' (identical) or 'conflict' (a different definition).
+
+        Absent and null optional members compare equal, so a definition stored before a
+        member was added (e.g. `rate_validation`) is still identical to its re-sent copy."""
         stored = dict(definition)
         if "vdaf_verify_key" in stored:
             stored["vdaf_verify_key"] = self._crypter.seal_text(
@@ -449,7 +451,7 @@ class Datastore:
             if row is not None:
                 existing = self._task_record(row)
                 same = (
-                    json.dumps(existing.definition, sort_keys=True) == text
+                    _set_members(existing.definition) == _set_members(definition)
                     and existing.role == role
                     and existing.aggregator_token_hash == aggregator_token_hash
                     and existing.collector_token_hash == collector_token_hash
@@ -2002,6 +2004,10 @@ _TABLES = (
     "rejection_counts",
     "batch_refusals",
 )
+
+
+def _set_members(definition: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in definition.items() if v is not None}
 
 
 def _opt_bytes(value: Any) -> bytes | None:

@@ -146,6 +146,11 @@ def test_task_put_is_idempotent_and_conflicts(ds: Datastore) -> None:
     assert ds.put_task(TASK, "helper", d, b"h" * 32, None, None, 0) == "exists"
     assert ds.put_task(TASK, "helper", {"a": 2}, b"h" * 32, None, None, 0) == "conflict"
     assert ds.put_task(TASK, "helper", d, b"x" * 32, None, None, 0) == "conflict"
+    # A member added later (null when unset) does not make an old task differ from itself.
+    later = {**d, "rate_validation": None}
+    assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "exists"
+    later["rate_validation"] = {"expected_reports_per_bucket": 4}
+    assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "conflict"
     record = ds.get_task(TASK)
     assert record is not None and record.definition == d
     assert "helper_token" not in repr(record) or "None" in repr(record)
