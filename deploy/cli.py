@@ -7,7 +7,8 @@
                                                                 --database-url U]
     sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
                             --recipe-server U]
-    sagg task create --vdaf JSON [--query-type ...] ... [--leader U --helper U --collector U]
+    sagg task create --vdaf JSON [--query-type ...] ... [--expected-reports-per-bucket R
+                     [--max-multiple M]] [--leader U --helper U --collector U]
     sagg task create --config FILE
     sagg upload --task-file FILE (--measurements JSON | --random N [--seed S]) [--time T]
     sagg collect --task ID (--interval-start S --interval-duration D | --batch-id B |
@@ -289,6 +290,13 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             values[name] = value
+    if args.expected_reports_per_bucket is not None:
+        rate: dict[str, Any] = {"expected_reports_per_bucket": args.expected_reports_per_bucket}
+        if args.max_multiple is not None:
+            rate["max_multiple"] = args.max_multiple
+        values["rate_validation"] = rate
+    elif args.max_multiple is not None:
+        raise CliError("--max-multiple needs --expected-reports-per-bucket")
     for role, env in (
         ("leader", "SAGG_LEADER_URL"),
         ("helper", "SAGG_HELPER_URL"),
@@ -684,6 +692,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--report-expiry-age",
         type=_positive,
         help="seconds after which reports are refused and their data deleted",
+    )
+    create.add_argument(
+        "--expected-reports-per-bucket",
+        type=_positive,
+        metavar="R",
+        help="rate validation (001 §4.8): reports expected per time_precision bucket",
+    )
+    create.add_argument(
+        "--max-multiple",
+        type=_POSITIVE,
+        metavar="M",
+        help="refuse batches with a bucket above M x R reports (default 2)",
     )
     create.add_argument("--leader")
     create.add_argument("--helper")

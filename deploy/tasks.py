@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
-from shared.dap.task import CollectorTask, TaskDefinition, TokenPolicy, b64url_encode
+from shared.dap.task import (
+    CollectorTask,
+    RateValidation,
+    TaskDefinition,
+    TokenPolicy,
+    b64url_encode,
+)
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["ProvisionError", "TaskParams", "create_task"]
@@ -41,6 +47,8 @@ class TaskParams(BaseModel):
     expires_in: int | None = Field(default=None, ge=1)
     #: Seconds after which a report is refused and forgotten (bounds the anti-replay set).
     report_expiry_age: int | None = Field(default=None, ge=1)
+    #: 001 §4.8: both aggregators refuse batches with a time bucket above M x R reports.
+    rate_validation: RateValidation | None = None
     leader: str
     helper: str
     collector: str
@@ -153,6 +161,7 @@ def create_task(
             "aggregator_auth_token": aggregator_token,
             "recipe_digest": recipe_digest,
             "tokens": tokens,
+            "rate_validation": params.rate_validation,
         }
         try:
             leader = TaskDefinition(**common, role="leader", collector_auth_token=collector_token)
@@ -185,4 +194,6 @@ def create_task(
         info["recipe_digest"] = recipe_digest
     if tokens is not None:
         info["tokens"] = tokens.model_dump()
+    if params.rate_validation is not None:
+        info["rate_validation"] = params.rate_validation.model_dump()
     return info

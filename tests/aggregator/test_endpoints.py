@@ -120,6 +120,32 @@ def test_admin_api(env: Env) -> None:
     assert env.helper.get("/healthz").json() == {"status": "ok"}
 
 
+def test_admin_api_takes_rate_validation(env: Env) -> None:
+    """001 §4.8: the setting is stored and shown back, M defaulting to 2; nonsense is a 400
+    that names the member."""
+    params = TaskParams()
+    path = f"/internal/tasks/{params.task_id.to_b64url()}"
+    body = dict(params.definition("helper"), rate_validation={"expected_reports_per_bucket": 30})
+    assert env.helper.put(path, json=body, headers=helpers.admin_headers()).status_code == 201
+    shown = env.helper.get(path, headers=helpers.admin_headers()).json()
+    assert shown["rate_validation"] == {"expected_reports_per_bucket": 30, "max_multiple": 2.0}
+    task = env.helper_agg.task(params.task_id.to_b64url())
+    assert task.rate_limit is not None and task.rate_limit.max_reports_per_bucket == 60
+    for bad in (
+        {"expected_reports_per_bucket": 0},
+        {"expected_reports_per_bucket": 4, "max_multiple": 0.5},
+        {"expected_reports_per_bucket": 4, "window": 3600},
+    ):
+        fresh = TaskParams()
+        response = env.helper.put(
+            f"/internal/tasks/{fresh.task_id.to_b64url()}",
+            json=dict(fresh.definition("helper"), rate_validation=bad),
+            headers=helpers.admin_headers(),
+        )
+        assert response.status_code == 400
+        assert "rate_validation" in response.json()["detail"]
+
+
 def test_key_rotation_keeps_old_keys(env: Env) -> None:
     old = env.leader_config
     response = env.leader.post("/internal/hpke_keys/rotate", headers=helpers.admin_headers())

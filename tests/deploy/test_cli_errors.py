@@ -59,6 +59,7 @@ USAGE_ERRORS = [
     ["collect", "--task", "t", "--current-batch", "--format", "xml"],
     ["collect", "--task", "t", "--current-batch", "--wait", "-1"],
     ["task", "create", "--min-batch-size", "zero"],
+    ["task", "create", "--expected-reports-per-bucket", "0"],
     ["task", "destroy"],
     ["serve", "everything"],
     ["serve", "recipe-server", "--port", "eighty"],
@@ -108,6 +109,17 @@ FAILURES = [
         "fixed_size tasks only",
     ),
     (["task", "create", "--vdaf", VDAF, *URLS, "--collector", "ftp://c"], "http://"),
+    (
+        ["task", "create", "--vdaf", VDAF, "--max-multiple", "3", *URLS, "--collector", "http://c"],
+        "--max-multiple needs --expected-reports-per-bucket",
+    ),
+    (
+        [
+            *("task", "create", "--vdaf", VDAF, "--expected-reports-per-bucket", "4"),
+            *("--max-multiple", "0.5", *URLS, "--collector", "http://c"),
+        ],
+        "max_multiple",
+    ),
     (["task", "create", "--config", "missing.toml"], "cannot read missing.toml"),
     (["up", "--store", "postgres"], "--postgres-url"),
     (["upload", "--task-file", "none.json", "--random", "3"], "cannot read none.json"),
