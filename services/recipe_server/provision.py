@@ -5,10 +5,11 @@ the recipe's digest (SHA-256 of its canonical bytes, `TaskDefinition.recipe_dige
 service picks the task id and fetches the aggregators' HPKE config lists first (DAP-09 §4.4.1,
 ``GET /hpke_config`` without a task id: an aggregator's keys serve all its tasks), builds the
 final recipe and its digest, and only then has `DapProvisioner.create` provision the task with
-that digest and the recipe's token policy (`deploy.tasks.create_task`: collector first, for its
-HPKE config, then leader and helper through their admin APIs). A device then needs no
-unauthenticated config fetch, the keys it encrypts to are the logged ones (001 §4.1), and both
-aggregators refuse reports without a token of the recipe's issuer or without its binding.
+that digest, the recipe's token policy and its rate validation (001 §4.8;
+`deploy.tasks.create_task`: collector first, for its HPKE config, then leader and helper
+through their admin APIs). A device then needs no unauthenticated config fetch, the keys it
+encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without a token
+of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
@@ -25,7 +26,7 @@ from deploy.tasks import ProvisionError, TaskParams, create_task
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import TokenPolicy, b64url_encode
+from shared.dap.task import RateValidation, TokenPolicy, b64url_encode
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -52,6 +53,8 @@ class TaskRequest:
     min_batch_size: int
     time_precision: int
     expires_in: int | None
+    #: 001 §4.8: what both aggregators enforce (the recipe publishes how it was derived).
+    rate_validation: RateValidation | None = None
 
     def expiration(self, now: int) -> int | None:
         """The expiration of a task created at `now`, as `create_task` computes it."""
@@ -158,6 +161,7 @@ class DapProvisioner:
             min_batch_size=request.min_batch_size,
             time_precision=request.time_precision,
             expires_in=request.expires_in,
+            rate_validation=request.rate_validation,
             leader=self.leader_url,
             helper=self.helper_url,
             collector=self.collector_url,
@@ -199,6 +203,8 @@ class DapProvisioner:
                 )
                 if _normalized(task.get(name)) != want
             ]
+            if _rate_validation(task.get("rate_validation"), what) != request.rate_validation:
+                mismatches.append("rate_validation")
             if mismatches:
                 raise ProvisionError(
                     f"the {what}'s task {task_id} differs from the recipe in "
@@ -223,6 +229,15 @@ class DapProvisioner:
             leader_hpke_configs=self._hpke_configs(self.leader_url, "leader", task_id),
             helper_hpke_configs=self._hpke_configs(self.helper_url, "helper", task_id),
         )
+
+
+def _rate_validation(value: object, what: str) -> RateValidation | None:
+    if value is None:
+        return None
+    try:
+        return RateValidation.model_validate(value)
+    except ValidationError:
+        raise ProvisionError(f"the {what} sent a malformed rate validation") from None
 
 
 def _normalized(value: object) -> object:

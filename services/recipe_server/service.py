@@ -15,8 +15,10 @@ Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
    issuer with its name and window spelled out) the recipe is final, and its digest is known;
 7. the task is created on collector, leader and helper bound to that digest and the issuer's
    token policy (`TaskDefinition.recipe_digest`, `.tokens`), so both aggregators refuse
-   reports without a token or without this recipe's binding (or an analyst-named existing
-   task is checked: it must not be bound to another recipe or token policy);
+   reports without a token or without this recipe's binding, and with the recipe's rate
+   validation (001 §4.8: R = q N tp / W from the draft's population estimate, published in
+   the recipe; `shared.recipe.rate`) (or an analyst-named existing task is checked: it must
+   not be bound to another recipe, token policy or rate validation);
 8. the recipe is signed and appended to the log, with a signed tree head for the new size, in
    one transaction.
 
@@ -247,12 +249,14 @@ class RecipeService:
     def _provision(self, draft: RecipeDraft, draft_digest: bytes) -> Recipe:
         """Steps 6-7: the final recipe, its task existing and bound to its digest."""
         vdaf = expected_vdaf(draft.randomizer, draft.encoding)
+        rate = draft.task.published_rate(draft.sampling_rate)
         request = TaskRequest(
             vdaf=vdaf,
             query_type=draft.task.query_type,
             min_batch_size=draft.min_batch_size,
             time_precision=draft.task.time_precision,
             expires_in=draft.task.expires_in,
+            rate_validation=None if rate is None else rate.setting(),
         )
         issuer = draft.token_issuer or self.default_token_issuer
         assert issuer is not None  # validate() refused drafts without one
@@ -310,6 +314,7 @@ class RecipeService:
             task_expiration=expiration,
             leader_hpke_configs=configs[0],
             helper_hpke_configs=configs[1],
+            rate_validation=draft.task.published_rate(draft.sampling_rate),
         )
 
     def _bind_existing(

@@ -14,7 +14,10 @@ A recipe (000 §4.1 and appendix B; 001 §4.1) names
 - the sampling rate q, the minimum batch size B, and the aggregate (epsilon, delta) claimed for
   them (001 §4.1: "which allow the client device to verify that the protocol satisfies DP");
 - the DAP task (id, VDAF, leader and helper with their HPKE configs, time precision, expiry) and
-  the token issuer (001 §4.1: "the recipe also contains the public keys for the servers").
+  the token issuer (001 §4.1: "the recipe also contains the public keys for the servers");
+- optionally the rate validation both aggregators enforce (001 §4.8): the analyst's population
+  estimate and the expected reports per time bucket derived from it (`shared.recipe.rate`),
+  which every parse of a recipe re-derives, so a device audits it.
 
 `RecipeDraft` is what an analyst submits: the same, minus what the recipe server fills in on
 publication (the task id and the aggregators' HPKE configs, by default the token issuer).
@@ -44,11 +47,12 @@ from shared.constants import RECIPE_FORMAT
 from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import TokenPolicy, b64url_decode
+from shared.dap.task import RateValidation, TokenPolicy, b64url_decode
 from shared.dp.amplification import Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
 from shared.dp.vdaf_mapping import sfp_length
+from shared.recipe.rate import expected_reports_per_bucket
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -71,11 +75,13 @@ __all__ = [
     "RandomEventSelection",
     "RandomNgramSelection",
     "Randomizer",
+    "RateEstimate",
     "SfpRandomizer",
     "SketchParams",
     "StringFeature",
     "Recipe",
     "RecipeDraft",
+    "RecipeRateValidation",
     "RecipeTask",
     "Selection",
     "TokenIssuerRef",
@@ -499,6 +505,40 @@ def _check_config_list(value: str, what: str) -> str:
     return value
 
 
+#: Largest population estimate a recipe may state.
+MAX_POPULATION = 10**12
+#: Largest max_multiple (as `RateValidation` allows).
+MaxMultiple = Annotated[float, Field(ge=1, le=1_000_000)]
+
+
+class RateEstimate(_Frozen):
+    """The analyst's estimate behind rate validation (001 §4.8, `shared.recipe.rate`): about
+    `expected_population` devices answer within `collection_window` seconds (default: the
+    task's `expires_in`); the aggregators refuse batches with a time bucket above
+    `max_multiple` times the expected rate."""
+
+    expected_population: int = Field(ge=1, le=MAX_POPULATION)
+    collection_window: Window | None = None
+    max_multiple: MaxMultiple = 2.0
+
+
+class RecipeRateValidation(_Frozen):
+    """The published rate validation: the estimate and the `expected_reports_per_bucket` the
+    aggregators enforce. `Recipe` checks that the latter follows from the former."""
+
+    expected_population: int = Field(ge=1, le=MAX_POPULATION)
+    collection_window: int = Field(ge=1)
+    max_multiple: MaxMultiple
+    expected_reports_per_bucket: int = Field(ge=1)
+
+    def setting(self) -> RateValidation:
+        """What both aggregators' task definitions hold."""
+        return RateValidation(
+            expected_reports_per_bucket=self.expected_reports_per_bucket,
+            max_multiple=self.max_multiple,
+        )
+
+
 class RecipeTask(_Frozen):
     """The DAP task the reports go to (DAP-09 §4.2), with the aggregators' HPKE configs
     (`HpkeConfigList`, unpadded base64url) so that devices need not fetch them unauthenticated."""
@@ -512,6 +552,8 @@ class RecipeTask(_Frozen):
     task_expiration: int | None = Field(default=None, ge=0)
     leader_hpke_configs: str
     helper_hpke_configs: str
+    #: None: no rate validation (left out of the canonical bytes, so older recipes verify).
+    rate_validation: RecipeRateValidation | None = None
 
     @field_validator("task_id")
     @classmethod
@@ -537,11 +579,39 @@ class DraftTask(_Frozen):
     vdaf: VdafSpec | None = None
     time_precision: int = Field(default=3600, ge=1)
     expires_in: int | None = Field(default=None, ge=1)
+    rate_validation: RateEstimate | None = None
 
     @field_validator("task_id")
     @classmethod
     def _task_id(cls, value: str | None) -> str | None:
         return None if value is None else _check_task_id(value)
+
+    @model_validator(mode="after")
+    def _rate_window(self) -> DraftTask:
+        rate = self.rate_validation
+        if rate is not None:
+            window = rate.collection_window or self.expires_in
+            if window is None:
+                raise ValueError("rate_validation needs a collection_window (or expires_in)")
+            if window < self.time_precision:
+                raise ValueError("the rate validation's collection window is below time_precision")
+        return self
+
+    def published_rate(self, sampling_rate: float) -> RecipeRateValidation | None:
+        """The rate validation the recipe publishes for a sampling rate of `sampling_rate`."""
+        rate = self.rate_validation
+        if rate is None:
+            return None
+        window = rate.collection_window or self.expires_in
+        assert window is not None  # _rate_window
+        return RecipeRateValidation(
+            expected_population=rate.expected_population,
+            collection_window=window,
+            max_multiple=rate.max_multiple,
+            expected_reports_per_bucket=expected_reports_per_bucket(
+                sampling_rate, rate.expected_population, self.time_precision, window
+            ),
+        )
 
 
 class TokenIssuerRef(_Frozen):
@@ -648,6 +718,29 @@ class Recipe(_RecipeBody):
 
     task: RecipeTask
     token_issuer: TokenIssuerRef
+
+    @model_validator(mode="after")
+    def _rate_follows(self) -> Recipe:
+        """001 §4.8: the published expected rate is the one q, N, tp and W give (a device
+        refuses a recipe whose aggregators would tolerate more)."""
+        rate = self.task.rate_validation
+        if rate is None:
+            return self
+        try:
+            want = expected_reports_per_bucket(
+                self.sampling_rate,
+                rate.expected_population,
+                self.task.time_precision,
+                rate.collection_window,
+            )
+        except ValueError as exc:
+            raise ValueError(f"task.rate_validation: {exc}") from None
+        if rate.expected_reports_per_bucket != want:
+            raise ValueError(
+                f"task.rate_validation: expected_reports_per_bucket"
+                f" {rate.expected_reports_per_bucket} does not follow from q N tp / W = {want}"
+            )
+        return self
 
     @property
     def key(self) -> tuple[str, int]:

@@ -72,6 +72,11 @@ def test_auth(client: TestClient, provisioner: FakeProvisioner) -> None:
         ({"randomizer": {"name": "one_hot", "eps0": -1}}, "randomizer.one_hot.eps0"),
         ({"privacy": {"epsilon": 1, "delta": 0.5}}, "privacy.delta"),
         ({"colour": "blue"}, "colour"),
+        (
+            {"task": {"rate_validation": {"expected_population": 0, "collection_window": 7200}}},
+            "task.rate_validation.expected_population",
+        ),
+        ({"task": {"rate_validation": {"expected_population": 10}}}, "task"),
     ],
 )
 def test_model_validation_names_the_field(

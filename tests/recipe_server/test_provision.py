@@ -20,7 +20,7 @@ from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
 from shared.dap.extensions import recipe_digest
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import TokenPolicy, b64url_decode, b64url_encode
+from shared.dap.task import RateValidation, TokenPolicy, b64url_decode, b64url_encode
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
@@ -191,3 +191,65 @@ def test_wrong_admin_token_is_a_provisioning_failure(
         assert r.status_code == 502
         assert "collector refused" in r.json()["title"]
         assert server.get("/recipes").json()["recipes"] == []
+
+
+def test_rate_validation_is_computed_published_and_provisioned(
+    tmp_path: Path, parties: dict[str, TestClient]
+) -> None:
+    """001 §4.8: R = ceil(q N tp / W) from the draft's population estimate goes into the signed
+    recipe and into both aggregators' tasks; an existing task must enforce the same."""
+    estimate = {"expected_population": 100_000, "collection_window": 7 * 86_400}
+    doc = draft_json(task={"time_precision": 3600, "rate_validation": estimate})
+    with _server(tmp_path, parties) as server:
+        r = server.post("/recipes", json=doc, headers=auth())
+        assert r.status_code == 201, r.text
+        recipe = Recipe.model_validate(r.json()["signed_recipe"]["recipe"])
+        published = recipe.task.rate_validation
+        # q = 0.5: 50000 reports over 168 hours, 297.6 per hour.
+        assert published is not None and published.expected_reports_per_bucket == 298
+        assert (published.expected_population, published.max_multiple) == (100_000, 2.0)
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        for host in ("leader.test", "helper.test"):
+            task = parties[host].get(f"/internal/tasks/{recipe.task.task_id}", headers=admin)
+            assert task.json()["rate_validation"] == {
+                "expected_reports_per_bucket": 298,
+                "max_multiple": 2.0,
+            }
+            held = _task(parties[host], recipe.task.task_id)
+            assert held.rate_limit is not None
+            assert held.rate_limit.max_reports_per_bucket == 596
+            assert held.rate_limit.time_precision == 3600
+
+        # An operator's task without rate validation does not serve a draft that asks for it,
+        # nor one whose estimate gives another R; the same R is reused.
+        params = TaskParams(
+            vdaf=recipe.task.vdaf,
+            min_batch_size=recipe.min_batch_size,
+            time_precision=3600,
+            leader="https://leader.test",
+            helper="https://helper.test",
+            collector="https://collector.test",
+        )
+        with httpx.Client(transport=Router(parties)) as http:
+            plain = create_task(params, ADMIN, http=http)["task_id"]
+            rate = RateValidation(expected_reports_per_bucket=298)
+            limited = create_task(
+                params.model_copy(update={"rate_validation": rate}), ADMIN, http=http
+            )
+        assert limited["rate_validation"] == {"expected_reports_per_bucket": 298, "max_multiple": 2}
+        for version, task_id, population, status in (
+            (2, plain, 100_000, 502),
+            (3, limited["task_id"], 200_000, 502),
+            (4, limited["task_id"], 100_000, 201),
+        ):
+            bind = draft_json(
+                version=version,
+                task={
+                    "task_id": task_id,
+                    "rate_validation": {**estimate, "expected_population": population},
+                },
+            )
+            r = server.post("/recipes", json=bind, headers=auth())
+            assert r.status_code == status, r.text
+            if status == 502:
+                assert "rate_validation" in r.json()["title"]
