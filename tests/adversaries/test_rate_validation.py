@@ -169,7 +169,7 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
 
 # --- fixed_size: leader-selected batches ----------------------------------------------------------
 
-FIXED = {"query_type": "fixed_size", "max_batch_size": 5}
+FIXED: dict[str, Any] = {"query_type": "fixed_size", "max_batch_size": 5}
 
 
 def _collect_current_batch(dep: Deployment) -> Any:
@@ -222,7 +222,7 @@ def test_helper_checks_fixed_size_buckets_across_batches(
 ) -> None:
     """A leader of its own making sends the helper two batches of 5; the first batch's share
     is refused when the second batch put its hour above 8 reports, and released otherwise."""
-    dep = _deploy(tmp_path, **FIXED)
+    dep = _deploy(tmp_path, None, **FIXED)
     first, second = BatchId.random(), BatchId.random()
     first_shards = [dep.shard(1) for _ in range(5)]
     for batch_id, shards in (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -147,7 +148,7 @@ def test_task_put_is_idempotent_and_conflicts(ds: Datastore) -> None:
     assert ds.put_task(TASK, "helper", {"a": 2}, b"h" * 32, None, None, 0) == "conflict"
     assert ds.put_task(TASK, "helper", d, b"x" * 32, None, None, 0) == "conflict"
     # A member added later (null when unset) does not make an old task differ from itself.
-    later = {**d, "rate_validation": None}
+    later: dict[str, Any] = {**d, "rate_validation": None}
     assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "exists"
     later["rate_validation"] = {"expected_reports_per_bucket": 4}
     assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "conflict"
