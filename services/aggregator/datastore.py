@@ -31,13 +31,17 @@ Tables (one store serves many tasks, in either role):
   all serialize on one row.
 - ``batch_refusals``: per task and reason, how many collection requests were refused although
   the batch passed DAP's checks (001 §4.8 rate validation); rare, so one row each.
+- ``batch_bucket_counts`` (fixed_size tasks with rate validation): reports added to each
+  batch per `time_precision` bucket of their client times, in shard rows like the batch
+  aggregations and written in the same transaction; kept like them (garbage collection of
+  old reports and jobs leaves the counts).
 
 Rate validation (001 §4.8, `shared.dap.task.RateValidation`) counts a batch's reports per
 `time_precision` bucket in one grouped query: for time_interval tasks the bucket is the batch
-key; for fixed_size tasks the buckets are those of the client times in the batch, each counted
-over every aggregated report of the task (`report_aggregations` in state finished, i.e. exactly
-the reports added to some batch). It runs in the transaction that would release the share, so
-a refused batch is left as it was: not collected, no query spent, no report dropped.
+key (`batch_aggregations`); for fixed_size tasks the buckets are those of the client times in
+the batch, each counted over every batch of the task (`batch_bucket_counts`). It runs in the
+transaction that would release the share, so a refused batch is left as it was: not
+collected, no query spent, no report dropped.
 
 Crash safety: a report's output share is added to ``batch_aggregations`` in the same
 transaction that finishes its report aggregation, and jobs are created in the same transaction
@@ -246,6 +250,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 reason {text} NOT NULL,
                 count {bigint} NOT NULL,
                 PRIMARY KEY (task_id, reason))""",
+            """CREATE TABLE batch_bucket_counts (
+                task_id {blob} NOT NULL,
+                batch_key {blob} NOT NULL,
+                bucket {bigint} NOT NULL,
+                shard {bigint} NOT NULL,
+                report_count {bigint} NOT NULL,
+                PRIMARY KEY (task_id, batch_key, bucket, shard))""",
+            """CREATE INDEX batch_bucket_counts_bucket ON batch_bucket_counts (task_id, bucket)""",
         ),
     ),
 )
@@ -507,6 +519,7 @@ class Datastore:
                 "spent_tokens",
                 "rejection_counts",
                 "batch_refusals",
+                "batch_bucket_counts",
             ):
                 tx.execute(f"DELETE FROM {table} WHERE task_id = :t", {"t": task_id})
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
@@ -1019,6 +1032,7 @@ class Datastore:
         *,
         abandoned: bool = False,
         requeue_at: int | None = None,
+        bucket_precision: int | None = None,
     ) -> list[ReportOutcome]:
         """Commit a leader job: output shares into batches, report states, job done.
 
@@ -1035,7 +1049,13 @@ class Datastore:
             )
             assert job is not None
             final = self._add_outcomes(
-                tx, lease.task_id, vdaf, outcomes, out_shares, check_saturation=None
+                tx,
+                lease.task_id,
+                vdaf,
+                outcomes,
+                out_shares,
+                check_saturation=None,
+                bucket_precision=bucket_precision,
             )
             self._count_rejections(
                 tx,
@@ -1101,8 +1121,10 @@ class Datastore:
         out_shares: FieldArray,
         *,
         check_saturation: int | None,
+        bucket_precision: int | None,
     ) -> list[ReportOutcome]:
-        """Add the successful reports' output shares to their batches, per batch key.
+        """Add the successful reports' output shares to their batches, per batch key, and
+        with `bucket_precision` their counts per time bucket (`batch_bucket_counts`).
 
         Reports into collected batches (and, with `check_saturation`, beyond that many reports
         in a batch) become failures instead."""
@@ -1136,7 +1158,32 @@ class Datastore:
                 min(o.client_time for o in members),
                 max(o.client_time for o in members),
             )
+            if bucket_precision is not None:
+                self._count_buckets(tx, task_id, key, members, bucket_precision)
         return final
+
+    def _count_buckets(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        key: bytes,
+        members: list[ReportOutcome],
+        precision: int,
+    ) -> None:
+        counts: dict[int, int] = {}
+        for o in members:
+            bucket = o.client_time - o.client_time % precision
+            counts[bucket] = counts.get(bucket, 0) + 1
+        shard = secrets.randbelow(self._shards)
+        tx.execute_many(
+            "INSERT INTO batch_bucket_counts (task_id, batch_key, bucket, shard, report_count)"
+            " VALUES (:t, :k, :b, :sh, :n) ON CONFLICT (task_id, batch_key, bucket, shard)"
+            " DO UPDATE SET report_count = batch_bucket_counts.report_count + :n",
+            [
+                {"t": task_id, "k": key, "b": b, "sh": shard, "n": n}
+                for b, n in sorted(counts.items())
+            ],
+        )
 
     def _add_to_batch(
         self,
@@ -1223,7 +1270,8 @@ class Datastore:
         self, tx: Tx, task_id: bytes, lo: bytes, hi: bytes, fixed_size: bool, precision: int
     ) -> tuple[int, int] | None:
         """(bucket start, aggregated reports) of the fullest time bucket the batch [lo, hi)
-        has reports in, or None for an empty batch (rate validation, module docstring)."""
+        has reports in, or None for an empty batch (rate validation, module docstring).
+        A fixed_size batch is `lo`, its counts are in `batch_bucket_counts`."""
         if not fixed_size:
             row = tx.query_one(
                 "SELECT batch_key, SUM(report_count) AS n FROM batch_aggregations"
@@ -1234,21 +1282,12 @@ class Datastore:
             if row is None:
                 return None
             return int.from_bytes(bytes(row["batch_key"]), "big"), int(row["n"])
-        # The job time range narrows the second scan to jobs that can hold the bucket; the
-        # report aggregations are then read by their primary key.
         row = tx.query_one(
-            "WITH buckets AS (SELECT DISTINCT ra.client_time - ra.client_time % :p AS bucket"
-            " FROM aggregation_jobs aj JOIN report_aggregations ra"
-            " ON ra.task_id = aj.task_id AND ra.job_id = aj.job_id"
-            " WHERE aj.task_id = :t AND aj.batch_id = :k AND ra.state = :fin)"
-            " SELECT b.bucket AS bucket, COUNT(*) AS n FROM buckets b"
-            " JOIN aggregation_jobs aj ON aj.task_id = :t"
-            " AND aj.time_min < b.bucket + :p AND aj.time_max >= b.bucket"
-            " JOIN report_aggregations ra ON ra.task_id = aj.task_id AND ra.job_id = aj.job_id"
-            " AND ra.state = :fin AND ra.client_time >= b.bucket"
-            " AND ra.client_time < b.bucket + :p"
-            " GROUP BY b.bucket ORDER BY n DESC, b.bucket LIMIT 1",
-            {"t": task_id, "k": lo, "p": precision, "fin": RA_FINISHED},
+            "SELECT bucket, SUM(report_count) AS n FROM batch_bucket_counts"
+            " WHERE task_id = :t AND bucket IN (SELECT bucket FROM batch_bucket_counts"
+            " WHERE task_id = :t AND batch_key = :k)"
+            " GROUP BY bucket ORDER BY n DESC, bucket LIMIT 1",
+            {"t": task_id, "k": lo},
         )
         return None if row is None else (int(row["bucket"]), int(row["n"]))
 
@@ -1306,8 +1345,10 @@ class Datastore:
         max_batch_size: int | None,
         build_response: Callable[[list[ReportOutcome]], bytes],
         now: int,
+        bucket_precision: int | None = None,
     ) -> tuple[str, bytes | None]:
-        """Record a helper aggregation job and its output shares, once.
+        """Record a helper aggregation job and its output shares, once (with
+        `bucket_precision`, also their counts per time bucket, `batch_bucket_counts`).
 
         Returns ('created', response), ('same', stored response) for an identical re-send, or
         ('conflict', None) when the id is taken by a different request (DAP-09 §4.5.1.2).
@@ -1378,6 +1419,7 @@ class Datastore:
                 checked,
                 out_shares,
                 check_saturation=max_batch_size if batch_id is not None else None,
+                bucket_precision=bucket_precision,
             )
             response = build_response(final)
             self._count_rejections(
@@ -2003,6 +2045,7 @@ _TABLES = (
     "spent_tokens",
     "rejection_counts",
     "batch_refusals",
+    "batch_bucket_counts",
 )
 
 

@@ -148,6 +148,14 @@ class Task:
             return None
         return RateLimit(self.time_precision, self.rate_validation.max_reports_per_bucket)
 
+    @property
+    def bucket_precision(self) -> int | None:
+        """The bucket width whose report counts the datastore keeps per batch: only fixed_size
+        tasks with rate validation need them (a time_interval batch key is a bucket)."""
+        if self.rate_validation is None or self.query_type != QueryType.FIXED_SIZE:
+            return None
+        return self.time_precision
+
     def batch_target(self) -> int | None:
         """Reports per fixed_size batch the leader fills (None for time_interval)."""
         if self.query_type != QueryType.FIXED_SIZE:
@@ -634,6 +642,7 @@ class Aggregator:
             task.max_batch_size,
             build_response,
             now,
+            task.bucket_precision,
         )
         if result == "conflict" or response is None:
             raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)

@@ -212,6 +212,7 @@ class AggregationJobDriver:
             outcomes,
             batch.out_shares,
             requeue_at=agg.clock.now() + agg.settings.too_early_retry_s,
+            bucket_precision=task.bucket_precision,
         )
         # One line per job (counts only): with several driver processes on one store, the logs
         # show how the work was shared.
