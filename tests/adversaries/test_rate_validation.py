@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from services.aggregator.metrics import render_metrics
+from services.aggregator.metrics import aggregator_metrics
 from services.aggregator.service import Aggregator
 from shared.constants import (
     MEDIA_AGGREGATE_SHARE_REQ,
@@ -162,7 +162,7 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
         assert problem_type(direct) == "invalidBatchSize"
     assert dep.stats(dep.helper)["batches_refused"] == {"rate_exceeded": 2}
     sample = f'sagg_batches_refused_total{{task="{dep.tid}",role="leader",reason="rate_exceeded"}}'
-    assert f"{sample} 2" in render_metrics(dep.leader_agg.ds)
+    assert f"{sample} 2" in aggregator_metrics(dep.leader_agg.ds).render()
 
     # The earlier hour is within the rate and collects, reports intact.
     assert dep.collect(PREVIOUS) == (3, 3)
