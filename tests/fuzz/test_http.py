@@ -404,6 +404,9 @@ ENDPOINTS: list[Endpoint] = [
         "collector GET collection", _collector, "GET", "/collections/{job}", None, _collector_admin
     ),
     Endpoint("collector GET unknown", _collector, "GET", "/{any}"),
+    Endpoint("collector GET metrics", _collector, "GET", "/metrics", None, _collector_admin),
+    Endpoint("recipes GET metrics", _recipes, "GET", "/metrics"),
+    Endpoint("issuer GET metrics", _issuer, "GET", "/metrics"),
     Endpoint(
         "recipes POST", _recipes, "POST", "/recipes", "application/json", _analyst, _draft_json
     ),
