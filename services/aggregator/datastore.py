@@ -1628,8 +1628,11 @@ class Datastore:
         """Create a collection job after the checks DAP-09 §4.6.5 allows up front.
 
         Deleted jobs still count for overlap and query counts: deleting discards a result,
-        not the fact that the batch was queried. ('created'|'exists'|'conflict', None) or
-        ('rejected', problem)."""
+        not the fact that the batch was queried. Jobs failed with invalidBatchSize do not:
+        neither aggregator released anything of their batch (the leader refuses before
+        freezing it, the helper before answering), so a collector whose interval was refused
+        for a surging bucket (001 §4.8) may still collect the other buckets.
+        ('created'|'exists'|'conflict', None) or ('rejected', problem)."""
         request_hash = _hash(request)
 
         def body(tx: Tx) -> tuple[str, ProblemType | None]:
@@ -1645,8 +1648,15 @@ class Datastore:
                 previous = tx.query(
                     "SELECT interval_start, interval_duration, agg_param FROM collection_jobs"
                     " WHERE task_id = :t AND interval_start < :e"
-                    " AND interval_start + interval_duration > :s",
-                    {"t": task_id, "s": start, "e": start + duration},
+                    " AND interval_start + interval_duration > :s"
+                    " AND NOT (state = :failed AND error = :refused)",
+                    {
+                        "t": task_id,
+                        "s": start,
+                        "e": start + duration,
+                        "failed": COLLECTION_FAILED,
+                        "refused": ProblemType.INVALID_BATCH_SIZE.value,
+                    },
                 )
                 if any(
                     (int(p["interval_start"]), int(p["interval_duration"])) != interval

@@ -135,16 +135,19 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
 ) -> None:
     """The refusal runs before any share is released and stores nothing but a counter: the
     reports stay in an uncollected batch, the query budget (max_batch_query_count = 1) is
-    untouched, and other batches of the task are collected as usual."""
+    untouched, and the task's other buckets are collected as usual, also those of a refused
+    interval (nothing of it was released, so no overlap rule applies)."""
     dep = _deploy(tmp_path, databases)
     _upload_at(dep, [NOW] * 9 + [PREVIOUS.start] * 3)
+    both = dep.poll(dep.start_collection(Interval(PREVIOUS.start, 2 * PRECISION)))
+    assert problem_type(both) == "invalidBatchSize"
     response = dep.poll(dep.start_collection(BUCKET))
     assert problem_type(response) == "invalidBatchSize"
 
     for client in (dep.leader, dep.helper):
         stats = dep.stats(client)
         assert stats["batches_collected"] == 0
-        assert stats["batches_refused"] == ({"rate_exceeded": 1} if client is dep.leader else {})
+        assert stats["batches_refused"] == ({"rate_exceeded": 2} if client is dep.leader else {})
     open_batches = {b["reports"] for b in dep.stats(dep.leader)["open_batches"]}
     assert open_batches == {9, 3}
     # The bucket is not collected: a late report into it is still accepted.
@@ -154,7 +157,7 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
     # The same query again is accepted (no query was spent) and refused again on its merits.
     again = dep.poll(dep.start_collection(BUCKET))
     assert problem_type(again) == "invalidBatchSize"
-    assert dep.stats(dep.leader)["batches_refused"] == {"rate_exceeded": 2}
+    assert dep.stats(dep.leader)["batches_refused"] == {"rate_exceeded": 3}
 
     # The helper, asked directly, refuses every time without recording a query either.
     for _ in range(2):
@@ -162,7 +165,7 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
         assert problem_type(direct) == "invalidBatchSize"
     assert dep.stats(dep.helper)["batches_refused"] == {"rate_exceeded": 2}
     sample = f'sagg_batches_refused_total{{task="{dep.tid}",role="leader",reason="rate_exceeded"}}'
-    assert f"{sample} 2" in aggregator_metrics(dep.leader_agg.ds).render()
+    assert f"{sample} 3" in aggregator_metrics(dep.leader_agg.ds).render()
 
     # The earlier hour is within the rate and collects, reports intact.
     assert dep.collect(PREVIOUS) == (3, 3)
