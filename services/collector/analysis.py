@@ -13,7 +13,9 @@ trust model (004 §3.3), computed from its actual report count by `shared.recipe
 Entry points:
 
 * `collection_from_body(body)` -- a `Collection` from the collector's `GET /collections/{id}`.
-* `analyze(recipe, collection, ...)` -- the `Analysis` (recipe None: a plain task, raw counts).
+* `analyze(recipe, collection, ..., task=...)` -- the `Analysis` (recipe None: a plain task, raw
+  counts; `task`, the collector's task from ``GET /internal/tasks/{id}``, says whether the
+  aggregators added noise).
 * `to_json`, `to_csv`, `to_table` -- writers; `services.collector.charts.write_chart` -- a PNG.
 
 Confidence intervals are normal approximations (`shared.dp.estimators`), as 004 §6.1.1 does: the
@@ -29,14 +31,17 @@ true count is 0 the chance it clears the threshold is about 1 - threshold_level,
 about d (1 - threshold_level) noise items survive; raise `threshold_level` for large d. Flagged
 items keep their estimate (it is still unbiased); writers mark them.
 
-Aggregator noise (004 §5, §6.1.2): when the task's `CollectorTask.aggregator_noise` is set, each
-of the two aggregators added independent noise to every coordinate of its share, so the
-unsharded field elements are decoded as signed integers (`shared.dp.aggregator_noise.
-decode_signed`: a total just below 0 arrives as p - 1), the per-coordinate variance 2 Var(noise)
-(`AGGREGATORS` of them; 2 sigma^2 for the discrete Gaussian) is added to the standard errors
-through the estimator's gain (one-hot and plain tasks; the sketch and bit-pushing estimators get a
-note instead), and the OAOC line states the epsilon of one aggregator's noise, computed from its
-parameter (one honest aggregator suffices, 004 §5).
+Aggregator noise (004 §5, §6.1.2): when the task's `CollectorTask.aggregator_noise` (or the
+recipe's `aggregator_noise`; they must agree when both are known) is set, each of the two
+aggregators added independent noise to every coordinate of its share, so the unsharded field
+elements are decoded as signed integers (`shared.dp.aggregator_noise.decode_signed`: a total just
+below 0 arrives as p - 1), and the per-coordinate variance 2 Var(noise) (`AGGREGATORS` of them;
+2 sigma^2 for the discrete Gaussian) is added to the standard errors through the estimator's
+linear map (one-hot: its gain; CMS / HCMS: `shared.dp.vdaf_mapping.cms_noise_variance`,
+`hcms_noise_variance`; plain tasks: as is; bit pushing and SFP get a note instead). The privacy
+statement is `shared.recipe.accounting.trust_model_guarantees` (recipe) or the noise's own
+guarantee (`shared.dp.aggregator_noise.noise_guarantee`; plain task) per trust model: one
+honest aggregator's noise suffices (004 §5).
 
 Sampling: the estimates are counts among the `report_count` devices that reported; with a
 sampling rate q < 1 a population count is about the estimate divided by q (not done here).
@@ -57,24 +62,25 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from shared.dap.task import AggregatorNoise, CollectorTask
+from shared.dap.task import CALIBRATION_RTOL, AggregatorNoise, CollectorTaskInfo
 from shared.dp import amplification as amp
-from shared.dp.aggregator_noise import decode_signed
+from shared.dp.aggregator_noise import decode_signed, noise_guarantee
 from shared.dp.estimators import Estimate, z_value
-from shared.dp.gaussian import gaussian_epsilon
 from shared.dp.heavy_hitters import sfp_candidate_estimates
-from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
+from shared.dp.policy import TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
 from shared.dp.vdaf_mapping import (
     bit_tallies_from_aggregate,
+    cms_noise_variance,
     cms_sketch_from_aggregate,
+    hcms_noise_variance,
     hcms_sketch_from_aggregate,
     sfp_length,
     sfp_sketches_from_aggregate,
 )
-from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon
+from shared.recipe.accounting import expected_vdaf, trust_model_guarantees
 from shared.recipe.model import (
     BitPushingRandomizer,
     BucketFeature,
@@ -217,7 +223,8 @@ class TrustLine:
 
 @dataclass(frozen=True)
 class PrivacyStatement:
-    """(epsilon, delta) of this batch, computed from its report count (000 §3; 001 Theorem 4)."""
+    """(epsilon, delta) of this batch, computed from its report count (000 §3; 001 Theorem 4)
+    and the aggregators' noise (004 §5)."""
 
     report_count: int
     min_batch_size: int
@@ -225,13 +232,16 @@ class PrivacyStatement:
     sampling_rate: float
     analysis: str
     neighbouring: str
-    #: The recipe's accounting at this report count (OAMC, after sampling at q).
+    #: The accounting at this report count under OAMC (recipe: amplification after sampling
+    #: at q, or the aggregator noise if stronger; plain task: the noise).
     epsilon: float
     delta: float
-    claimed_epsilon: float
-    claimed_delta: float
-    claim_met: bool
-    local_epsilon: float
+    #: What the recipe claims (plain task: what its noise was calibrated for, if stated).
+    claimed_epsilon: float | None
+    claimed_delta: float | None
+    claim_met: bool | None
+    #: The local randomizer's replacement epsilon (None: a plain task has none).
+    local_epsilon: float | None
     guarantees: tuple[TrustLine, ...]
     notes: tuple[str, ...] = ()
 
@@ -241,9 +251,13 @@ class PrivacyStatement:
             f"privacy: ({_num(self.epsilon)}, {self.delta:.3g})-DP for this batch of "
             f"{self.report_count} reports ({self.neighbouring} neighbours; {self.analysis} "
             f"analysis, sampling rate q={self.sampling_rate:g}, B={self.min_batch_size})",
-            f"recipe claims ({self.claimed_epsilon:g}, {self.claimed_delta:g}): "
-            + ("met" if self.claim_met else "NOT met at this report count"),
         ]
+        if self.claimed_epsilon is not None:
+            who = "recipe claims" if self.local_epsilon is not None else "noise calibrated for"
+            out.append(
+                f"{who} ({self.claimed_epsilon:g}, {self.claimed_delta or 0:g}): "
+                + ("met" if self.claim_met else "NOT met at this report count")
+            )
         for g in self.guarantees:
             out.append(
                 f"  {g.trust_model:<5} {g.description}: epsilon={_num(g.epsilon)}, "
@@ -256,7 +270,12 @@ class PrivacyStatement:
         """One line for chart titles."""
         return (
             f"({_num(self.epsilon)}, {self.delta:.2g})-DP, {self.neighbouring}, "
-            f"n={self.report_count}, OAMC; local eps={self.local_epsilon:g}"
+            f"n={self.report_count}, OAMC; "
+            + (
+                f"local eps={self.local_epsilon:g}"
+                if self.local_epsilon is not None
+                else "no local randomizer"
+            )
         )
 
 
@@ -399,7 +418,7 @@ def analyze(
     threshold_level: float = DEFAULT_THRESHOLD_LEVEL,
     floor: float = 0.0,
     candidates: Sequence[int | str] | None = None,
-    task: CollectorTask | None = None,
+    task: CollectorTaskInfo | None = None,
 ) -> Analysis:
     """The `Analysis` of a completed collection of `recipe`'s task.
 
@@ -418,20 +437,23 @@ def analyze(
     clears the threshold rule at the Bonferroni level 1 - (1 - threshold_level) / candidates,
     which the analysis reports as its threshold level.
 
-    `task`: the collector's task; with `aggregator_noise` set, the module docstring's decoding,
-    standard errors and OAOC line apply (004 §5).
+    `task`: the collector's task; with aggregator noise (the task's or the recipe's), the module
+    docstring's decoding, standard errors and privacy statement apply (004 §5).
     """
     z_value(confidence)  # validates the level
     if not 0.5 < threshold_level < 1:
         raise ValueError("threshold_level must be in (0.5, 1)")
-    noise = task.aggregator_noise if task is not None else None
+    noise = _noise(recipe, task)
     if noise is not None:
-        assert task is not None
-        collection = _decode_noised(collection, task)
+        collection = _decode_noised(collection, _vdaf(recipe, task))
     noise_var = AGGREGATORS * noise.variance if noise is not None else 0.0
     n = collection.report_count
     if recipe is None:
-        return _raw_analysis(collection, confidence, threshold_level, noise_var, floor)
+        privacy = None
+        if noise is not None:
+            assert task is not None  # _noise: a plain task's noise is its task's
+            privacy = noise_privacy_statement(task, noise, n)
+        return _raw_analysis(collection, confidence, threshold_level, noise_var, floor, privacy)
     if isinstance(collection.aggregate, int):
         raise AnalysisError("a recipe task's aggregate is a vector, not a single int")
     agg = np.asarray(collection.aggregate, dtype=np.int64)
@@ -447,7 +469,7 @@ def analyze(
             # The debias is affine per coordinate: estimate_j = gain_j * sum_j + offset_j, so
             # the aggregate's added variance reaches estimate_j times gain_j^2.
             gain = one_hot.debias(np.ones(d), n) - one_hot.debias(np.zeros(d), n)
-            est = Estimate(est.value, np.sqrt(est.stderr**2 + gain**2 * noise_var))
+            est = est.plus_variance(gain**2 * noise_var)
         labels = item_labels(recipe.encoding)
         items = _items(labels, list(range(d)), est, confidence, threshold_level, floor)
         name = f"one_hot({'symmetric' if r.symmetric else 'asymmetric'})"
@@ -460,18 +482,20 @@ def analyze(
             cms = CountMeanSketch(r.eps0, r.k, r.m, r.seed)
             _check_length(agg, r.k * r.m + r.k, f"cms(k={r.k}, m={r.m})")
             rows = int(agg[r.k * r.m :].sum())
-            if rows != n:
+            if _off(rows, n, r.k * noise_var):
                 # MultiHotHistogram bounds a report's weight, not its row indicator: a
                 # malicious client can set none or several (vdaf_mapping docstring).
                 notes.append(f"row indicators sum to {rows}, not report_count {n}")
             est = cms.estimate(cms_sketch_from_aggregate(cms, agg), n, keys)
+            est = est.plus_variance(cms_noise_variance(cms, noise_var))
             name = "cms"
         else:
             hcms = HadamardCountMeanSketch(r.eps0, r.k, r.m, r.seed)
             _check_length(agg, 2 * r.k * r.m, f"hcms(k={r.k}, m={r.m})")
-            if int(agg.sum()) != n:
+            if _off(int(agg.sum()), n, agg.size * noise_var):
                 notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
             est = hcms.estimate(hcms_sketch_from_aggregate(hcms, agg), n, keys)
+            est = est.plus_variance(hcms_noise_variance(hcms, noise_var))
             name = "hcms"
         labels = [all_labels[i] if all_labels else str(i) for i in chosen]
         items = _items(labels, chosen, est, confidence, threshold_level, floor)
@@ -493,7 +517,7 @@ def analyze(
         assert isinstance(feature, IntegerFeature)
         bp = BitPushing(feature.bits, r.eps0)
         _check_length(agg, 2 * feature.bits, f"bit_pushing over {feature.bits} bits")
-        if int(agg.sum()) != n:
+        if _off(int(agg.sum()), n, agg.size * noise_var):
             notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
         tallies = bit_tallies_from_aggregate(bp, agg)
         items = _bit_pushing_items(bp, tallies, feature.field, confidence, threshold_level, floor)
@@ -505,7 +529,7 @@ def analyze(
             f"mean of {feature.field} (003 §3); its variance needs a second collection of "
             "centred squares (003 §3.3)"
         )
-    if noise_var and not isinstance(r, OneHotRandomizer):
+    if noise_var and isinstance(r, BitPushingRandomizer | SfpRandomizer):
         notes.append(
             f"aggregator noise (variance {noise_var:.4g} per aggregate coordinate) is not "
             f"included in the {name} standard errors"
@@ -526,10 +550,44 @@ def analyze(
     )
 
 
-def _decode_noised(collection: Collection, task: CollectorTask) -> Collection:
+#: How many standard deviations of the summed aggregator noise a checked total (reports per
+#: row, reports in all) may be off before the analysis notes it; without noise, any difference.
+NOISE_TOLERANCE_SDS = 6.0
+
+
+def _off(total: int, expected: int, noise_variance: float) -> bool:
+    return abs(total - expected) > NOISE_TOLERANCE_SDS * math.sqrt(noise_variance)
+
+
+def _noise(recipe: AnyRecipe | None, task: CollectorTaskInfo | None) -> AggregatorNoise | None:
+    """The aggregators' noise: the task's (what they were provisioned with), else the recipe's.
+    A recipe whose noise the task does not have is refused: either the aggregators did not add
+    what the recipe promised, or the collector would decode and account for the wrong noise."""
+    stated = recipe.aggregator_noise if recipe is not None else None
+    actual = task.aggregator_noise if task is not None else None
+    if task is not None and stated is not None and actual != stated:
+        raise AnalysisError(
+            f"the recipe's aggregator noise is not task {task.task_id}'s: "
+            f"{stated.model_dump(exclude_none=True)} against "
+            f"{actual.model_dump(exclude_none=True) if actual else 'none'}"
+        )
+    return actual if actual is not None else stated
+
+
+def _vdaf(recipe: AnyRecipe | None, task: CollectorTaskInfo | None) -> VdafSpec:
+    """The task's VDAF: the collector's task if known, else the recipe's."""
+    if task is not None:
+        return task.vdaf
+    assert recipe is not None
+    if isinstance(recipe, Recipe):
+        return recipe.task.vdaf
+    return recipe.task.vdaf or expected_vdaf(recipe.randomizer, recipe.encoding)
+
+
+def _decode_noised(collection: Collection, vdaf: VdafSpec) -> Collection:
     """The aggregate as signed integers (004 §5): noise may take a total below 0, which the
     field holds as p - |total|; `decode_signed` is exact while |total| < p/2."""
-    field = task.vdaf.instance().field
+    field = vdaf.instance().field
     raw = collection.aggregate
     values = [raw] if isinstance(raw, int) else list(raw)
     if any(not 0 <= v < field.MODULUS for v in values):
@@ -542,55 +600,6 @@ def _decode_noised(collection: Collection, task: CollectorTask) -> Collection:
         collection.interval,
         collection.batch_id,
         collection.task_id,
-    )
-
-
-def noise_sensitivity(noise: AggregatorNoise, vdaf: VdafSpec) -> float | None:
-    """The sensitivity the noise's guarantee is about: the stated one, else the largest change
-    one client's valid measurement can make to the aggregate under replacement (L2 for the
-    Gaussian, L1 for the Laplace); None for a VDAF this does not know."""
-    if noise.sensitivity is not None:
-        return noise.sensitivity
-    l2 = noise.mechanism == "discrete_gaussian"
-    top = (1 << vdaf.bits) - 1 if vdaf.bits is not None else 1
-    if vdaf.type == "Prio3Count":
-        return 1.0
-    if vdaf.type == "Prio3Sum":
-        return float(top)
-    if vdaf.type == "Prio3Histogram":
-        # One-hot to another one-hot: +1 and -1 (004 §6.1.2: L2 sqrt(2)).
-        return math.sqrt(2) if l2 else 2.0
-    if vdaf.type == "Prio3MultiHotHistogram":
-        assert vdaf.max_count is not None and vdaf.length is not None
-        moved = min(2 * vdaf.max_count, vdaf.length)
-        return math.sqrt(moved) if l2 else float(moved)
-    if vdaf.type in ("Prio3SumVec", "Prio3SumVecField64Multiproof"):
-        assert vdaf.length is not None
-        return top * math.sqrt(vdaf.length) if l2 else float(top * vdaf.length)
-    return None
-
-
-def noise_guarantee(
-    noise: AggregatorNoise, vdaf: VdafSpec, default_delta: float
-) -> tuple[float, float, str] | None:
-    """(epsilon, delta, basis) of one aggregator's noise (004 §5: one honest aggregator's noise
-    suffices), computed from its parameter: the analytic Gaussian bound at `noise.delta` (else
-    `default_delta`) for the discrete Gaussian, sensitivity / scale for the discrete Laplace."""
-    sens = noise_sensitivity(noise, vdaf)
-    if sens is None:
-        return None
-    if noise.mechanism == "discrete_gaussian":
-        delta = noise.delta if noise.delta else default_delta
-        eps = gaussian_epsilon(noise.sigma_float, delta, sens)
-        return (
-            eps,
-            delta,
-            f"aggregator noise (discrete Gaussian sigma={noise.sigma}, L2 {sens:.4g})",
-        )
-    return (
-        sens / float(noise.parameter),
-        0.0,
-        f"aggregator noise (discrete Laplace scale={noise.scale}, L1 {sens:.4g})",
     )
 
 
@@ -665,6 +674,7 @@ def _raw_analysis(
     threshold_level: float,
     noise_var: float = 0.0,
     floor: float = 0.0,
+    privacy: PrivacyStatement | None = None,
 ) -> Analysis:
     raw = collection.aggregate
     values = [raw] if isinstance(raw, int) else list(raw)
@@ -694,7 +704,7 @@ def _raw_analysis(
         confidence,
         threshold_level,
         items,
-        None,
+        privacy,
         (note,),
     )
 
@@ -709,76 +719,125 @@ def _neighbouring(analysis: amp.Analysis) -> str:
 
 
 def privacy_statement(
-    recipe: AnyRecipe, report_count: int, task: CollectorTask | None = None
+    recipe: AnyRecipe, report_count: int, task: CollectorTaskInfo | None = None
 ) -> PrivacyStatement:
     """The (epsilon, delta) of a batch of `report_count` reports of `recipe`, per trust model.
 
-    Aggregate: `accounting.aggregate_guarantee` at this report count (000 Theorem 3.1 or the
-    numerical analyses, then 001 Theorem 4 for sampling at q, with the recipe's delta split).
-    Trust models (004 §3.3) via `DpPolicy.guarantee` with the client randomization at this
-    report count: OAMC gets the amplified epsilon (plus sampling); OAOC and OC only the local
-    eps0 (no aggregator noise in a recipe; other clients may be malicious or the servers
-    collude, so neither amplification nor sampling secrecy can be relied on).
+    `accounting.trust_model_guarantees` at this report count: amplification by aggregation
+    (000 Theorem 3.1 or the numerical analyses, then 001 Theorem 4 for sampling at q, with the
+    recipe's delta split) and, with aggregator noise (the task's or the recipe's), the noise's
+    own guarantee; OAMC states the better of the two, OAOC the better of the noise and the
+    local eps0, OC the local eps0 (other clients may be malicious or the servers collude, so
+    neither amplification nor sampling secrecy can be relied on there).
     """
     claim = recipe.privacy
     q = recipe.sampling_rate
     n = report_count
     notes: list[str] = []
-    eps0 = analysis_epsilon(recipe.randomizer, claim.analysis)
+    noise = _noise(recipe, task)
+    vdaf = _vdaf(recipe, task)
+    if noise is not None and noise_guarantee(noise, vdaf, claim.delta) is None:
+        notes.append(f"aggregator noise: no sensitivity known for {vdaf.type}")
     if n < 1:
-        eps, delta = math.inf, claim.delta
         notes.append("no report: nothing was released, no amplification to state")
-    else:
-        eps, delta = aggregate_guarantee(recipe.randomizer, n, q, claim)
-    # aggregate_guarantee returns q * delta_a after sampling, delta_a itself without.
-    delta_a = delta / q if q < 1 else delta
-    policy = DpPolicy(client=ClientRandomization(eps0, max(n, 1), delta_a, claim.analysis))
-    neighbouring = _neighbouring(claim.analysis)
-    central = None
-    if task is not None and task.aggregator_noise is not None:
-        central = noise_guarantee(task.aggregator_noise, task.vdaf, claim.delta)
-        if central is None:
-            notes.append(f"aggregator noise: no sensitivity known for {task.vdaf.type}")
+    # The analyses need n >= 1; with none there is no amplification (+inf) to take.
+    found = trust_model_guarantees(recipe.randomizer, max(n, 1), q, claim, noise, vdaf)
+    amplified_basis = f"amplification by aggregation ({claim.analysis}, n={max(n, 1)})"
     lines: list[TrustLine] = []
     for model, text in TRUST_MODEL_DESCRIPTIONS.items():
-        if model is TrustModel.OAMC:
-            # The accounting's number (amplification then sampling); `DpPolicy` gives the same
-            # amplified epsilon before sampling (tests check it), named in the basis.
-            basis = f"amplification by aggregation ({claim.analysis}, n={n})"
-            if q < 1:
-                basis += f", then Poisson sampling at q={q:g}"
-            lines.append(TrustLine(model.value, text, eps, delta, neighbouring, basis))
-            continue
-        g = policy.guarantee(model)
-        assert g is not None  # a recipe always has client randomization
-        line = TrustLine(model.value, text, g.eps, g.delta, "replacement", g.basis)
-        if model is TrustModel.OAOC and central is not None and central[0] < g.eps:
-            line = TrustLine(model.value, text, central[0], central[1], "replacement", central[2])
-        lines.append(line)
+        g = found[model]
+        eps = math.inf if n < 1 and g.basis.startswith(amplified_basis) else g.eps
+        # Only the amplification analyses may be about deletion; noise and eps0 are replacement.
+        neighbouring = (
+            _neighbouring(claim.analysis) if g.basis.startswith(amplified_basis) else "replacement"
+        )
+        lines.append(TrustLine(model.value, text, eps, g.delta, neighbouring, g.basis))
+    oamc = lines[0]
     below = n < recipe.min_batch_size
     if below:
         notes.append(
             f"report_count {n} < B = {recipe.min_batch_size}: the aggregators should not have "
             "released this batch; the OAMC epsilon above is for the smaller batch"
         )
-    if math.isinf(eps):
+    if math.isinf(oamc.epsilon):
         notes.append(f"the {claim.analysis} analysis does not apply at n={n}")
     # Same slack as accounting.assess_privacy: the bisections overshoot by up to EPS_TOL.
-    met = eps <= claim.epsilon + amp.EPS_TOL and delta <= claim.delta * (1 + 1e-12)
+    met = oamc.epsilon <= claim.epsilon + amp.EPS_TOL and oamc.delta <= claim.delta * (1 + 1e-12)
     return PrivacyStatement(
         report_count=n,
         min_batch_size=recipe.min_batch_size,
         below_min_batch=below,
         sampling_rate=q,
         analysis=claim.analysis,
-        neighbouring=neighbouring,
-        epsilon=eps,
-        delta=delta,
+        neighbouring=oamc.neighbouring,
+        epsilon=oamc.epsilon,
+        delta=oamc.delta,
         claimed_epsilon=claim.epsilon,
         claimed_delta=claim.delta,
         claim_met=met,
         local_epsilon=recipe.randomizer.local_epsilon,
         guarantees=tuple(lines),
+        notes=tuple(notes),
+    )
+
+
+#: The delta at which a plain task's Gaussian noise is stated when its setting names none
+#: (004 Table 2 calibrates at 1e-9).
+PLAIN_TASK_DELTA = 1e-9
+
+
+def noise_privacy_statement(
+    task: CollectorTaskInfo, noise: AggregatorNoise, report_count: int
+) -> PrivacyStatement | None:
+    """A plain task's guarantee: only the aggregators' noise (004 §5), so it holds under OAMC and
+    OAOC alike (one honest aggregator suffices) and not under OC (no local randomizer). The
+    Gaussian is stated at the setting's delta, else `PLAIN_TASK_DELTA`. None when no
+    sensitivity is known for the task's VDAF."""
+    delta = noise.delta if noise.delta else PLAIN_TASK_DELTA
+    found = noise_guarantee(noise, task.vdaf, delta)
+    if found is None:
+        return None
+    n = report_count
+    notes = ["OC: no guarantee; without a local randomizer colluding aggregators see every report"]
+    below = n < task.min_batch_size
+    if below:
+        notes.append(
+            f"report_count {n} < B = {task.min_batch_size}: the aggregators should not have "
+            "released this batch"
+        )
+    met = None
+    if noise.epsilon is not None:
+        met = found.eps <= noise.epsilon * (1 + CALIBRATION_RTOL)
+        if not met:
+            notes.append(
+                f"the noise was calibrated for epsilon={noise.epsilon:g}, but gives "
+                f"{_num(found.eps)} at the VDAF's sensitivity"
+            )
+    lines = tuple(
+        TrustLine(
+            model.value,
+            TRUST_MODEL_DESCRIPTIONS[model],
+            found.eps,
+            found.delta,
+            "replacement",
+            found.basis,
+        )
+        for model in (TrustModel.OAMC, TrustModel.OAOC)
+    )
+    return PrivacyStatement(
+        report_count=n,
+        min_batch_size=task.min_batch_size,
+        below_min_batch=below,
+        sampling_rate=1.0,
+        analysis=f"aggregator noise ({noise.mechanism})",
+        neighbouring="replacement",
+        epsilon=found.eps,
+        delta=found.delta,
+        claimed_epsilon=noise.epsilon,
+        claimed_delta=noise.delta if noise.epsilon is not None else None,
+        claim_met=met,
+        local_epsilon=None,
+        guarantees=lines,
         notes=tuple(notes),
     )
 

@@ -291,12 +291,22 @@ class TaskDefinition(_TaskCommon):
         return HpkeConfig.decode(b64url_decode(self.collector_hpke_config, "collector_hpke_config"))
 
 
-class CollectorTask(_TaskCommon):
-    """The collector's view of a task: where to collect, how to authenticate, how to decode."""
+class CollectorTaskInfo(_TaskCommon):
+    """The collector's task without its secret: what the collector's ``GET /internal/tasks/{id}``
+    answers and what the analysis of a collection needs (how to decode, what noise was added)."""
 
-    collector_auth_token: str = Field(min_length=16)
     min_batch_size: int = Field(default=1, ge=1)
     time_precision: int = Field(default=1, ge=1)
     #: The aggregators' noise setting (the same as in their `TaskDefinition`): the collector
     #: decodes the aggregate as signed integers and accounts for the noise when it is set.
     aggregator_noise: AggregatorNoise | None = None
+
+
+class CollectorTask(CollectorTaskInfo):
+    """The collector's view of a task: where to collect, how to authenticate, how to decode."""
+
+    collector_auth_token: str = Field(min_length=16)
+
+    def info(self) -> CollectorTaskInfo:
+        """The task without the token it authenticates to the leader with."""
+        return CollectorTaskInfo.model_validate(self.model_dump(exclude={"collector_auth_token"}))

@@ -31,6 +31,11 @@ class Estimate:
     value: FloatArray
     stderr: FloatArray
 
+    def plus_variance(self, variance: float | FloatArray) -> Estimate:
+        """The same values with independent zero-mean noise of `variance` on each (e.g. the
+        aggregators' noise, 004 §5): the variances add."""
+        return Estimate(self.value, np.sqrt(self.stderr**2 + variance))
+
     def ci(self, level: float = 0.95) -> tuple[FloatArray, FloatArray]:
         z = z_value(level)
         return self.value - z * self.stderr, self.value + z * self.stderr

@@ -93,10 +93,6 @@ class DpPolicy:
             if self.aggregator
             else None
         )
-        if model is TrustModel.OC:
-            return local
-        if model is TrustModel.OAOC:
-            return central or local
         amplified = (
             Guarantee(
                 model,
@@ -107,9 +103,36 @@ class DpPolicy:
             if self.client
             else None
         )
-        options = [g for g in (amplified, central) if g is not None]
-        # Either mechanism alone already gives its guarantee; report the stronger eps.
-        return min(options, key=lambda g: g.eps) if options else None
+        return strongest(model, local=local, amplified=amplified, central=central)
+
+
+def strongest(
+    model: TrustModel,
+    *,
+    local: Guarantee | None,
+    amplified: Guarantee | None,
+    central: Guarantee | None,
+) -> Guarantee | None:
+    """Which guarantee to state under `model`, given what each mechanism gives on its own:
+    `local` (the client's eps0), `amplified` (client noise hidden among the other honest
+    clients' reports), `central` (one honest aggregator's noise).
+
+    OC: only `local`. OAOC: `central` if it beats `local` (other clients may be malicious, so
+    no amplification). OAMC: the better of `amplified` and `central`. Each mechanism's guarantee
+    survives the other as post-processing, so the smaller epsilon holds; nothing here combines
+    the two into a tighter joint bound.
+    """
+    if model is TrustModel.OC:
+        options = [local]
+    elif model is TrustModel.OAOC:
+        options = [local, central]
+    else:
+        options = [amplified, central]
+    present = [g for g in options if g is not None]
+    if not present:
+        return None
+    best = min(present, key=lambda g: g.eps)
+    return Guarantee(model, best.eps, best.delta, best.basis)
 
 
 def client_randomization(

@@ -44,6 +44,14 @@ coordinate in the leader's input share):
   report -- beyond `VdafSpec`'s 10^6 and any upload; it would need j and j' in the clear.
 
 `chunk_length` defaults to about sqrt(measurement length), the VDAF-08 §7.4.4 recommendation.
+
+Aggregator noise (004 §5) adds independent noise of variance V to every aggregate coordinate.
+The sketch estimates are linear in the aggregate, so V reaches an estimate f~(d) scaled by the
+squared coefficients of the coordinates it reads (`cms_noise_variance`, `hcms_noise_variance`):
+  CMS: row l contributes k c ones[l, h_l(d)] + k (1 - c)/2 rows[l], divided by k, for each of
+       the k rows: (m/(m-1))^2 k V (c^2 + (c - 1)^2 / 4);
+  HCMS: M_H[j, l] = k c (agg[j, l, +] - agg[j, l, -]) has variance 2 k^2 c^2 V, the transform
+       sums m of them with signs +-1, and the estimate averages k rows: (m/(m-1))^2 2 k m c^2 V.
 """
 
 from __future__ import annotations
@@ -250,6 +258,13 @@ def sfp_sketches_from_aggregate(
     )
 
 
+def cms_noise_variance(cms: CountMeanSketch, coordinate_variance: float) -> float:
+    """Variance that noise of `coordinate_variance` on every aggregate coordinate adds to each
+    CMS estimate (module docstring)."""
+    m, c = cms.m, cms.c
+    return (m / (m - 1)) ** 2 * cms.k * coordinate_variance * (c * c + (c - 1) ** 2 / 4)
+
+
 def hcms_spec(hcms: HadamardCountMeanSketch) -> VdafSpec:
     return histogram_spec(2 * hcms.k * hcms.m)
 
@@ -265,6 +280,13 @@ def hcms_sketch_from_aggregate(
     agg = np.asarray(aggregate, dtype=np.float64).reshape(hcms.k, hcms.m, 2)
     raw = hcms.k * hcms.c * (agg[..., 0] - agg[..., 1])
     return fwht(raw)
+
+
+def hcms_noise_variance(hcms: HadamardCountMeanSketch, coordinate_variance: float) -> float:
+    """Variance that noise of `coordinate_variance` on every aggregate coordinate adds to each
+    HCMS estimate (module docstring)."""
+    m, c = hcms.m, hcms.c
+    return (m / (m - 1)) ** 2 * 2 * hcms.k * m * c * c * coordinate_variance
 
 
 def bit_pushing_spec(bp: BitPushing) -> VdafSpec:

@@ -15,6 +15,13 @@ Privacy accounting (000 §3 and §4.3 check 3; 001 §4.1 and Theorem 4), with th
 
 The claim holds iff eps_a <= ln(1 + (e^epsilon - 1) / q) at that delta_a; the smallest B for
 which it does is `required_batch_size`.
+
+3. Aggregator noise (004 §5, a recipe's optional `aggregator_noise`): one honest aggregator's
+   noise alone gives `shared.dp.aggregator_noise.noise_guarantee` at the claim's delta, for any
+   batch size and whatever the other clients send (the VDAF's validity proof bounds one report's
+   effect). Per trust model (004 §3.3, `shared.dp.policy.strongest`): OAMC has the better of
+   amplification and noise, OAOC the better of the noise and the local eps0, OC the local eps0
+   only. The recipe's claim is about OAMC, so it may rest on either mechanism.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from shared.dap.task import CALIBRATION_RTOL, AggregatorNoise
 from shared.dp import amplification as amp
+from shared.dp.aggregator_noise import noise_guarantee
+from shared.dp.policy import Guarantee, TrustModel, strongest
 from shared.dp.randomizers.bitpushing import BitPushing
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
@@ -49,7 +59,9 @@ __all__ = [
     "assess_privacy",
     "check_recipe_claims",
     "expected_vdaf",
+    "noise_problems",
     "required_batch_size",
+    "trust_model_guarantees",
 ]
 
 MAX_AGGREGATION_DELTA = 1e-2
@@ -96,24 +108,87 @@ def required_batch_size(randomizer: Randomizer, q: float, claim: PrivacyClaim) -
         return None
 
 
+def trust_model_guarantees(
+    randomizer: Randomizer,
+    batch_size: int,
+    q: float,
+    claim: PrivacyClaim,
+    noise: AggregatorNoise | None = None,
+    vdaf: VdafSpec | None = None,
+) -> dict[TrustModel, Guarantee]:
+    """The guarantee under each trust model (module docstring, 3.) of a batch of `batch_size`
+    reports sampled at q, with the aggregators' `noise` on the task's `vdaf` if any.
+
+    The amplified guarantee is `aggregate_guarantee` (+inf epsilon where its analysis does
+    not apply); the noise's is computed at the claim's delta. A VDAF without a known
+    sensitivity gives the noise no guarantee (`noise_problems` refuses such recipes).
+    """
+    eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim)
+    basis = f"amplification by aggregation ({claim.analysis}, n={batch_size})"
+    if q < 1:
+        basis += f", then Poisson sampling at q={q:g}"
+    amplified = Guarantee(TrustModel.OAMC, eps, delta, basis)
+    local = Guarantee(TrustModel.OC, randomizer.local_epsilon, 0.0, "local randomizer only")
+    central = None
+    if noise is not None:
+        if vdaf is None:
+            raise ValueError("the noise's guarantee needs the task's VDAF")
+        found = noise_guarantee(noise, vdaf, claim.delta)
+        if found is not None:
+            central = Guarantee(TrustModel.OAOC, found.eps, found.delta, found.basis)
+    out: dict[TrustModel, Guarantee] = {}
+    for model in (TrustModel.OAMC, TrustModel.OAOC, TrustModel.OC):
+        g = strongest(model, local=local, amplified=amplified, central=central)
+        assert g is not None  # a recipe always has its local randomizer
+        out[model] = g
+    return out
+
+
 @dataclass(frozen=True)
 class PrivacyAssessment:
+    #: The OAMC guarantee, what the claim is about (amplification and/or aggregator noise).
     epsilon: float
     delta: float
     claim_met: bool
-    #: The smallest B that meets the claim (None: none does).
+    #: The smallest B that meets the claim (None: none does; B is never the issue when the
+    #: aggregator noise alone meets it).
     required_batch_size: int | None
+    basis: str = ""
 
 
 def assess_privacy(
-    randomizer: Randomizer, batch_size: int, q: float, claim: PrivacyClaim
+    randomizer: Randomizer,
+    batch_size: int,
+    q: float,
+    claim: PrivacyClaim,
+    noise: AggregatorNoise | None = None,
+    vdaf: VdafSpec | None = None,
 ) -> PrivacyAssessment:
-    eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim)
+    oamc = trust_model_guarantees(randomizer, batch_size, q, claim, noise, vdaf)[TrustModel.OAMC]
     # The analyses' bisections overshoot by at most EPS_TOL, so compare with that slack: a B
     # the library's own min_batch_size returns must pass.
-    met = eps <= claim.epsilon + amp.EPS_TOL and delta <= claim.delta * (1 + 1e-12)
+    met = oamc.eps <= claim.epsilon + amp.EPS_TOL and oamc.delta <= claim.delta * (1 + 1e-12)
     needed = batch_size if met else required_batch_size(randomizer, q, claim)
-    return PrivacyAssessment(eps, delta, met, needed)
+    return PrivacyAssessment(oamc.eps, oamc.delta, met, needed, oamc.basis)
+
+
+def noise_problems(noise: AggregatorNoise, vdaf: VdafSpec, delta: float) -> list[str]:
+    """Why a recipe's aggregator noise cannot be accounted for (empty when it can): the VDAF
+    must have a known sensitivity, and a stated calibration (epsilon, delta) must hold for the
+    noise at the VDAF's sensitivity, not only at the stated one."""
+    if noise_guarantee(noise, vdaf, delta) is None:
+        return [f"no sensitivity is known for {vdaf.describe()}: the noise cannot be accounted"]
+    if noise.epsilon is None:
+        return []
+    stated = noise_guarantee(noise, vdaf, noise.delta if noise.delta else delta)
+    assert stated is not None
+    # The same slack as the model's own calibration check (published sigmas are rounded).
+    if stated.eps > noise.epsilon * (1 + CALIBRATION_RTOL):
+        return [
+            f"the noise gives epsilon={stated.eps:.4g} at delta={stated.delta:g} on "
+            f"{vdaf.describe()} ({stated.basis}), more than its stated epsilon={noise.epsilon:g}"
+        ]
+    return []
 
 
 def expected_vdaf(randomizer: Randomizer, encoding: Encoding) -> VdafSpec:
@@ -141,7 +216,8 @@ def check_recipe_claims(recipe: Recipe) -> list[str]:
 
     Checks that the task's VDAF is the one the randomizer maps to (else the aggregators'
     validity proofs would not bound what a report may contribute the way the analysis
-    assumes) and that B reports sampled at q meet the claimed (epsilon, delta).
+    assumes), that the aggregator noise, if any, can be accounted for, and that B reports
+    sampled at q, with that noise, meet the claimed (epsilon, delta).
     """
     problems: list[str] = []
     expected = expected_vdaf(recipe.randomizer, recipe.encoding)
@@ -149,8 +225,16 @@ def check_recipe_claims(recipe: Recipe) -> list[str]:
         problems.append(
             f"task VDAF {recipe.task.vdaf.describe()} is not the randomizer's {expected.describe()}"
         )
+    noise = recipe.aggregator_noise
+    if noise is not None:
+        problems += noise_problems(noise, expected, recipe.privacy.delta)
     assessment = assess_privacy(
-        recipe.randomizer, recipe.min_batch_size, recipe.sampling_rate, recipe.privacy
+        recipe.randomizer,
+        recipe.min_batch_size,
+        recipe.sampling_rate,
+        recipe.privacy,
+        noise,
+        expected,
     )
     if not assessment.claim_met:
         problems.append(

@@ -13,6 +13,8 @@ A recipe (000 §4.1 and appendix B; 001 §4.1) names
 - the local randomizer and its parameters (one of `shared.dp.randomizers`);
 - the sampling rate q, the minimum batch size B, and the aggregate (epsilon, delta) claimed for
   them (001 §4.1: "which allow the client device to verify that the protocol satisfies DP");
+- optionally the noise each aggregator adds to its aggregate share (004 §5: a DP policy is
+  client randomization, aggregator randomization, or both); the claim may rest on either;
 - the DAP task (id, VDAF, leader and helper with their HPKE configs, time precision, expiry) and
   the token issuer (001 §4.1: "the recipe also contains the public keys for the servers");
 - optionally the rate validation both aggregators enforce (001 §4.8): the analyst's population
@@ -47,7 +49,7 @@ from shared.constants import RECIPE_FORMAT
 from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import RateValidation, TokenPolicy, b64url_decode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_decode
 from shared.dp.amplification import Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
@@ -674,6 +676,9 @@ class _RecipeBody(_Frozen):
     sampling_rate: float = Field(gt=0, le=1)
     min_batch_size: int = Field(ge=1, le=10**9)
     privacy: PrivacyClaim
+    #: 004 §5 aggregator randomization, provisioned into both aggregators' task. None (left out
+    #: of the canonical bytes, so older recipes still verify): client randomization only.
+    aggregator_noise: AggregatorNoise | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> _RecipeBody:

@@ -36,7 +36,11 @@ from services.collector.analysis import (
 from shared.dap.ids import TaskId
 from shared.dap.task import CollectorTask
 from shared.dp import amplification as amp
-from shared.dp.gaussian import gaussian_epsilon
+from shared.dp.gaussian import (
+    discrete_gaussian_delta,
+    discrete_gaussian_epsilon,
+    gaussian_epsilon,
+)
 from shared.dp.policy import ClientRandomization, DpPolicy, TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
@@ -562,21 +566,37 @@ def test_oaoc_line_states_the_aggregator_noise_epsilon() -> None:
         task = noisy_task(HISTOGRAM, {"mechanism": "discrete_gaussian", "sigma": sigma})
         st = privacy_statement(recipe, 5000, task)
         lines = {g.trust_model: g for g in st.guarantees}
-        # Computed from sigma at the recipe's delta, L2 sensitivity sqrt(2) of a histogram.
-        eps = gaussian_epsilon(float(sigma), 1e-6, math.sqrt(2))
+        # Computed from sigma at the recipe's delta: the exact discrete mechanism on a
+        # histogram's shift (1, -1), close to the continuous bound at the same sigma.
+        sigma2 = float(Fraction(sigma) ** 2)
+        eps = discrete_gaussian_epsilon(sigma2, 1e-6, (1, -1))
         assert lines["OAOC"].epsilon == pytest.approx(eps, rel=1e-12)
+        assert eps == pytest.approx(gaussian_epsilon(float(sigma), 1e-6, math.sqrt(2)), rel=1e-3)
+        assert discrete_gaussian_delta(sigma2, eps, (1, -1)) <= 1e-6
         assert lines["OAOC"].delta == 1e-6
         assert "aggregator noise" in lines["OAOC"].basis
         assert lines["OAOC"].epsilon < plain["OAOC"].epsilon == recipe.randomizer.local_epsilon
-        assert lines["OC"] == plain["OC"] and lines["OAMC"] == plain["OAMC"]
+        assert lines["OC"] == plain["OC"]
+        # OAMC: the better of amplification (as without noise) and the noise; the headline too.
+        best = min(plain["OAMC"].epsilon, lines["OAOC"].epsilon)
+        assert lines["OAMC"].epsilon == best == st.epsilon
+        assert lines["OAMC"].basis == (
+            plain["OAMC"].basis if best == plain["OAMC"].epsilon else lines["OAOC"].basis
+        )
         seen.add(lines["OAOC"].epsilon)
         assert any("aggregator noise" in line for line in st.lines())
     assert len(seen) == 2
-    # 004 Table 2's calibration: the stated delta gives back its epsilon.
+    # A recipe's statement is at the recipe's delta, whatever the noise was calibrated at...
     calibrated = {**GAUSSIAN, "epsilon": 0.906, "delta": 1e-9, "sensitivity": math.sqrt(2)}
     st = privacy_statement(recipe, 5000, noisy_task(HISTOGRAM, calibrated))
     oaoc = {g.trust_model: g for g in st.guarantees}["OAOC"]
-    assert oaoc.epsilon == pytest.approx(0.906, abs=1e-4) and oaoc.delta == 1e-9
+    assert oaoc.delta == 1e-6 and oaoc.epsilon < 0.906
+    # ...a plain task's at the calibration's delta: 004 Table 2's epsilon comes back (the exact
+    # discrete mechanism's is 4e-4 below it).
+    zero = Collection(5000, (0,) * (D + 1))
+    plain_st = analyze(None, zero, task=noisy_task(HISTOGRAM, calibrated)).privacy
+    assert plain_st is not None and plain_st.delta == 1e-9 and plain_st.claim_met
+    assert plain_st.epsilon == pytest.approx(0.906, abs=1e-3) and plain_st.epsilon <= 0.906
     # Discrete Laplace: L1 sensitivity 2 of a histogram over the scale.
     lap = noisy_task(HISTOGRAM, {"mechanism": "discrete_laplace", "scale": "4"})
     oaoc = {g.trust_model: g for g in privacy_statement(recipe, 5000, lap).guarantees}["OAOC"]
