@@ -22,6 +22,7 @@ from scipy import special, stats
 
 from client_sdk.query import _ngrams, encode_record, randomize_indices
 from services.collector.analysis import (
+    PLAIN_TASK_DELTA,
     Analysis,
     AnalysisError,
     Collection,
@@ -34,8 +35,9 @@ from services.collector.analysis import (
     to_table,
 )
 from shared.dap.ids import TaskId
-from shared.dap.task import CollectorTask
+from shared.dap.task import AggregatorNoise, CollectorTask
 from shared.dp import amplification as amp
+from shared.dp.aggregator_noise import noise_guarantee
 from shared.dp.gaussian import (
     discrete_gaussian_delta,
     discrete_gaussian_epsilon,
@@ -47,12 +49,19 @@ from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, 
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
 from shared.dp.samplers import discrete_gaussian_vector
 from shared.dp.vdaf_mapping import (
+    cms_noise_variance,
     encode_bit_pushing,
     encode_cms,
     encode_hcms,
     encode_one_hot,
+    hcms_noise_variance,
 )
-from shared.recipe.accounting import aggregate_guarantee, analysis_epsilon, assess_privacy
+from shared.recipe.accounting import (
+    aggregate_guarantee,
+    analysis_epsilon,
+    assess_privacy,
+    expected_vdaf,
+)
 from shared.recipe.model import Encoding, NgramFeature, RecipeDraft
 from tests.recipe.helpers import complete, example_recipe
 
@@ -686,3 +695,90 @@ def test_sfp_analysis_refuses_candidates_and_bad_lengths() -> None:
     assert any("not report_count 5" in n for n in a.notes)
     with pytest.raises(TypeError):
         randomize_indices(recipe, [3], rng)
+
+
+@pytest.mark.parametrize("kind", ["cms", "hcms"])
+def test_noised_sketch_stderr_adds_the_noise_variance(kind: str) -> None:
+    """The sketch estimates' standard errors carry the aggregators' noise (through the sketch's
+    linear map), and the noised intervals still cover the truth at least at the stated rate."""
+    sigma = "12" if kind == "cms" else "2"
+    noise = {"mechanism": "discrete_gaussian", "sigma": sigma}
+    draws = random.Random(f"sketch-{kind}").getrandbits
+    rng = _rng(31)
+    covered = total = 0
+    for rep in range(8):
+        recipe = draft({"name": kind, "eps0": 3.0, "k": 8, "m": 64, "seed": rep})
+        spec = expected_vdaf(recipe.randomizer, recipe.encoding)
+        task = noisy_task(spec.model_dump(exclude_none=True), noise)
+        p = task.vdaf.instance().field.MODULUS
+        idx = zipf_indices(rng, 5000)
+        if kind == "cms":
+            sk: CountMeanSketch | HadamardCountMeanSketch = CountMeanSketch(3.0, 8, 64, rep)
+            agg = cms_aggregate(sk, idx, rng)
+            added = cms_noise_variance(sk, 2 * float(sigma) ** 2)
+        else:
+            sk = HadamardCountMeanSketch(3.0, 8, 64, rep)
+            agg = hcms_aggregate(sk, idx, rng)
+            added = hcms_noise_variance(sk, 2 * float(sigma) ** 2)
+        z = np.asarray(discrete_gaussian_vector(Fraction(sigma) ** 2 * 2, agg.size, draws))
+        noised = [(int(v) + int(e)) % p for v, e in zip(agg, z, strict=True)]
+        a = analyze(recipe, collection(np.asarray(noised, dtype=object), idx.size), task=task)
+        base = analyze(recipe, collection(agg + z, idx.size))
+        assert [it.estimate for it in a.items] == [it.estimate for it in base.items]
+        want = np.sqrt(np.array([it.stderr for it in base.items]) ** 2 + added)
+        np.testing.assert_allclose([it.stderr for it in a.items], want, rtol=1e-12)
+        # The noisy row / report totals stay within the noise: no consistency note.
+        assert not any("not report_count" in n or "not included" in n for n in a.notes)
+        truth = true_counts(idx)
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+    assert stats.binomtest(covered, total, 0.95, alternative="less").pvalue > 1e-4
+
+
+def test_plain_noised_task_states_the_noise_guarantee() -> None:
+    """A plain task's only mechanism is the aggregators' noise: OAMC and OAOC get its guarantee,
+    computed from sigma (or the scale) and the VDAF's sensitivity; OC gets none."""
+    count = noisy_task({"type": "Prio3Count"}, {"mechanism": "discrete_gaussian", "sigma": "4"})
+    p = count.vdaf.instance().field.MODULUS
+    a = analyze(None, Collection(150, p - 2), task=count)
+    st = a.privacy
+    assert st is not None and a.items[0].estimate == -2.0
+    eps = discrete_gaussian_epsilon(16.0, PLAIN_TASK_DELTA, (1,))
+    assert [(g.trust_model, g.epsilon, g.delta) for g in st.guarantees] == [
+        ("OAMC", eps, PLAIN_TASK_DELTA),
+        ("OAOC", eps, PLAIN_TASK_DELTA),
+    ]
+    assert (st.epsilon, st.local_epsilon, st.claim_met) == (eps, None, None)
+    assert any(n.startswith("OC: no guarantee") for n in st.notes)
+    text = to_table(a)
+    assert f"epsilon={eps:.4g}" in text and "recipe claims" not in text
+    assert "no local randomizer" in st.headline()
+    doc = json.loads(to_json(a))
+    assert doc["privacy"]["guarantees"][1]["epsilon"] == eps
+    # A Sum of 8 bits moves by up to 255: the Laplace's L1 sensitivity over its scale.
+    total = noisy_task(
+        {"type": "Prio3Sum", "bits": 8}, {"mechanism": "discrete_laplace", "scale": "510"}
+    )
+    lap = analyze(None, Collection(150, 1234), task=total).privacy
+    assert lap is not None and (lap.epsilon, lap.delta) == (0.5, 0.0)
+    assert lap.below_min_batch is False
+
+
+def test_recipe_and_task_noise_must_agree() -> None:
+    """The recipe's noise is what devices were promised; the task's is what the aggregators do."""
+    strong = {"mechanism": "discrete_gaussian", "sigma": "60"}
+    recipe = draft({"name": "one_hot", "eps0": 1.0, "symmetric": True}, aggregator_noise=strong)
+    zero = collection(np.zeros(D + 1, dtype=np.int64), 5000)
+    for other in (None, {**strong, "sigma": "9"}):
+        with pytest.raises(AnalysisError, match="aggregator noise is not task"):
+            analyze(recipe, zero, task=noisy_task(HISTOGRAM, other))
+    # Without the task, the recipe's noise is decoded and accounted for on the recipe's VDAF.
+    alone = analyze(recipe, zero)
+    assert alone.privacy is not None and all(it.stderr > 0 for it in alone.items)
+    oaoc = alone.privacy.guarantees[1]
+    setting = AggregatorNoise.model_validate(strong)
+    spec = expected_vdaf(recipe.randomizer, recipe.encoding)
+    central = noise_guarantee(setting, spec, recipe.privacy.delta)
+    assert central is not None and (oaoc.epsilon, oaoc.basis) == (central.eps, central.basis)
+    same = analyze(recipe, zero, task=noisy_task(HISTOGRAM, strong))
+    assert same.privacy is not None and all(it.stderr > 0 for it in same.items)

@@ -7,14 +7,22 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from shared.dap.task import AggregatorNoise
 from shared.dp import amplification as amp
+from shared.dp.aggregator_noise import noise_guarantee
+from shared.dp.composition import cdp_eps
+from shared.dp.gaussian import analytic_gaussian_sigma
+from shared.dp.policy import TrustModel
 from shared.recipe.accounting import (
     assess_privacy,
     check_recipe_claims,
     expected_vdaf,
+    noise_problems,
     required_batch_size,
+    trust_model_guarantees,
 )
-from shared.recipe.model import PrivacyClaim, RecipeDraft
+from shared.recipe.model import PrivacyClaim, Recipe, RecipeDraft
+from shared.recipe.signing import recipe_bytes
 from shared.vdaf.spec import VdafSpec
 from tests.recipe.helpers import KNOWN, draft_json, example_recipe
 
@@ -233,3 +241,74 @@ def test_string_features_and_sfp_go_together() -> None:
     assert draft.encoding.dimension == 1
     with pytest.raises(ValueError, match="sketches it"):
         feature.bucket("word")
+
+
+# --- aggregator noise (004 §5: client randomization, aggregator randomization or both) ----------
+
+
+def _noise_setting(recipe_vdaf: VdafSpec, eps: float, delta: float) -> dict[str, object]:
+    """A discrete Gaussian whose exact guarantee on `recipe_vdaf` is at most (eps, delta)."""
+    sens = math.sqrt(min(2 * (recipe_vdaf.max_count or 1), recipe_vdaf.length or 1))
+    sigma = analytic_gaussian_sigma(eps, delta, sens) * 1.5  # the zCDP bound needs more
+    return {"mechanism": "discrete_gaussian", "sigma": f"{sigma:.4f}"}
+
+
+def test_aggregator_noise_is_signed_and_optional() -> None:
+    recipe = example_recipe()
+    assert b"aggregator_noise" not in recipe_bytes(recipe)  # older signatures still verify
+    noise = _noise_setting(recipe.task.vdaf, 1.0, 1e-8)
+    noisy = example_recipe(aggregator_noise=noise)
+    assert noisy.aggregator_noise == AggregatorNoise.model_validate(noise)
+    assert b'"aggregator_noise":{"mechanism":"discrete_gaussian"' in recipe_bytes(noisy)
+    assert Recipe.model_validate_json(recipe_bytes(noisy)) == noisy
+    with pytest.raises(ValidationError, match="sigma"):
+        example_recipe(aggregator_noise={"mechanism": "discrete_gaussian", "scale": "2"})
+
+
+def test_claim_may_rest_on_the_aggregator_noise() -> None:
+    """B = 100 is far from amplifying to the claim; one honest aggregator's noise meets it, under
+    OAMC and OAOC alike, and the device's own check agrees. Weak noise does not."""
+    recipe = example_recipe(min_batch_size=100)
+    vdaf, claim, q = recipe.task.vdaf, recipe.privacy, recipe.sampling_rate
+    assert not assess_privacy(recipe.randomizer, 100, q, claim).claim_met
+    setting = AggregatorNoise.model_validate(_noise_setting(vdaf, 1.0, 1e-8))
+    noisy = example_recipe(min_batch_size=100, aggregator_noise=setting.model_dump())
+    assessed = assess_privacy(recipe.randomizer, 100, q, claim, setting, vdaf)
+    central = noise_guarantee(setting, vdaf, claim.delta)
+    assert central is not None and "zCDP" in central.basis  # a multi-hot histogram moves many
+    rho = min(2 * (vdaf.max_count or 0), vdaf.length or 0) / (2 * float(setting.parameter))
+    assert central.eps == pytest.approx(cdp_eps(rho, claim.delta), rel=1e-12)
+    assert assessed.claim_met and (assessed.epsilon, assessed.delta) == (central.eps, 1e-8)
+    assert check_recipe_claims(noisy) == []
+    lines = trust_model_guarantees(recipe.randomizer, 100, q, claim, setting, vdaf)
+    assert lines[TrustModel.OAMC].eps == lines[TrustModel.OAOC].eps == central.eps
+    assert lines[TrustModel.OC].eps == recipe.randomizer.local_epsilon
+    # Weak noise: neither mechanism reaches the claim, and the needed B is amplification's.
+    weak = AggregatorNoise(mechanism="discrete_gaussian", sigma="3")
+    failed = assess_privacy(recipe.randomizer, 100, q, claim, weak, vdaf)
+    assert not failed.claim_met
+    assert failed.required_batch_size == required_batch_size(recipe.randomizer, q, claim)
+    weak_recipe = example_recipe(min_batch_size=100, aggregator_noise=weak.model_dump())
+    assert any("B=100" in p for p in check_recipe_claims(weak_recipe))
+    # With a large B, amplification is the stronger OAMC guarantee; OAOC still rests on noise.
+    big = trust_model_guarantees(recipe.randomizer, 10**6, q, claim, setting, vdaf)
+    assert big[TrustModel.OAMC].basis.startswith("amplification")
+    assert big[TrustModel.OAOC].basis.startswith("aggregator noise")
+
+
+def test_a_calibration_below_the_vdafs_sensitivity_is_refused() -> None:
+    """The model checks sigma against the stated sensitivity; accounting checks the stated
+    sensitivity against what a valid report of the task's VDAF can move (here sqrt(2) < it)."""
+    recipe = example_recipe()
+    sigma = analytic_gaussian_sigma(1.0, 1e-8, math.sqrt(2))
+    understated = {
+        "mechanism": "discrete_gaussian",
+        "sigma": f"{sigma * 1.001:.4f}",
+        "epsilon": 1.0,
+        "delta": 1e-8,
+        "sensitivity": math.sqrt(2),
+    }
+    noisy = example_recipe(aggregator_noise=understated)
+    (problem,) = noise_problems(noisy.aggregator_noise, recipe.task.vdaf, 1e-8)  # type: ignore[arg-type]
+    assert "more than its stated epsilon=1" in problem
+    assert problem in check_recipe_claims(noisy)
