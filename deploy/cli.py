@@ -8,7 +8,8 @@
     sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
                             --recipe-server U]
     sagg task create --vdaf JSON [--query-type ...] ... [--expected-reports-per-bucket R
-                     [--max-multiple M]] [--leader U --helper U --collector U]
+                     [--max-multiple M]] [--aggregator-noise JSON]
+                     [--leader U --helper U --collector U]
     sagg task create --config FILE
     sagg upload --task-file FILE (--measurements JSON | --random N [--seed S]) [--time T]
     sagg collect --task ID (--interval-start S --interval-duration D | --batch-id B |
@@ -46,7 +47,13 @@ from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
 from deploy import privacy
-from deploy.collect import CollectError, format_result, request_collection, wait_for_collection
+from deploy.collect import (
+    CollectError,
+    fetch_task,
+    format_result,
+    request_collection,
+    wait_for_collection,
+)
 from deploy.config import (
     DEFAULT_DATA_DIR,
     Deployment,
@@ -214,13 +221,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
     token = _admin_token(deployment)
     recipe = _collect_recipe(args, deployment)
     with httpx.Client(timeout=30.0) as http:
+        task = fetch_task(http, collector, token, args.task)
         job_id = request_collection(http, collector, token, args.task, query)
         body = wait_for_collection(http, collector, token, job_id, args.wait)
-    if recipe is None:
+    if recipe is None and task.aggregator_noise is None:
         print(format_result(body, args.format))
         return 0
     try:
-        analysis = analyze(recipe, collection_from_body(body), confidence=args.confidence)
+        # With aggregator noise the field elements are signed and noisy: always analysed.
+        analysis = analyze(
+            recipe, collection_from_body(body), confidence=args.confidence, task=task
+        )
     except AnalysisError as exc:
         raise CliError(f"cannot analyse the collection: {exc}") from None
     writers = {"table": to_table, "json": to_json, "csv": to_csv}
@@ -278,6 +289,14 @@ def cmd_task_create(args: argparse.Namespace) -> int:
             values["vdaf"] = json.loads(args.vdaf)
         except ValueError:
             raise CliError('--vdaf must be JSON, e.g. \'{"type":"Prio3Count"}\'') from None
+    if args.aggregator_noise is not None:
+        try:
+            values["aggregator_noise"] = json.loads(args.aggregator_noise)
+        except ValueError:
+            raise CliError(
+                '--aggregator-noise must be JSON, e.g. \'{"mechanism":"discrete_gaussian",'
+                '"sigma":"8.5402"}\''
+            ) from None
     for name in (
         "query_type",
         "min_batch_size",
@@ -704,6 +723,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_POSITIVE,
         metavar="M",
         help="refuse batches with a bucket above M x R reports (default 2)",
+    )
+    create.add_argument(
+        "--aggregator-noise",
+        metavar="JSON",
+        help='noise each aggregator adds (004 §5), e.g. \'{"mechanism":"discrete_gaussian",'
+        '"sigma":"8.5402"}\'',
     )
     create.add_argument("--leader")
     create.add_argument("--helper")

@@ -1,4 +1,8 @@
-"""The CLI side of collection: ask the collector service, wait, and format the result."""
+"""The CLI side of collection: ask the collector service, wait, and format the result.
+
+`fetch_task` reads the collector's task (``GET /internal/tasks/{id}``) first: an unknown task
+fails before anything is started, and the analysis learns the aggregators' noise (004 §5).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-__all__ = ["CollectError", "format_result", "request_collection", "wait_for_collection"]
+from shared.dap.task import CollectorTaskInfo
+
+__all__ = [
+    "CollectError",
+    "fetch_task",
+    "format_result",
+    "request_collection",
+    "wait_for_collection",
+]
 
 
 class CollectError(Exception):
@@ -28,6 +41,29 @@ def _detail(response: httpx.Response) -> str:
         if text:
             return f"HTTP {response.status_code}: {text}"
     return f"HTTP {response.status_code}"
+
+
+def fetch_task(http: httpx.Client, collector: str, token: str, task_id: str) -> CollectorTaskInfo:
+    """GET /internal/tasks/{id}: the collector's task without its secrets."""
+    try:
+        response = http.get(
+            f"{collector.rstrip('/')}/internal/tasks/{task_id}",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    except httpx.HTTPError as exc:
+        raise CollectError(
+            f"cannot reach the collector at {collector}: {type(exc).__name__}"
+        ) from None
+    if response.status_code == 404:
+        raise CollectError(f"unknown task {task_id}: the collector has no such task")
+    if response.status_code != 200:
+        raise CollectError(f"the collector refused to show task {task_id}: {_detail(response)}")
+    try:
+        body = response.json()
+        body.pop("collector_hpke_config", None)
+        return CollectorTaskInfo.model_validate(body)
+    except (ValueError, AttributeError, ValidationError):
+        raise CollectError(f"the collector sent a malformed definition of task {task_id}") from None
 
 
 def request_collection(

@@ -18,6 +18,7 @@ from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 from shared.dap.task import (
+    AggregatorNoise,
     CollectorTask,
     RateValidation,
     TaskDefinition,
@@ -49,6 +50,8 @@ class TaskParams(BaseModel):
     report_expiry_age: int | None = Field(default=None, ge=1)
     #: 001 §4.8: both aggregators refuse batches with a time bucket above M x R reports.
     rate_validation: RateValidation | None = None
+    #: 004 §5: noise each aggregator adds to its aggregate share (None: none).
+    aggregator_noise: AggregatorNoise | None = None
     leader: str
     helper: str
     collector: str
@@ -131,6 +134,7 @@ def create_task(
                 collector_auth_token=collector_token,
                 min_batch_size=params.min_batch_size,
                 time_precision=params.time_precision,
+                aggregator_noise=params.aggregator_noise,
             )
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
@@ -162,6 +166,7 @@ def create_task(
             "recipe_digest": recipe_digest,
             "tokens": tokens,
             "rate_validation": params.rate_validation,
+            "aggregator_noise": params.aggregator_noise,
         }
         try:
             leader = TaskDefinition(**common, role="leader", collector_auth_token=collector_token)
@@ -196,4 +201,6 @@ def create_task(
         info["tokens"] = tokens.model_dump()
     if params.rate_validation is not None:
         info["rate_validation"] = params.rate_validation.model_dump()
+    if params.aggregator_noise is not None:
+        info["aggregator_noise"] = params.aggregator_noise.model_dump(exclude_none=True)
     return info

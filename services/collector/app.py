@@ -4,6 +4,9 @@ API (all but /healthz require ``Authorization: Bearer <admin token>``):
 - ``PUT /internal/tasks/{task_id}``: provision a `CollectorTask` (DAP-09 §4.2). The collector
   generates its HPKE key pair for the task and answers ``{"collector_hpke_config": b64url}``:
   201 when created, 200 when the identical task exists, 409 when a different one does.
+- ``GET /internal/tasks/{task_id}``: the task without its secrets (`CollectorTaskInfo`: VDAF,
+  query type, B, aggregator noise) plus the public ``collector_hpke_config``; never the leader
+  token or the HPKE private key. `sagg collect` reads it to decode and account for the noise.
 - ``POST /collections``: ``{"task_id", "query"}`` -> 201 ``{"collection_job_id"}``; the poller
   runs the DAP-09 §4.6.1 exchange with the leader in the background.
 - ``GET /collections/{id}``: the job's state and, once complete, the unsharded aggregate.
@@ -224,6 +227,17 @@ def create_app(
             {"collector_hpke_config": stored.hpke_config},
             status_code=201 if outcome is PutTaskOutcome.CREATED else 200,
         )
+
+    @app.get("/internal/tasks/{task_id}")
+    async def get_task(task_id: str, request: Request) -> Response:
+        authorize(request)
+        stored = await asyncio.to_thread(db().load_task, task_id)
+        if stored is None:
+            raise HttpProblemError(404, f"unknown task {task_id}", task_id=task_id)
+        info = CollectorTask.model_validate_json(stored.definition).info()
+        body = info.model_dump(mode="json", exclude_none=True)
+        body["collector_hpke_config"] = stored.hpke_config
+        return JSONResponse(body)
 
     @app.post("/collections")
     async def create_collection(request: Request) -> Response:

@@ -5,11 +5,11 @@ the recipe's digest (SHA-256 of its canonical bytes, `TaskDefinition.recipe_dige
 service picks the task id and fetches the aggregators' HPKE config lists first (DAP-09 §4.4.1,
 ``GET /hpke_config`` without a task id: an aggregator's keys serve all its tasks), builds the
 final recipe and its digest, and only then has `DapProvisioner.create` provision the task with
-that digest, the recipe's token policy and its rate validation (001 §4.8;
-`deploy.tasks.create_task`: collector first, for its HPKE config, then leader and helper
-through their admin APIs). A device then needs no unauthenticated config fetch, the keys it
-encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without a token
-of the recipe's issuer or without its binding.
+that digest, the recipe's token policy, its rate validation (001 §4.8) and its aggregator noise
+(004 §5), if any (`deploy.tasks.create_task`: collector first, for its HPKE config, then leader
+and helper through their admin APIs). A device then needs no unauthenticated config fetch, the
+keys it encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without
+a token of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
@@ -26,7 +26,7 @@ from deploy.tasks import ProvisionError, TaskParams, create_task
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import RateValidation, TokenPolicy, b64url_encode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_encode
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -55,6 +55,8 @@ class TaskRequest:
     expires_in: int | None
     #: 001 §4.8: what both aggregators enforce (the recipe publishes how it was derived).
     rate_validation: RateValidation | None = None
+    #: The recipe's aggregator noise (004 §5), provisioned into both aggregators' task.
+    aggregator_noise: AggregatorNoise | None = None
 
     def expiration(self, now: int) -> int | None:
         """The expiration of a task created at `now`, as `create_task` computes it."""
@@ -162,6 +164,7 @@ class DapProvisioner:
             time_precision=request.time_precision,
             expires_in=request.expires_in,
             rate_validation=request.rate_validation,
+            aggregator_noise=request.aggregator_noise,
             leader=self.leader_url,
             helper=self.helper_url,
             collector=self.collector_url,
@@ -205,6 +208,14 @@ class DapProvisioner:
             ]
             if _rate_validation(task.get("rate_validation"), what) != request.rate_validation:
                 mismatches.append("rate_validation")
+            try:
+                noise = task.get("aggregator_noise")
+                if (None if noise is None else AggregatorNoise.model_validate(noise)) != (
+                    request.aggregator_noise
+                ):
+                    mismatches.append("aggregator_noise")
+            except ValidationError:
+                raise ProvisionError(f"the {what} sent a malformed noise setting") from None
             if mismatches:
                 raise ProvisionError(
                     f"the {what}'s task {task_id} differs from the recipe in "

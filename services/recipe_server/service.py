@@ -9,16 +9,18 @@ Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
    another draft it is a conflict;
 4. the VDAF the randomizer maps to (`shared.dp.vdaf_mapping`) equals the draft's, if given;
 5. B reaches the claimed (epsilon, delta) under `shared.recipe.accounting` (amplification by
-   aggregation of B eps0-LDP reports, then by sampling at q); if not, the error gives the B
-   that would;
+   aggregation of B eps0-LDP reports, then by sampling at q, or the aggregators' noise if the
+   draft has some and it is stronger: the OAMC guarantee); if not, the error gives the B that
+   would; a draft's noise must be accountable on its VDAF (`accounting.noise_problems`);
 6. the task id is chosen and the aggregators' HPKE configs fetched; with them (and the token
    issuer with its name and window spelled out) the recipe is final, and its digest is known;
 7. the task is created on collector, leader and helper bound to that digest and the issuer's
    token policy (`TaskDefinition.recipe_digest`, `.tokens`), so both aggregators refuse
-   reports without a token or without this recipe's binding, and with the recipe's rate
+   reports without a token or without this recipe's binding, with the recipe's rate
    validation (001 §4.8: R = q N tp / W from the draft's population estimate, published in
-   the recipe; `shared.recipe.rate`) (or an analyst-named existing task is checked: it must
-   not be bound to another recipe, token policy or rate validation);
+   the recipe; `shared.recipe.rate`) and the draft's aggregator noise (`.aggregator_noise`,
+   004 §5: both aggregators add it) (or an analyst-named existing task is checked: it must
+   not be bound to another recipe, token policy, rate validation or noise);
 8. the recipe is signed and appended to the log, with a signed tree head for the new size, in
    one transaction.
 
@@ -57,7 +59,8 @@ from services.recipe_server.store import (
 from shared.constants import TREE_HEAD_SIGNATURE_CONTEXT
 from shared.dap.extensions import recipe_digest
 from shared.dap.task import b64url_decode, b64url_encode
-from shared.recipe.accounting import assess_privacy, expected_vdaf
+from shared.dp.aggregator_noise import noise_guarantee
+from shared.recipe.accounting import assess_privacy, expected_vdaf, noise_problems
 from shared.recipe.canonical import canonical_json
 from shared.recipe.log import (
     consistency_proof,
@@ -179,8 +182,19 @@ class RecipeService:
                     f"{expected.describe()}",
                 )
             )
+        noise = draft.aggregator_noise
+        if noise is not None:
+            problems += [
+                ("aggregator_noise", m)
+                for m in noise_problems(noise, expected, draft.privacy.delta)
+            ]
         assessment = assess_privacy(
-            draft.randomizer, draft.min_batch_size, draft.sampling_rate, draft.privacy
+            draft.randomizer,
+            draft.min_batch_size,
+            draft.sampling_rate,
+            draft.privacy,
+            noise,
+            expected,
         )
         if not assessment.claim_met:
             needed = (
@@ -193,10 +207,20 @@ class RecipeService:
                     "min_batch_size",
                     f"B={draft.min_batch_size} at q={draft.sampling_rate:g} gives "
                     f"epsilon={assessment.epsilon:.4g} at delta={draft.privacy.delta:g} "
-                    f"({draft.privacy.analysis}), more than the claimed "
+                    f"({assessment.basis}), more than the claimed "
                     f"epsilon={draft.privacy.epsilon:g}; {needed}",
                 )
             )
+            central = noise_guarantee(noise, expected, draft.privacy.delta) if noise else None
+            if central is not None:
+                problems.append(
+                    (
+                        "aggregator_noise",
+                        f"alone gives epsilon={central.eps:.4g} at delta={central.delta:g} "
+                        f"({central.basis}), more than the claimed epsilon="
+                        f"{draft.privacy.epsilon:g}",
+                    )
+                )
         if draft.token_issuer is None and self.default_token_issuer is None:
             problems.append(("token_issuer", "required: the server has no default issuer"))
         return problems
@@ -257,6 +281,7 @@ class RecipeService:
             time_precision=draft.task.time_precision,
             expires_in=draft.task.expires_in,
             rate_validation=None if rate is None else rate.setting(),
+            aggregator_noise=draft.aggregator_noise,
         )
         issuer = draft.token_issuer or self.default_token_issuer
         assert issuer is not None  # validate() refused drafts without one

@@ -13,9 +13,10 @@ from fastapi.testclient import TestClient
 
 from services.collector.app import create_app
 from services.collector.settings import CollectorSettings
+from services.collector.store import open_store
 from shared.dap.messages import HpkeConfig
 from shared.dap.problems import ProblemType
-from shared.dap.task import b64url_decode
+from shared.dap.task import AggregatorNoise, CollectorTaskInfo, b64url_decode
 from tests.collector.fakes import FakeLeader
 from tests.collector.helpers import AUTH, make_task
 
@@ -162,3 +163,39 @@ def test_leader_refusal_is_reported_as_failed(api: Api) -> None:
     )
     body = api.wait(response.json()["collection_job_id"])
     assert body["state"] == "failed" and "batchInvalid" in body["error"]
+
+
+def test_task_definition_is_readable_without_its_secrets(api: Api, tmp_path: Path) -> None:
+    """`GET /internal/tasks/{id}`: what the analysis needs (VDAF, B, noise), the public HPKE
+    config; never the leader token or the HPKE private key."""
+    noise = {"mechanism": "discrete_gaussian", "sigma": "8.5402"}
+    task = make_task().model_copy(
+        update={
+            "min_batch_size": 50,
+            "aggregator_noise": AggregatorNoise.model_validate(noise),
+        }
+    )
+    created = _put_task(api, task)
+    url = f"/internal/tasks/{task.task_id}"
+    response = api.client.get(url, headers=HEADERS)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["collector_hpke_config"] == created.json()["collector_hpke_config"]
+    info = CollectorTaskInfo.model_validate(
+        {k: v for k, v in body.items() if k != "collector_hpke_config"}
+    )
+    assert info == task.info() and info.aggregator_noise == task.aggregator_noise
+    assert info.min_batch_size == 50 and info.vdaf == task.vdaf
+    assert "collector_auth_token" not in body and AUTH not in response.text
+    store = open_store(f"sqlite:///{tmp_path / 'c.sqlite3'}")  # the fixture's database
+    try:
+        stored = store.load_task(task.task_id)
+    finally:
+        store.close()
+    assert stored is not None and stored.hpke_private_key not in response.text
+    assert api.client.get(url, headers={}).status_code == 401
+    assert api.client.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 403
+    unknown = api.client.get(f"/internal/tasks/{make_task().task_id}", headers=HEADERS)
+    assert unknown.status_code == 404
+    assert unknown.headers["content-type"] == "application/problem+json"
+    assert "unknown task" in unknown.json()["title"]

@@ -20,7 +20,13 @@ from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
 from shared.dap.extensions import recipe_digest
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import RateValidation, TokenPolicy, b64url_decode, b64url_encode
+from shared.dap.task import (
+    AggregatorNoise,
+    RateValidation,
+    TokenPolicy,
+    b64url_decode,
+    b64url_encode,
+)
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
@@ -253,3 +259,46 @@ def test_rate_validation_is_computed_published_and_provisioned(
             assert r.status_code == status, r.text
             if status == 502:
                 assert "rate_validation" in r.json()["title"]
+
+
+def test_aggregator_noise_is_provisioned_and_accounted(
+    tmp_path: Path, parties: dict[str, TestClient]
+) -> None:
+    """004 §5 per task: a draft whose B alone is far too small for its claim publishes when its
+    aggregator noise meets the claim; both aggregators and the collector get that noise; weak
+    noise is refused with the accounting's numbers; an existing task must have the same noise."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    strong = {"mechanism": "discrete_gaussian", "sigma": "400"}
+    with _server(tmp_path, parties) as server:
+        plain = server.post("/recipes", json=draft_json(min_batch_size=100), headers=auth())
+        assert plain.status_code == 422 and "min_batch_size" in plain.text
+        weak = draft_json(min_batch_size=100, aggregator_noise={**strong, "sigma": "2"})
+        refused = server.post("/recipes", json=weak, headers=auth())
+        assert refused.status_code == 422, refused.text
+        assert "aggregator noise (discrete Gaussian sigma=2" in refused.text
+        doc = draft_json(min_batch_size=100, aggregator_noise=strong)
+        r = server.post("/recipes", json=doc, headers=auth())
+        assert r.status_code == 201, r.text
+        recipe = Recipe.model_validate(r.json()["signed_recipe"]["recipe"])
+        assert recipe.aggregator_noise == AggregatorNoise.model_validate(strong)
+        task_id = recipe.task.task_id
+        for host in ("leader.test", "helper.test", "collector.test"):
+            task = parties[host].get(f"/internal/tasks/{task_id}", headers=admin).json()
+            assert AggregatorNoise.model_validate(task["aggregator_noise"]) == (
+                recipe.aggregator_noise
+            ), host
+        # An existing task without that noise cannot serve a recipe that promises it.
+        params = TaskParams(
+            vdaf=recipe.task.vdaf,
+            min_batch_size=100,
+            time_precision=recipe.task.time_precision,
+            leader="https://leader.test",
+            helper="https://helper.test",
+            collector="https://collector.test",
+        )
+        with httpx.Client(transport=Router(parties)) as http:
+            quiet = create_task(params, ADMIN, http=http)["task_id"]
+        other = draft_json(version=2, min_batch_size=100, aggregator_noise=strong)
+        other["task"] = {"task_id": quiet}
+        r = server.post("/recipes", json=other, headers=auth())
+        assert r.status_code == 502 and "aggregator_noise" in r.json()["title"]
