@@ -713,13 +713,13 @@ def test_noised_sketch_stderr_adds_the_noise_variance(kind: str) -> None:
         p = task.vdaf.instance().field.MODULUS
         idx = zipf_indices(rng, 5000)
         if kind == "cms":
-            sk: CountMeanSketch | HadamardCountMeanSketch = CountMeanSketch(3.0, 8, 64, rep)
-            agg = cms_aggregate(sk, idx, rng)
-            added = cms_noise_variance(sk, 2 * float(sigma) ** 2)
+            cms = CountMeanSketch(3.0, 8, 64, rep)
+            agg = cms_aggregate(cms, idx, rng)
+            added = cms_noise_variance(cms, 2 * float(sigma) ** 2)
         else:
-            sk = HadamardCountMeanSketch(3.0, 8, 64, rep)
-            agg = hcms_aggregate(sk, idx, rng)
-            added = hcms_noise_variance(sk, 2 * float(sigma) ** 2)
+            hcms = HadamardCountMeanSketch(3.0, 8, 64, rep)
+            agg = hcms_aggregate(hcms, idx, rng)
+            added = hcms_noise_variance(hcms, 2 * float(sigma) ** 2)
         z = np.asarray(discrete_gaussian_vector(Fraction(sigma) ** 2 * 2, agg.size, draws))
         noised = [(int(v) + int(e)) % p for v, e in zip(agg, z, strict=True)]
         a = analyze(recipe, collection(np.asarray(noised, dtype=object), idx.size), task=task)

@@ -311,11 +311,21 @@ def test_sketch_noise_variance_is_the_sum_of_squared_coefficients():
     """The estimates are linear in the aggregate: unit noise on coordinate i moves estimate d by
     its coefficient, so the added variance is the sum of the squared coefficients."""
     keys = item_keys(["7", "word", "42"])
-    for sk in (CountMeanSketch(1.5, 4, 16, seed=3), HadamardCountMeanSketch(3.0, 4, 16, seed=9)):
-        is_cms = isinstance(sk, CountMeanSketch)
-        length = sk.k * sk.m + sk.k if is_cms else 2 * sk.k * sk.m
-        decode = vm.cms_sketch_from_aggregate if is_cms else vm.hcms_sketch_from_aggregate
-        base = sk.estimate_counts(decode(sk, np.zeros(length)), 0, keys)
-        coef = np.array([sk.estimate_counts(decode(sk, e), 0, keys) - base for e in np.eye(length)])
-        want = vm.cms_noise_variance(sk, 3.0) if is_cms else vm.hcms_noise_variance(sk, 3.0)
+
+    def added(decode, length, want):
+        base = decode(np.zeros(length))
+        coef = np.array([decode(e) - base for e in np.eye(length)])
         np.testing.assert_allclose(3.0 * (coef**2).sum(axis=0), want, rtol=1e-12)
+
+    cms = CountMeanSketch(1.5, 4, 16, seed=3)
+    added(
+        lambda a: cms.estimate_counts(vm.cms_sketch_from_aggregate(cms, a), 0, keys),
+        cms.k * cms.m + cms.k,
+        vm.cms_noise_variance(cms, 3.0),
+    )
+    hcms = HadamardCountMeanSketch(3.0, 4, 16, seed=9)
+    added(
+        lambda a: hcms.estimate_counts(vm.hcms_sketch_from_aggregate(hcms, a), 0, keys),
+        2 * hcms.k * hcms.m,
+        vm.hcms_noise_variance(hcms, 3.0),
+    )
