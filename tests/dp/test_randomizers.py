@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -312,7 +313,7 @@ def test_sketch_noise_variance_is_the_sum_of_squared_coefficients():
     its coefficient, so the added variance is the sum of the squared coefficients."""
     keys = item_keys(["7", "word", "42"])
 
-    def added(decode, length, want):
+    def added(decode: Callable[[np.ndarray], np.ndarray], length: int, want: float) -> None:
         base = decode(np.zeros(length))
         coef = np.array([decode(e) - base for e in np.eye(length)])
         np.testing.assert_allclose(3.0 * (coef**2).sum(axis=0), want, rtol=1e-12)
