@@ -225,7 +225,7 @@ def claim_check(result: Round) -> Check:
     assert privacy is not None  # a recipe's analysis always states one
     return Check(
         f"privacy claim of {result.recipe.recipe_id}",
-        privacy.claim_met,
+        privacy.claim_met is True,
         f"({privacy.epsilon:.4g}, {privacy.delta:.3g})-DP for {privacy.report_count} reports; "
         f"the recipe claims ({privacy.claimed_epsilon:g}, {privacy.claimed_delta:g})",
     )
