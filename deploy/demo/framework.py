@@ -194,7 +194,11 @@ def truth_of(recipe: Recipe, summary: SimulationSummary) -> dict[str, float]:
             out[f"bit {j}"] = sum(c for v, c in values.items() if v >> j & 1) / n
         return out
     labels = item_labels(recipe.encoding)
-    return {labels[i]: float(c) for i, c in values.items()}
+    # Every item, zeros included: a chart marks the truth of every bar it draws.
+    out = dict.fromkeys(labels, 0.0)
+    for i, c in values.items():
+        out[labels[i]] += c
+    return out
 
 
 def coverage_check(
