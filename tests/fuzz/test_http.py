@@ -401,6 +401,9 @@ ENDPOINTS: list[Endpoint] = [
         _collection_json,
     ),
     Endpoint(
+        "collector GET task", _collector, "GET", "/internal/tasks/{task}", None, _collector_admin
+    ),
+    Endpoint(
         "collector GET collection", _collector, "GET", "/collections/{job}", None, _collector_admin
     ),
     Endpoint("collector GET unknown", _collector, "GET", "/{any}"),

@@ -143,6 +143,7 @@ APIS = [
         _collector_admin,
         [
             Op("put", "/internal/tasks/{task_id}", CollectorTask, {200: OBJECT, 201: OBJECT}),
+            Op("get", "/internal/tasks/{task_id}"),
             Op(
                 "post",
                 "/collections",
