@@ -38,7 +38,8 @@ elements are decoded as signed integers (`shared.dp.aggregator_noise.decode_sign
 below 0 arrives as p - 1), and the per-coordinate variance 2 Var(noise) (`AGGREGATORS` of them;
 2 sigma^2 for the discrete Gaussian) is added to the standard errors through the estimator's
 linear map (one-hot: its gain; CMS / HCMS: `shared.dp.vdaf_mapping.cms_noise_variance`,
-`hcms_noise_variance`; plain tasks: as is; bit pushing and SFP get a note instead). The privacy
+`hcms_noise_variance`; bit pushing: `BitPushing.aggregate_noise_variances`, to first order;
+plain tasks: as is; SFP gets a note instead). The privacy
 statement is `shared.recipe.accounting.trust_model_guarantees` (recipe) or the noise's own
 guarantee (`shared.dp.aggregator_noise.noise_guarantee`; plain task) per trust model: one
 honest aggregator's noise suffices (004 §5).
@@ -520,7 +521,9 @@ def analyze(
         if _off(int(agg.sum()), n, agg.size * noise_var):
             notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
         tallies = bit_tallies_from_aggregate(bp, agg)
-        items = _bit_pushing_items(bp, tallies, feature.field, confidence, threshold_level, floor)
+        items = _bit_pushing_items(
+            bp, tallies, feature.field, confidence, threshold_level, floor, noise_var
+        )
         if np.any(tallies.reports == 0):
             notes.append("some bits have no report: their mean is taken as 0")
         name = "bit_pushing"
@@ -529,7 +532,7 @@ def analyze(
             f"mean of {feature.field} (003 §3); its variance needs a second collection of "
             "centred squares (003 §3.3)"
         )
-    if noise_var and isinstance(r, BitPushingRandomizer | SfpRandomizer):
+    if noise_var and isinstance(r, SfpRandomizer):
         notes.append(
             f"aggregator noise (variance {noise_var:.4g} per aggregate coordinate) is not "
             f"included in the {name} standard errors"
@@ -610,11 +613,16 @@ def _bit_pushing_items(
     confidence: float,
     threshold_level: float,
     floor: float,
+    noise_var: float = 0.0,
 ) -> tuple[Item, ...]:
-    """003 §3: the mean, then each bit's debiased mean (variance as in `BitPushing.mean`)."""
-    mean = bp.mean(tallies)
+    """003 §3: the mean, then each bit's debiased mean (variance as in `BitPushing.mean`, with
+    the aggregators' noise of `noise_var` per tally)."""
+    mean = bp.mean(tallies, noise_variance=noise_var)
     means = bp.bit_means(tallies)
-    bits = Estimate(np.asarray(means, dtype=np.float64), np.sqrt(bp.bit_variances(tallies, means)))
+    var_j = bp.bit_variances(tallies, means)
+    if noise_var:
+        var_j = var_j + bp.aggregate_noise_variances(tallies, noise_var)
+    bits = Estimate(np.asarray(means, dtype=np.float64), np.sqrt(var_j))
     labels = [f"mean({field})", *(f"bit {j}" for j in range(bp.bits))]
     combined = Estimate(
         np.concatenate([mean.value, bits.value]), np.concatenate([mean.stderr, bits.stderr])

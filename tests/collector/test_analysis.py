@@ -49,6 +49,7 @@ from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, 
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
 from shared.dp.samplers import discrete_gaussian_vector
 from shared.dp.vdaf_mapping import (
+    bit_tallies_from_aggregate,
     cms_noise_variance,
     encode_bit_pushing,
     encode_cms,
@@ -782,3 +783,34 @@ def test_recipe_and_task_noise_must_agree() -> None:
     assert central is not None and (oaoc.epsilon, oaoc.basis) == (central.eps, central.basis)
     same = analyze(recipe, zero, task=noisy_task(HISTOGRAM, strong))
     assert same.privacy is not None and all(it.stderr > 0 for it in same.items)
+
+
+def test_noised_bit_pushing_stderr_carries_the_noise() -> None:
+    """The mean and each bit's mean gain `aggregate_noise_variances` of the summed noise."""
+    recipe = draft(
+        {"name": "bit_pushing", "eps0": 2.0},
+        query={"stream": "s", "fields": ["size"], "selection": {"kind": "latest"}},
+        encoding={"features": [{"kind": "integer", "field": "size", "bits": 10}]},
+    )
+    bp = BitPushing(10, 2.0)
+    rng = _rng(43)
+    values = np.minimum(rng.zipf(1.6, 4000) * 7, 1023)
+    reports = bp.randomize(values, weighted_probabilities(10, 1.0), rng)
+    agg = np.bincount(encode_bit_pushing(reports), minlength=20)
+    noise = {"mechanism": "discrete_gaussian", "sigma": "10"}
+    task = noisy_task(expected_vdaf(recipe.randomizer, recipe.encoding).model_dump(), noise)
+    p = task.vdaf.instance().field.MODULUS
+    z = np.asarray(discrete_gaussian_vector(Fraction(200), 20, random.Random(5).getrandbits))
+    noised = tuple((int(v) + int(e)) % p for v, e in zip(agg, z, strict=True))
+    a = analyze(recipe, collection(np.asarray(noised, dtype=object), values.size), task=task)
+    base = analyze(recipe, collection(agg + z, values.size))
+    tallies = bit_tallies_from_aggregate(bp, agg + z)
+    added = bp.aggregate_noise_variances(tallies, 200.0)
+    bits = np.array([it.stderr for it in a.items[1:]])
+    want = np.sqrt(np.array([it.stderr for it in base.items[1:]]) ** 2 + added)
+    np.testing.assert_allclose(bits, want, rtol=1e-12)
+    scale = np.exp2(2 * np.arange(10))
+    want_mean = math.sqrt(base.items[0].stderr ** 2 + float(np.dot(scale, added)))
+    assert a.items[0].stderr == pytest.approx(want_mean, rel=1e-12)
+    assert a.items[0].estimate == base.items[0].estimate
+    assert not any("not included" in n for n in a.notes)

@@ -330,3 +330,31 @@ def test_sketch_noise_variance_is_the_sum_of_squared_coefficients():
         2 * hcms.k * hcms.m,
         vm.hcms_noise_variance(hcms, 3.0),
     )
+
+
+def test_bit_pushing_with_aggregator_noise_keeps_its_coverage():
+    """Both aggregators noise each (bit, value) tally of the Prio3Histogram(2 b) aggregate; the
+    mean's stated standard error, with `aggregate_noise_variances` added, still standardises
+    its error (and without the noise term it would be far too small)."""
+    rng = np.random.default_rng(41)
+    draws = random.Random("bit-pushing-noise").getrandbits
+    setting = AggregatorNoise(mechanism="discrete_gaussian", sigma="15")
+    coordinate_var = 2 * setting.variance
+    bits, n = 10, 4_000
+    bp = BitPushing(bits, 2.0)
+    z, share = [], []
+    for _ in range(80):
+        x = _lognormal_values(rng, n, bits)
+        reports = bp.randomize(x, weighted_probabilities(bits, 0.5), rng)
+        agg = np.bincount(vm.encode_bit_pushing(reports), minlength=2 * bits)
+        noise = np.zeros(agg.size, dtype=np.int64)
+        for _ in range(2):
+            noise += discrete_gaussian_vector(setting.parameter, agg.size, draws)
+        tallies = vm.bit_tallies_from_aggregate(bp, agg + noise)
+        est = bp.mean(tallies, noise_variance=coordinate_var)
+        z.append((est.value[0] - x.mean()) / est.stderr[0])
+        scale = np.exp2(2 * np.arange(bits))
+        added = float(np.dot(scale, bp.aggregate_noise_variances(tallies, coordinate_var)))
+        share.append(added / est.stderr[0] ** 2)
+    assert 0.3 < float(np.mean(share)) < 0.8
+    check_standardised(np.array(z), var_tol=0.3)

@@ -16,6 +16,11 @@ variance sum_j 4^j [m_j(1 - m_j) + q(1-q)/(1-2q)^2] / n_j given the n_j reports 
   for a large variance reduction on vacuous high bits, so squashed estimates are not unbiased.
   Adaptive rounds under DP are not unbiased either: a bit whose first-round noise pushed its
   mean to 0 or below gets no second-round reports, so its negative cached estimate stays.
+* Aggregator noise (004 §5) of variance V on each tally (ones and zeros of every bit, as the
+  VDAF aggregate holds them): to first order in the noise, the raw mean m~ = ones / n moves by
+  (1 - m~)/n per unit on the ones and -m~/n on the zeros, so each debiased bit mean gains
+  V ((1 - m~)^2 + m~^2) / (n (1 - 2q))^2 (`aggregate_noise_variances`); n itself is noisy, so
+  this is the delta method's approximation, good while the noise is small against n.
 * Variance: bit-push (X - c)^2 for a centre c (e.g. an earlier mean estimate), which estimates
   Var X + (E X - c)^2 (003 §3.3); signed values are shifted by a bound first.
 """
@@ -142,10 +147,27 @@ class BitPushing:
         per_report = m * (1 - m) + q * (1 - q) / (1 - 2 * q) ** 2
         return np.asarray(per_report / np.maximum(n, 1), dtype=np.float64)
 
-    def mean(self, tallies: BitTallies, squash: float | None = None) -> Estimate:
-        """sum_j 2^j m^_j with its standard error (`bit_variances`)."""
+    def aggregate_noise_variances(
+        self, tallies: BitTallies, coordinate_variance: float
+    ) -> FloatArray:
+        """Variance each debiased bit mean gains from noise of `coordinate_variance` on every
+        tally (module docstring; 0 where a bit has no report, as its mean is then 0)."""
+        n = tallies.reports.astype(np.float64)
+        raw = np.clip(tallies.ones / np.maximum(n, 1), 0.0, 1.0)
+        q = self.flip_probability
+        spread = (1 - raw) ** 2 + raw**2
+        added = coordinate_variance * spread / (np.maximum(n, 1) * (1 - 2 * q)) ** 2
+        return np.asarray(np.where(n > 0, added, 0.0), dtype=np.float64)
+
+    def mean(
+        self, tallies: BitTallies, squash: float | None = None, noise_variance: float = 0.0
+    ) -> Estimate:
+        """sum_j 2^j m^_j with its standard error (`bit_variances`, plus
+        `aggregate_noise_variances` when the tallies carry noise of `noise_variance`)."""
         means = self.bit_means(tallies) if squash is None else self.squashed_means(tallies, squash)
         var_j = self.bit_variances(tallies, means)
+        if noise_variance:
+            var_j = var_j + self.aggregate_noise_variances(tallies, noise_variance)
         scale = np.exp2(np.arange(self.bits, dtype=np.float64))
         value = np.asarray([float(np.dot(scale, means))])
         stderr = np.asarray([math.sqrt(float(np.dot(scale**2, var_j)))])
