@@ -21,7 +21,8 @@ Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a 
 - GET    /healthz                    {"status": "ok"} once the store is migrated, else 503
 
 Request bodies must carry their DAP media type (415 `invalidMessage` otherwise). Blocking work
-(database, HPKE, VDAF) runs in the thread pool, never on the event loop.
+(database, HPKE, VDAF) runs in the thread pool, never on the event loop. Uploads bypass
+FastAPI (`upload_route`) and are stored in groups (`uploads`).
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from services.aggregator.datastore import Datastore
 from services.aggregator.metrics import aggregator_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
+from services.aggregator.upload_route import handle_upload, upload_task_id
 from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
@@ -65,7 +68,6 @@ from shared.constants import (
     MEDIA_COLLECT_REQ,
     MEDIA_COLLECTION,
     MEDIA_HPKE_CONFIG_LIST,
-    MEDIA_REPORT,
 )
 from shared.dap.ids import TaskId
 from shared.dap.problems import ProblemType
@@ -101,6 +103,17 @@ def _respond(answer: Answer, media_type: str | None = None) -> Response:
         media_type=media_type if has_body else None,
         headers=answer.headers,
     )
+
+
+class _AggregatorApp(FastAPI):
+    """The FastAPI app, with uploads answered before FastAPI's stack (`upload_route`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task_id = upload_task_id(scope)
+        if task_id is not None:
+            await handle_upload(self.state.aggregator, task_id, scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def open_aggregator(
@@ -139,7 +152,7 @@ def create_app(
     agg = open_aggregator(settings, clock=clock, database=database, issuer_http=issuer_http)
     ds, clock = agg.ds, agg.clock
 
-    app = FastAPI(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
+    app = _AggregatorApp(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.aggregator = agg
     app.state.settings = settings
     install_problem_handlers(app)
@@ -159,11 +172,6 @@ def create_app(
             status_code=200,
             headers={"Content-Type": MEDIA_HPKE_CONFIG_LIST, "Cache-Control": "max-age=86400"},
         )
-
-    @app.put("/tasks/{task_id}/reports")
-    async def upload(task_id: str, request: Request) -> Response:
-        body = await _body(request, MEDIA_REPORT, task_id)
-        return _respond(await call(agg.upload, task_id, body))
 
     @app.put("/tasks/{task_id}/aggregation_jobs/{job_id}")
     async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:

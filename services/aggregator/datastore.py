@@ -269,6 +269,16 @@ STAGE_AGGREGATION = "aggregation"
 REASON_TOKEN_SPENT = "token_spent"
 #: Reason of `batch_refusals`: a time bucket of the batch is above the rate limit.
 REFUSAL_RATE_EXCEEDED = "rate_exceeded"
+# What `put_reports` says of each upload, and the counter reason of each refusal.
+UPLOAD_STORED = "stored"
+UPLOAD_REPLAYED = "replayed"
+UPLOAD_COLLECTED = "collected"
+UPLOAD_TOKEN_SPENT = "token_spent"
+_UPLOAD_REASONS = {
+    UPLOAD_REPLAYED: "report_replayed",
+    UPLOAD_COLLECTED: "batch_collected",
+    UPLOAD_TOKEN_SPENT: REASON_TOKEN_SPENT,
+}
 
 # Job and report-aggregation states.
 JOB_IN_PROGRESS = "in_progress"
@@ -330,6 +340,22 @@ class TokenSpend:
     token_key_id: bytes
     context: bytes
     nonce: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class NewReport:
+    """A validated upload to store (leader): its decrypted input share, the helper's
+    ciphertext, its time bucket (time_interval tasks) and the token it spends, if any."""
+
+    task_id: bytes
+    report_id: bytes
+    client_time: int
+    public_share: bytes = field(repr=False)
+    leader_input_share: bytes = field(repr=False)
+    helper_encrypted_share: bytes = field(repr=False)
+    batch_key: bytes | None
+    received_at: int
+    spend: TokenSpend | None = None
 
 
 @dataclass
@@ -683,52 +709,73 @@ class Datastore:
 
     # --- upload (leader) ---------------------------------------------------------------------
 
-    def put_report(
-        self,
-        task_id: bytes,
-        report_id: bytes,
-        client_time: int,
-        public_share: bytes,
-        leader_input_share: bytes,
-        helper_encrypted_share: bytes,
-        batch_key: bytes | None,
-        now: int,
-        spend: TokenSpend | None = None,
-    ) -> str:
-        """'stored', 'replayed', 'collected' (the report's time bucket was collected) or
-        'token_spent' (`spend` was spent before; nothing is stored then)."""
+    def put_reports(
+        self, reports: Sequence[NewReport], refusals: Sequence[tuple[bytes, str]] = ()
+    ) -> list[str]:
+        """Store a group of uploads in one transaction (the upload writer's group commit).
 
-        def body(tx: Tx) -> str:
-            if batch_key is not None and self._is_collected(tx, task_id, batch_key):
-                return "collected"
-            inserted = tx.execute(
+        Per report, in order: 'stored'; 'collected' (its time bucket was collected);
+        'replayed' (its id was seen before, also earlier in this group); or 'token_spent' (its
+        token was spent before, also earlier in this group; the id stays unused). Those
+        refusals and `refusals` (task id, reason: uploads refused before the store) are
+        counted in the same transaction."""
+
+        def body(tx: Tx) -> list[str]:
+            by_task: dict[bytes, list[bytes]] = {}
+            for r in reports:
+                by_task.setdefault(r.task_id, []).append(r.report_id)
+            seen = {t: self._known_report_ids(tx, t, ids) for t, ids in by_task.items()}
+            collected: dict[tuple[bytes, bytes], bool] = {}
+            rejected: dict[bytes, list[str]] = {}
+            for task_id, reason in refusals:
+                rejected.setdefault(task_id, []).append(reason)
+            outcomes: list[str] = []
+            rows: list[dict[str, Any]] = []
+            for r in reports:
+                outcome = UPLOAD_STORED
+                if r.batch_key is not None:
+                    key = (r.task_id, r.batch_key)
+                    if key not in collected:
+                        collected[key] = self._is_collected(tx, r.task_id, r.batch_key)
+                    if collected[key]:
+                        outcome = UPLOAD_COLLECTED
+                if outcome == UPLOAD_STORED and r.report_id in seen[r.task_id]:
+                    outcome = UPLOAD_REPLAYED
+                if (
+                    outcome == UPLOAD_STORED
+                    and r.spend is not None
+                    and not self._spend(tx, r.task_id, r.report_id, r.spend, r.received_at)
+                ):
+                    outcome = UPLOAD_TOKEN_SPENT
+                outcomes.append(outcome)
+                if outcome != UPLOAD_STORED:
+                    rejected.setdefault(r.task_id, []).append(_UPLOAD_REASONS[outcome])
+                    continue
+                seen[r.task_id].add(r.report_id)
+                rows.append(
+                    {
+                        "t": r.task_id,
+                        "r": r.report_id,
+                        "time": r.client_time,
+                        "ps": r.public_share,
+                        "ls": r.leader_input_share,
+                        "hs": r.helper_encrypted_share,
+                        "now": r.received_at,
+                    }
+                )
+            # The ids were checked above under the transaction's isolation: a concurrent
+            # insert of one of them makes this conflict, and the retry finds it replayed.
+            tx.execute_many(
                 "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
                 " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
-                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)"
-                " ON CONFLICT (task_id, report_id) DO NOTHING",
-                {
-                    "t": task_id,
-                    "r": report_id,
-                    "time": client_time,
-                    "ps": public_share,
-                    "ls": leader_input_share,
-                    "hs": helper_encrypted_share,
-                    "now": now,
-                },
+                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)",
+                rows,
             )
-            if not inserted:
-                return "replayed"
-            if spend is not None and not self._spend(tx, task_id, report_id, spend, now):
-                # Undo the insert in this transaction: the report id stays unused, so the
-                # refusal leaves no trace but the counter.
-                tx.execute(
-                    "DELETE FROM client_reports WHERE task_id = :t AND report_id = :r",
-                    {"t": task_id, "r": report_id},
-                )
-                return "token_spent"
-            return "stored"
+            for task_id, reasons in rejected.items():
+                self._count_rejections(tx, task_id, STAGE_UPLOAD, reasons)
+            return outcomes
 
-        return self.db.run("put_report", body)
+        return self.db.run("put_reports", body)
 
     def _spend(self, tx: Tx, task_id: bytes, report_id: bytes, spend: TokenSpend, now: int) -> bool:
         """Record a token as spent; False when it already was (the unique key decides, so two
@@ -762,12 +809,6 @@ class Datastore:
                 " DO UPDATE SET count = rejection_counts.count + :n",
                 {"t": task_id, "st": stage, "r": reason, "sh": shard, "n": n},
             )
-
-    def count_rejection(self, task_id: bytes, stage: str, reason: str) -> None:
-        """Count one refused report (its own transaction: the refusal stored nothing else)."""
-        self.db.run(
-            "count_rejection", lambda tx: self._count_rejections(tx, task_id, stage, [reason])
-        )
 
     def _is_collected(self, tx: Tx, task_id: bytes, batch_key: bytes) -> bool:
         row = tx.query_one(

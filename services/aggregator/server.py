@@ -57,6 +57,7 @@ def serve(settings: AggregatorSettings) -> None:
     finally:
         if runner is not None:
             runner.stop()
+        app.state.aggregator.uploads.close()
         app.state.aggregator.ds.db.close()
         log.info("aggregator stopped")
 

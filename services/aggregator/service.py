@@ -29,7 +29,7 @@ import hmac
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,9 +45,12 @@ from services.aggregator.datastore import (
     COLLECTION_DELETED,
     COLLECTION_FAILED,
     COLLECTION_FINISHED,
-    REASON_TOKEN_SPENT,
-    STAGE_UPLOAD,
+    UPLOAD_COLLECTED,
+    UPLOAD_REPLAYED,
+    UPLOAD_STORED,
+    UPLOAD_TOKEN_SPENT,
     Datastore,
+    NewReport,
     RateLimit,
     ReportOutcome,
     TaskRecord,
@@ -55,6 +58,7 @@ from services.aggregator.datastore import (
 )
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import Fetch, IssuerKeyCache, IssuerUnavailableError
+from services.aggregator.uploads import UploadWriter
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
 from services.common.problems import DapProblemError, HttpProblemError
@@ -261,6 +265,23 @@ class Answer:
     headers: dict[str, str] | None = None
 
 
+_STORE_REFUSALS = {
+    UPLOAD_REPLAYED: "report id already seen",
+    UPLOAD_COLLECTED: "the report's batch was already collected",
+    UPLOAD_TOKEN_SPENT: "report binding or token refused",
+}
+
+
+def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
+    """The answer to an upload from what the store made of it (replays and the rest:
+    `reportRejected`, DAP-09 §4.4.2)."""
+    if isinstance(outcome, Exception):
+        return outcome
+    if outcome == UPLOAD_STORED:
+        return Answer(HTTP_CREATED)
+    return DapProblemError(ProblemType.REPORT_REJECTED, _STORE_REFUSALS[outcome], task_id=task.b64)
+
+
 class Aggregator:
     """One aggregator process's view of its store, clock and keys."""
 
@@ -283,6 +304,8 @@ class Aggregator:
             min_refetch_s=settings.issuer_refetch_min_s,
             not_before_skew_s=settings.clock_skew_s,
         )
+        #: This process's group-commit writer of uploads.
+        self.uploads = UploadWriter(datastore, max_group=settings.upload_group_max)
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
@@ -384,20 +407,30 @@ class Aggregator:
 
     # --- upload (leader, DAP-09 §4.4.2) ------------------------------------------------------
 
-    def upload(self, task_id: str, body: bytes) -> Answer:
-        task = self.task(task_id, "leader")
+    def upload(self, task_id: str, body: bytes, done: Callable[[Answer | Exception], None]) -> None:
+        """Validate one upload here and store it through the group-commit writer.
+
+        `done` gets the 201 Answer, or the problem to answer, once the report (or the count of
+        its refusal) is committed; it may run in the writer thread. Errors come as exceptions."""
         try:
-            return self._upload(task, body)
+            task = self.task(task_id, "leader")
+        except DapProblemError as exc:
+            done(exc)
+            return
+        try:
+            report = self._validate_upload(task, body)
         except _RejectedError as exc:
-            self.ds.count_rejection(task.id.value, STAGE_UPLOAD, exc.reason)
-            raise DapProblemError(exc.problem, exc.detail, task_id=task.b64) from None
+            problem = DapProblemError(exc.problem, exc.detail, task_id=task.b64)
+            # The refusal stands whether or not its count could be stored.
+            self.uploads.count_refusal(task.id.value, exc.reason, lambda _: done(problem))
+            return
         except IssuerUnavailableError:
             # Not the client's fault: 503 tells it to retry, the report is not refused.
-            raise HttpProblemError(
-                503, "the token issuer is unavailable", task_id=task.b64
-            ) from None
+            done(HttpProblemError(503, "the token issuer is unavailable", task_id=task.b64))
+            return
+        self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
 
-    def _upload(self, task: Task, body: bytes) -> Answer:
+    def _validate_upload(self, task: Task, body: bytes) -> NewReport:
         invalid, rejected = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
         try:
             report = Report.decode(body)
@@ -452,7 +485,7 @@ class Aggregator:
             if task.query_type == QueryType.TIME_INTERVAL
             else None
         )
-        outcome = self.ds.put_report(
+        return NewReport(
             task.id.value,
             metadata.report_id.value,
             metadata.time,
@@ -463,15 +496,6 @@ class Aggregator:
             now,
             spend,
         )
-        if outcome == "replayed":
-            raise _RejectedError(rejected, "report id already seen", "report_replayed")
-        if outcome == "collected":
-            raise _RejectedError(
-                rejected, "the report's batch was already collected", "batch_collected"
-            )
-        if outcome == "token_spent":
-            raise _RejectedError(rejected, "report binding or token refused", REASON_TOKEN_SPENT)
-        return Answer(HTTP_CREATED)
 
     def check_extensions(
         self,

@@ -53,6 +53,8 @@ class AggregatorSettings(BaseSettings):
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)
     pg_pool_size: int = Field(default=8, ge=1)
+    #: Most uploads stored in one transaction by the group-commit writer.
+    upload_group_max: int = Field(default=256, ge=1)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
     #: A token's window (of the report's time) must have ended no longer ago than this: at

@@ -12,7 +12,9 @@ from services.aggregator.datastore import (
     MIGRATIONS,
     Datastore,
     LeaseLostError,
+    NewReport,
     ReportOutcome,
+    TokenSpend,
 )
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
@@ -174,7 +176,49 @@ def test_hpke_keys_newest_first(ds: Datastore) -> None:
 
 
 def _put(ds: Datastore, rid: bytes, time: int, key: bytes | None = None) -> str:
-    return ds.put_report(TASK, rid, time, b"", b"leader", b"helper", key, 100)
+    return ds.put_reports([_new(rid, time, key)])[0]
+
+
+def _new(
+    rid: bytes, time: int, key: bytes | None = None, spend: TokenSpend | None = None
+) -> NewReport:
+    return NewReport(TASK, rid, time, b"", b"leader", b"helper", key, 100, spend)
+
+
+def test_group_of_uploads_in_one_transaction(ds: Datastore) -> None:
+    """Every report of a group gets its own answer, as if stored one by one in order; the
+    refusals (also those found before the store) are counted in the same transaction."""
+    key, old = bucket_key(7200, 3600), bucket_key(3600, 3600)
+    assert _put(ds, b"a" * 16, 7200, key) == "stored"
+    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, old, old + b"\x00", 0))
+    spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
+    group = [
+        _new(b"b" * 16, 7200, key),
+        _new(b"a" * 16, 7200, key),  # stored before
+        _new(b"b" * 16, 7300, key),  # earlier in this group
+        _new(b"c" * 16, 3700, old),  # into a collected bucket
+        _new(b"d" * 16, 7200, key, spend),
+        _new(b"e" * 16, 7200, key, spend),  # the same token, earlier in this group
+        _new(b"e" * 16, 7200, key),  # its id stayed unused
+    ]
+    refused = [(TASK, "hpke_decrypt_error")]
+    assert ds.put_reports(group, refused) == [
+        "stored",
+        "replayed",
+        "replayed",
+        "collected",
+        "stored",
+        "token_spent",
+        "stored",
+    ]
+    assert ds.count_rows("client_reports", TASK) == 4
+    assert ds.rejection_counts(TASK)["upload"] == {
+        "batch_collected": 1,
+        "hpke_decrypt_error": 1,
+        "report_replayed": 2,
+        "token_spent": 1,
+    }
+    assert ds.put_reports([]) == []
 
 
 def test_report_replay_and_collected_bucket(ds: Datastore) -> None:

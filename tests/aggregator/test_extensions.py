@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.aggregator.app import create_app
-from services.aggregator.datastore import Datastore, TokenSpend
-from services.aggregator.service import Aggregator
+from services.aggregator.datastore import Datastore, NewReport, TokenSpend
+from services.aggregator.service import Aggregator, Answer
 from services.aggregator.tokens import IssuerKeyCache, IssuerUnavailableError, max_age
 from services.common.clock import TestClock
 from services.common.db import Database
@@ -277,12 +277,22 @@ def test_racing_uploads_spend_a_token_once(
     outcomes: list[str] = []
 
     def upload(i: int) -> None:
+        answers: list[Answer | Exception] = []
+        answered = threading.Event()
+
+        def done(answer: Answer | Exception) -> None:
+            answers.append(answer)
+            answered.set()
+
         barrier.wait()
-        try:
-            aggs[i % 2].upload(env.tid, bodies[i])
+        aggs[i % 2].upload(env.tid, bodies[i], done)
+        assert answered.wait(10)
+        (answer,) = answers
+        if isinstance(answer, DapProblemError):
+            outcomes.append(answer.problem.value)
+        else:
+            assert isinstance(answer, Answer) and answer.status == 201, answer
             outcomes.append("stored")
-        except DapProblemError as exc:
-            outcomes.append(exc.problem.value)
 
     threads = [threading.Thread(target=upload, args=(i,)) for i in range(len(bodies))]
     for t in threads:
@@ -327,7 +337,7 @@ def test_put_report_spends_once(db_url: str) -> None:
     spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
 
     def put(report_id: bytes, s: TokenSpend | None = spend) -> str:
-        return ds.put_report(task, report_id, 1, b"", b"", b"", None, 1, s)
+        return ds.put_reports([NewReport(task, report_id, 1, b"", b"", b"", None, 1, s)])[0]
 
     assert put(b"r1" * 8) == "stored"
     # A replayed report id is a replay, whatever its token.

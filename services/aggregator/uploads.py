@@ -1,0 +1,123 @@
+"""Group commit of uploads at the leader (DAP-09 §4.4.2).
+
+Each upload is validated in the request's worker thread (decrypt, check extensions and
+token); the resulting row goes to this process's single `UploadWriter`, which stores whatever
+has queued up meanwhile in one transaction (`Datastore.put_reports`) and then tells every
+request its outcome. A request is answered only after its own report is committed, so a 201
+survives kill -9, while N concurrent uploads cost one transaction instead of N competing ones
+(SQLite has one writer; on PostgreSQL each commit is a WAL flush).
+
+Groups form by themselves: while one commit runs, the next uploads queue up, so a lone upload
+is stored at once and a busy leader writes large groups. Refusals found before the store are
+counted in the same transaction. If a group's transaction fails for good, its uploads are
+stored one by one, so one bad row fails only its own request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.aggregator.datastore import Datastore, NewReport
+
+log = logging.getLogger(__name__)
+
+#: What a queued upload is told once its group is committed: the store's outcome
+#: (`put_reports`; COUNTED for a refusal), or the error that failed it.
+Done = Callable[[str | Exception], None]
+COUNTED = "counted"
+
+
+@dataclass(frozen=True)
+class _Pending:
+    report: NewReport | None
+    refusal: tuple[bytes, str] | None
+    done: Done
+
+
+class UploadWriter:
+    """One writer thread per process, started on demand and ended after `idle_s` idle."""
+
+    def __init__(self, datastore: Datastore, *, max_group: int, idle_s: float = 2.0) -> None:
+        self._ds = datastore
+        self._max_group = max_group
+        self._idle_s = idle_s
+        self._queue: deque[_Pending] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: Groups committed and their reports (for tests and the benchmarks).
+        self.groups = 0
+        self.reports = 0
+
+    def store(self, report: NewReport, done: Done) -> None:
+        """Queue a validated report; `done` runs in the writer thread after the commit."""
+        self._submit(_Pending(report, None, done))
+
+    def count_refusal(self, task_id: bytes, reason: str, done: Done) -> None:
+        """Queue the count of an upload refused before the store."""
+        self._submit(_Pending(None, (task_id, reason), done))
+
+    def _submit(self, pending: _Pending) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the upload writer is closed")
+            self._queue.append(pending)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="upload-writer", daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what is queued, then refuse new uploads."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._thread is None, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._closed:
+                    self._cond.wait(self._idle_s)
+                if not self._queue:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+                take = min(len(self._queue), self._max_group)
+                group = [self._queue.popleft() for _ in range(take)]
+            self._commit(group)
+
+    def _commit(self, group: list[_Pending]) -> None:
+        reports = [p.report for p in group if p.report is not None]
+        refusals = [p.refusal for p in group if p.refusal is not None]
+        try:
+            stored = iter(self._ds.put_reports(reports, refusals))
+        except Exception as exc:
+            if len(group) > 1:
+                log.warning(
+                    "an upload group failed (%s); storing its reports one by one",
+                    type(exc).__name__,
+                )
+                for pending in group:
+                    self._commit([pending])
+                return
+            log.error("storing an upload failed: %s", type(exc).__name__)
+            self._tell(group[0], exc)
+            return
+        self.groups += 1
+        self.reports += len(reports)
+        for pending in group:
+            self._tell(pending, next(stored) if pending.report is not None else COUNTED)
+
+    @staticmethod
+    def _tell(pending: _Pending, outcome: str | Exception) -> None:
+        try:
+            pending.done(outcome)
+        except Exception as exc:
+            # A request's callback must not stop the writer; the others still get answers.
+            log.error("upload callback failed: %s", type(exc).__name__)
