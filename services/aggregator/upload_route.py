@@ -39,6 +39,10 @@ def upload_task_id(scope: Scope) -> str | None:
     if scope["type"] != "http":
         return None
     path: str = scope["path"]
+    # Mounted under a prefix (the interop API's /dap/), the path still carries the prefix.
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
     if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)):
         return None
     task_id = path[len(_PREFIX) : -len(_SUFFIX)]
