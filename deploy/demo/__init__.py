@@ -30,6 +30,7 @@ ANALYSES: dict[str, str] = {
     "ngrams": "deploy.demo.ngrams",
     "emoji": "deploy.demo.emoji",
     "moments": "deploy.demo.moments",
+    "new_words": "deploy.demo.new_words",
 }
 
 

@@ -37,8 +37,9 @@ with bits = 1 costs the same length with no weight bound, and two separate tasks
 reports, two tokens and two batches. Measurement lengths (Field128, about 16 bytes per
 coordinate in the leader's input share):
 
-- the new-words demo (length 6, fragment 2, (eps, k, m) = (4, 16, 64), (eps', k', m') =
-  (6, 16, 32)): 1040 + 3 x 528 = 2624 coordinates, m'' = 38, 45,840 bytes per report;
+- the new-words demo (`deploy.demo.new_words`: length 6, fragment 2, (eps, k, m) =
+  (3, 16, 64), (eps', k', m') = (5, 16, 32)): 1040 + 3 x 528 = 2624 coordinates, m'' = 46,
+  45,840 bytes per report;
 - 002's deployed parameters (length 10, fragment 2, (k, m) = (k', m') = (2048, 1024),
   (eps, eps') = (2, 6)): 6 x 2,099,200 = 12,595,200 coordinates, m'' = 442, about 200 MB per
   report -- beyond `VdafSpec`'s 10^6 and any upload; it would need j and j' in the clear.

@@ -126,3 +126,93 @@ def test_publish_devices_collect_and_a_tokenless_report_is_refused(up: Up, tmp_p
     assert "reportRejected" in tokenless.stdout + tokenless.stderr, tokenless.stdout
     stats = _admin_get(deployment, f"/internal/tasks/{task_id}/stats")
     assert _rejections(stats).get("token_missing") == 1, stats["rejections"]
+
+
+SFP_DEVICES = 600
+
+
+def _sfp_draft() -> dict[str, Any]:
+    """New words (002 §4.3): 4-character strings over a-z, the SFP randomizer at 3 + 5."""
+    return {
+        "recipe_id": "e2e.words",
+        "version": 1,
+        "analysis_id": "e2e",
+        "description": "new words, sequence fragment puzzle",
+        "query": {
+            "stream": "keyboard",
+            "fields": ["word"],
+            "selection": {"kind": "random_event", "window_seconds": 86400},
+        },
+        "encoding": {"features": [{"kind": "string", "field": "word"}]},
+        "randomizer": {
+            "name": "sfp",
+            "length": 4,
+            "fragment_length": 2,
+            "alphabet": "abcdefghijklmnopqrstuvwxyz ",
+            "word": {"eps0": 3.0, "k": 16, "m": 64, "seed": 1},
+            "fragment": {"eps0": 5.0, "k": 16, "m": 32, "seed": 2},
+            "top": 1000,
+        },
+        "sampling_rate": 1.0,
+        "min_batch_size": 100,
+        "privacy": {"epsilon": 8.0, "delta": 1e-6, "analysis": "stronger_clones"},
+        "task": {"time_precision": PRECISION},
+    }
+
+
+@pytest.mark.slow
+def test_sfp_recipe_discovers_new_words_end_to_end(up: Up, tmp_path: Path) -> None:
+    """An sfp recipe through the recipe server, `sagg devices run --data new_words` (half the
+    devices' words are coined strings) and the aggregators; `sagg collect --recipe` decodes
+    the sketches and reports the discovered words, the privacy statement and a chart."""
+    draft_file = tmp_path / "words.json"
+    draft_file.write_text(json.dumps(_sfp_draft()))
+    published = up.sagg("recipe", "publish", str(draft_file))
+    assert published.returncode == 0, published.stderr
+    task_id = json.loads(published.stdout)["task_id"]
+    devices = up.sagg(
+        "devices",
+        "run",
+        "--recipe",
+        "e2e.words",
+        "--count",
+        str(SFP_DEVICES),
+        "--data",
+        "new_words",
+    )
+    assert devices.returncode == 0, devices.stderr + devices.stdout
+    uploaded = int(re.search(r"uploaded (\d+)", devices.stdout).group(1))  # type: ignore[union-attr]
+    assert uploaded == SFP_DEVICES, devices.stdout
+
+    start = int(time.time()) // PRECISION * PRECISION - PRECISION
+    chart = tmp_path / "words.png"
+    collected = up.sagg(
+        "collect",
+        "--task",
+        task_id,
+        "--recipe",
+        "e2e.words",
+        "--interval-start",
+        str(start),
+        "--interval-duration",
+        str(2 * PRECISION),
+        "--format",
+        "json",
+        "--chart",
+        str(chart),
+        "--wait",
+        "60",
+    )
+    assert collected.returncode == 0, collected.stderr
+    body = json.loads(collected.stdout)
+    assert body["randomizer"] == "sfp" and body["report_count"] == uploaded
+    words = {item["label"]: item for item in body["items"]}
+    # "rizz" is the most common coined word (a sixth of the devices): discovered, counted.
+    assert "rizz" in words, body["notes"]
+    rizz = words["rizz"]
+    assert 0.05 * uploaded < rizz["estimate"] < 0.4 * uploaded
+    assert rizz["ci_low"] < rizz["estimate"] < rizz["ci_high"] and not rizz["below_threshold"]
+    assert any("candidate words" in note for note in body["notes"])
+    privacy = body["privacy"]
+    assert privacy["local_epsilon"] == 8.0 and privacy["claim_met"]
+    assert chart.read_bytes().startswith(b"\x89PNG")

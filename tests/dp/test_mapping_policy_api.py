@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from deploy.demo.new_words import sfp_randomizer
 from shared.dp import api
 from shared.dp import vdaf_mapping as vm
 from shared.dp.policy import (
@@ -196,11 +197,6 @@ def test_sfp_lengths_stated_in_the_docstring():
     )
     assert vm.sfp_length(deployed) == 6 * (2048 * 1024 + 2048) == 12_595_200
     assert vm.sfp_max_count(deployed) == 442
-    demo = SequenceFragmentPuzzle(
-        "abcdefghijklmnopqrstuvwxyz ",
-        CountMeanSketch(4.0, 16, 64, seed=1),
-        CountMeanSketch(6.0, 16, 32, seed=2),
-        length=6,
-    )
-    spec = vm.sfp_spec(demo)
-    assert (spec.length, spec.max_count, vm.report_size(spec).total) == (2624, 38, 45_840)
+    # The demo's own parameters (deploy.demo.new_words), whatever its seed.
+    spec = vm.sfp_spec(sfp_randomizer(7).puzzle())
+    assert (spec.length, spec.max_count, vm.report_size(spec).total) == (2624, 46, 45_840)
