@@ -80,7 +80,8 @@ def sfp_randomizer(seed: int) -> SfpRandomizer:
 
 
 def _row(item: Item, truth: dict[str, float]) -> str:
-    kind = "new" if item.label not in WORDS else "dictionary"
+    sent = truth.get(item.label, 0.0) > 0
+    kind = "dictionary" if item.label in WORDS else "new" if sent else "not sent (false)"
     return (
         f"  {item.label:<8} {item.estimate:8.1f}  [{item.ci_low:7.1f}, {item.ci_high:7.1f}]"
         f"  {truth.get(item.label, 0.0):6.0f}  {kind}"
@@ -145,11 +146,12 @@ def run(ctx: DemoContext) -> AnalysisReport:
     report.lines.append("  word     estimate  95% CI              truth  kind")
     report.lines += [_row(it, truth) for it in analysis.items]
     new_found = [it.label for it in true_items if it.label in NEW_WORDS]
-    false_labels = ", ".join(it.label for it in false_items)
+    false_words = [it.label for it in false_items]
+    false_text = ", ".join(false_words)
     report.lines.append(
         f"discovered {len(analysis.items)} words, {len(new_found)} of them new "
         f"({', '.join(new_found) or 'none'}); {len(false_items)} false discoveries"
-        + (f" ({false_labels}: sketch hash collisions)" if false_items else "")
+        + (f" ({false_text}: sketch hash collisions)" if false_items else "")
     )
     missed = [w for w in ranked[:10] if w not in found]
     report.lines.append(
@@ -157,7 +159,8 @@ def run(ctx: DemoContext) -> AnalysisReport:
         + (", ".join(f"{w} ({truth[w]:.0f})" for w in missed) or "none")
     )
 
-    chart, table = ctx.write(NAME, analysis, truth)
+    # Mark the false discoveries' zero truth on the chart too.
+    chart, table = ctx.write(NAME, analysis, {**truth, **dict.fromkeys(false_words, 0.0)})
     report.charts.append(chart)
     report.files.append(table)
     top = ranked[:must]
