@@ -38,8 +38,8 @@ elements are decoded as signed integers (`shared.dp.aggregator_noise.decode_sign
 below 0 arrives as p - 1), and the per-coordinate variance 2 Var(noise) (`AGGREGATORS` of them;
 2 sigma^2 for the discrete Gaussian) is added to the standard errors through the estimator's
 linear map (one-hot: its gain; CMS / HCMS: `shared.dp.vdaf_mapping.cms_noise_variance`,
-`hcms_noise_variance`; bit pushing: `BitPushing.aggregate_noise_variances`, to first order;
-plain tasks: as is; SFP gets a note instead). The privacy
+`hcms_noise_variance`, and SFP's word sketch likewise; bit pushing: `BitPushing.
+aggregate_noise_variances`, to first order; plain tasks: as is). The privacy
 statement is `shared.recipe.accounting.trust_model_guarantees` (recipe) or the noise's own
 guarantee (`shared.dp.aggregator_noise.noise_guarantee`; plain task) per trust model: one
 honest aggregator's noise suffices (004 §5).
@@ -508,7 +508,7 @@ def analyze(
         if candidates is not None:
             raise AnalysisError("sfp discovers its own dictionary; it takes no candidates")
         items, threshold_level, sfp_notes = _sfp_items(
-            r, agg, n, confidence, threshold_level, floor
+            r, agg, n, confidence, threshold_level, floor, noise_var
         )
         notes.extend(sfp_notes)
         name = "sfp"
@@ -531,11 +531,6 @@ def analyze(
         notes.append(
             f"mean of {feature.field} (003 §3); its variance needs a second collection of "
             "centred squares (003 §3.3)"
-        )
-    if noise_var and isinstance(r, SfpRandomizer):
-        notes.append(
-            f"aggregator noise (variance {noise_var:.4g} per aggregate coordinate) is not "
-            f"included in the {name} standard errors"
         )
     return Analysis(
         recipe.recipe_id,
@@ -643,22 +638,28 @@ def _sfp_items(
     confidence: float,
     threshold_level: float,
     floor: float,
+    noise_var: float = 0.0,
 ) -> tuple[tuple[Item, ...], float, list[str]]:
     """002 Algorithm 10 on the decoded sketches: the discovered words, largest first, and the
-    per-candidate level they cleared (see `analyze`)."""
+    per-candidate level they cleared (see `analyze`). The word estimates are CMS estimates on
+    the word sketch, so aggregator noise of `noise_var` per coordinate adds
+    `cms_noise_variance` of that sketch."""
     sfp = r.puzzle()
     _check_length(agg, sfp_length(sfp), f"sfp(length={r.length}, fragment={r.fragment_length})")
     notes: list[str] = []
     sketches = sfp_sketches_from_aggregate(sfp, agg)
-    if sketches.n != n:
+    word_rows = sfp.word_sketch.k
+    if _off(sketches.n, n, word_rows * noise_var):
         notes.append(f"word row indicators sum to {sketches.n}, not report_count {n}")
     fragment_reports = [m for _, m in sketches.fragments]
-    if sum(fragment_reports) != n:
+    fragment_rows = len(fragment_reports) * sfp.fragment_sketch.k
+    if _off(sum(fragment_reports), n, fragment_rows * noise_var):
         notes.append(f"fragment row indicators sum to {sum(fragment_reports)}, not {n}")
     try:
         words, est = sfp_candidate_estimates(sfp, replace(sketches, n=n), r.top)
     except ValueError as exc:
         raise AnalysisError(str(exc)) from None
+    est = est.plus_variance(cms_noise_variance(sfp.word_sketch, noise_var))
     # Bonferroni over the data-dependent dictionary: about 1 - threshold_level false
     # discoveries in all, instead of that many per candidate.
     level = 1 - (1 - threshold_level) / max(1, len(words))

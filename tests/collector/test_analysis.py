@@ -63,7 +63,7 @@ from shared.recipe.accounting import (
     assess_privacy,
     expected_vdaf,
 )
-from shared.recipe.model import Encoding, NgramFeature, RecipeDraft
+from shared.recipe.model import Encoding, NgramFeature, RecipeDraft, SfpRandomizer
 from tests.recipe.helpers import complete, example_recipe
 
 D = 24  # categories; bucket 0 is OOV, so the one-hot dimension is D + 1
@@ -814,3 +814,29 @@ def test_noised_bit_pushing_stderr_carries_the_noise() -> None:
     assert a.items[0].stderr == pytest.approx(want_mean, rel=1e-12)
     assert a.items[0].estimate == base.items[0].estimate
     assert not any("not included" in n for n in a.notes)
+
+
+def test_noised_sfp_word_estimates_carry_the_noise() -> None:
+    """SFP's word estimates are CMS estimates on its word sketch: the noise adds that sketch's
+    `cms_noise_variance`; the noisy row totals stay within the noise (no consistency note)."""
+    recipe = complete(sfp_draft())
+    rng = _rng(44)
+    _, words = unknown_words(rng, 3000)
+    answers = [encode_record(recipe, {"word": w}) for w in words]
+    agg = np.asarray(randomize_indices(recipe, answers, rng)).sum(axis=0)
+    task = noisy_task(
+        recipe.task.vdaf.model_dump(), {"mechanism": "discrete_gaussian", "sigma": "2"}
+    )
+    p = task.vdaf.instance().field.MODULUS
+    z = np.asarray(discrete_gaussian_vector(Fraction(8), agg.size, random.Random(6).getrandbits))
+    noised = tuple((int(v) + int(e)) % p for v, e in zip(agg, z, strict=True))
+    a = analyze(recipe, collection(np.asarray(noised, dtype=object), len(words)), task=task)
+    base = analyze(recipe, collection(agg + z, len(words)))
+    assert isinstance(recipe.randomizer, SfpRandomizer)
+    added = cms_noise_variance(recipe.randomizer.puzzle().word_sketch, 8.0)
+    before = {it.label: it for it in base.items}
+    assert a.items and all(it.label in before for it in a.items)
+    for it in a.items:
+        assert it.estimate == before[it.label].estimate
+        assert it.stderr == pytest.approx(math.sqrt(before[it.label].stderr ** 2 + added))
+    assert not any("not report_count" in n or "not included" in n for n in a.notes)
