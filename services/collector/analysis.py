@@ -752,6 +752,14 @@ def privacy_statement(
     # The analyses need n >= 1; with none there is no amplification (+inf) to take.
     found = trust_model_guarantees(recipe.randomizer, max(n, 1), q, claim, noise, vdaf)
     amplified_basis = f"amplification by aggregation ({claim.analysis}, n={max(n, 1)})"
+    central = noise_guarantee(noise, vdaf, claim.delta) if noise is not None else None
+    if central is not None and n >= 1:
+        # Both mechanisms hold under OAMC; the line states the stronger, this note both.
+        alone = trust_model_guarantees(recipe.randomizer, n, q, claim)[TrustModel.OAMC]
+        notes.append(
+            f"OAMC: amplification alone gives epsilon={_num(alone.eps)}, the aggregator noise "
+            f"alone epsilon={_num(central.eps)} (delta {central.delta:.3g})"
+        )
     lines: list[TrustLine] = []
     for model, text in TRUST_MODEL_DESCRIPTIONS.items():
         g = found[model]

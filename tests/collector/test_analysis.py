@@ -593,6 +593,8 @@ def test_oaoc_line_states_the_aggregator_noise_epsilon() -> None:
         assert lines["OAMC"].basis == (
             plain["OAMC"].basis if best == plain["OAMC"].epsilon else lines["OAOC"].basis
         )
+        both = f"amplification alone gives epsilon={plain['OAMC'].epsilon:.4g}, the aggregator"
+        assert any(both in note for note in st.notes)
         seen.add(lines["OAOC"].epsilon)
         assert any("aggregator noise" in line for line in st.lines())
     assert len(seen) == 2
