@@ -24,9 +24,9 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.upload import Uploader, UploadResult
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList
-from shared.dap.task import b64url_encode
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import RecipeDraft, RecipeTask, TokenIssuerRef
 from shared.recipe.signing import recipe_bytes

@@ -32,7 +32,7 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.tokens import DeviceIdentity
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
-from shared.dap.task import b64url_decode
+from shared.b64url import b64url_decode
 
 __all__ = ["add_devices_parser", "main", "manufactured_identities", "run_devices"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from client_sdk.storage import StateDb
-from shared.dap.task import b64url_decode
+from shared.b64url import b64url_decode
 from shared.recipe.log import LogVerificationError, LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes

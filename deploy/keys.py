@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
-from shared.dap.task import b64url_decode, b64url_encode
+from shared.b64url import b64url_decode, b64url_encode
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from shared.dap.task import b64url_decode
+from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
     SignedTreeHead,

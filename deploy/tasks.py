@@ -14,6 +14,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
@@ -23,7 +24,6 @@ from shared.dap.task import (
     RateValidation,
     TaskDefinition,
     TokenPolicy,
-    b64url_encode,
 )
 from shared.vdaf.spec import VdafSpec
 

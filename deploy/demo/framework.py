@@ -55,7 +55,7 @@ from services.collector.analysis import (
     to_csv,
 )
 from services.collector.charts import write_chart
-from shared.dap.task import b64url_decode
+from shared.b64url import b64url_decode
 from shared.dp.amplification import Analysis as AmplificationAnalysis
 from shared.dp.composition import basic_composition
 from shared.dp.estimators import z_value

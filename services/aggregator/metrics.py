@@ -16,7 +16,7 @@ from typing import Any
 
 from services.aggregator.datastore import Datastore, TaskRecord
 from services.common.metrics import Registry, Scrape
-from shared.dap.task import b64url_encode
+from shared.b64url import b64url_encode
 
 __all__ = ["aggregator_metrics", "task_stats"]
 

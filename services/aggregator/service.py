@@ -63,6 +63,7 @@ from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
 from services.common.problems import DapProblemError, HttpProblemError
 from shared import hpke
+from shared.b64url import b64url_decode
 from shared.codec import DecodeError
 from shared.dap.extensions import decode_extensions, token_challenge, token_window_start
 from shared.dap.hpke_context import (
@@ -95,7 +96,7 @@ from shared.dap.messages import (
     Role,
 )
 from shared.dap.problems import ProblemType
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_decode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.dp.aggregator_noise import add_noise
 from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
 from shared.privacypass.verify import InvalidTokenError, verify_token

@@ -52,10 +52,11 @@ from services.common.problems import (
     problem_response,
 )
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import CollectionJobId, TaskId
 from shared.dap.messages import HpkeConfig
-from shared.dap.task import CollectorTask, b64url_encode
+from shared.dap.task import CollectorTask
 
 __all__ = ["create_app"]
 

@@ -47,10 +47,11 @@ from services.collector.store import JobRow, JobState, JobUpdate, Store, StoredT
 from services.common.clock import Clock
 from services.common.metrics import Counter
 from shared import hpke
+from shared.b64url import b64url_decode
 from shared.codec import DecodeError
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import Collection, HpkeConfig
-from shared.dap.task import CollectorTask, b64url_decode
+from shared.dap.task import CollectorTask
 
 __all__ = ["CollectionPoller", "PollerConfig", "millis", "task_keypair"]
 

@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import AfterValidator, SecretStr
 
-from shared.dap.task import b64url_decode, b64url_encode
+from shared.b64url import b64url_decode, b64url_encode
 
 __all__ = ["Crypter", "CrypterError", "DatastoreKeys", "crypter_from", "generate_key", "parse_keys"]
 

@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from services.recipe_server.settings import RecipeServerSettings
-from shared.dap.task import b64url_decode, b64url_encode
+from shared.b64url import b64url_decode, b64url_encode
 from shared.recipe.signing import RecipeSigner
 
 __all__ = ["load_signer"]

@@ -23,10 +23,11 @@ import httpx
 from pydantic import ValidationError
 
 from deploy.tasks import ProvisionError, TaskParams, create_task
+from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_encode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [

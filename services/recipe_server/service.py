@@ -56,9 +56,9 @@ from services.recipe_server.store import (
     RecipeStore,
     StoredHead,
 )
+from shared.b64url import b64url_decode, b64url_encode
 from shared.constants import TREE_HEAD_SIGNATURE_CONTEXT
 from shared.dap.extensions import recipe_digest
-from shared.dap.task import b64url_decode, b64url_encode
 from shared.dp.aggregator_noise import noise_guarantee
 from shared.recipe.accounting import assess_privacy, expected_vdaf, noise_problems
 from shared.recipe.canonical import canonical_json

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common.db import Database, Migration, Row, Tx
-from shared.dap.task import b64url_encode
+from shared.b64url import b64url_encode
 from shared.recipe.log import SignedTreeHead, root_hash
 
 __all__ = [

@@ -10,13 +10,11 @@ holding the same bytes.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import re
 import secrets
 from typing import ClassVar, Self
 
+from shared.b64url import b64url_decode, b64url_encode
 from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
 from shared.constants import (
     AGGREGATION_JOB_ID_SIZE,
@@ -27,8 +25,6 @@ from shared.constants import (
 )
 
 __all__ = ["AggregationJobId", "BatchId", "CollectionJobId", "ReportId", "TaskId"]
-
-_B64URL_UNPADDED = re.compile(r"[A-Za-z0-9_-]*")
 
 
 @functools.total_ordering
@@ -82,27 +78,21 @@ class _FixedId(TlsStruct):
 
     def to_b64url(self) -> str:
         """Unpadded base64url, as used in DAP URLs and problem documents."""
-        return base64.urlsafe_b64encode(self._value).rstrip(b"=").decode("ascii")
+        return b64url_encode(self._value)
 
     @classmethod
     def from_b64url(cls, text: str) -> Self:
         """Parse unpadded base64url; padding, other characters, wrong lengths and
-        non-canonical trailing bits all raise `DecodeError`."""
+        non-canonical trailing bits (two spellings of one ID would defeat string-keyed
+        lookups) all raise `DecodeError`."""
         name = cls.__name__
-        if _B64URL_UNPADDED.fullmatch(text) is None:
-            raise DecodeError(f"{name}: not unpadded base64url: {text!r}")
         try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        except (binascii.Error, ValueError) as exc:
-            raise DecodeError(f"{name}: not unpadded base64url: {text!r}") from exc
+            raw = b64url_decode(text, name)
+        except ValueError as exc:
+            raise DecodeError(f"{exc}: {text!r}") from None
         if len(raw) != cls.SIZE:
             raise DecodeError(f"{name}: base64url decodes to {len(raw)} bytes, need {cls.SIZE}")
-        value = cls(raw)
-        # Two spellings of one ID (differing only in unused low bits) would defeat
-        # string-keyed lookups, so only the canonical spelling is accepted.
-        if value.to_b64url() != text:
-            raise DecodeError(f"{name}: non-canonical base64url: {text!r}")
-        return value
+        return cls(raw)
 
     def _encode_into(self, enc: Encoder) -> None:
         enc.fixed(self._value, self.SIZE, type(self).__name__)

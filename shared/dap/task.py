@@ -7,14 +7,13 @@ strings, as in the interop test API, so that both serialize to JSON and TOML unc
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 from fractions import Fraction
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.b64url import b64url_decode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
@@ -23,20 +22,6 @@ from shared.dp.gaussian import analytic_gaussian_sigma
 from shared.vdaf.spec import VdafSpec
 
 Role = Literal["leader", "helper"]
-
-
-def b64url_decode(text: str, what: str) -> bytes:
-    """Unpadded base64url (RFC 4648 §5) to bytes; ValueError naming `what` otherwise."""
-    if "=" in text or any(c in text for c in "+/ \n"):
-        raise ValueError(f"{what} must be unpadded base64url")
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"{what} is not valid base64url") from exc
-
-
-def b64url_encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 #: Relative slack when checking a stated sigma against the analytic Gaussian calibration: the

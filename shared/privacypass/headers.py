@@ -15,13 +15,12 @@ non-canonical encoding. A malformed header raises `HeaderError`.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from shared import b64url as base64url
 from shared.constants import PRIVATE_TOKEN_AUTH_SCHEME
 from shared.privacypass.messages import TokenChallenge
 
@@ -44,30 +43,21 @@ class HeaderError(ValueError):
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # token68 (RFC 9110 §11.2): credentials of schemes that take no parameters, e.g. Basic.
 _TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-_B64URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _WS: Final = " \t"
 _DIGITS: Final = re.compile(r"[0-9]{1,10}")
 
 
 def b64url_encode(data: bytes) -> str:
     """base64url with padding (RFC 4648 §5), the encoding RFC 9577 §2.1.2 prescribes."""
-    return base64.urlsafe_b64encode(data).decode("ascii")
+    return base64url.b64url_encode(data, padded=True)
 
 
 def b64url_decode(text: str) -> bytes:
     """Strict base64url: padded or unpadded, url-safe alphabet only, canonical trailing bits."""
-    if not _B64URL.fullmatch(text):
-        raise HeaderError("not base64url")
-    stripped = text.rstrip("=")
-    if text != stripped and len(text) % 4:
-        raise HeaderError("bad base64url padding")
     try:
-        data = base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise HeaderError("bad base64url") from exc
-    if b64url_encode(data).rstrip("=") != stripped:
-        raise HeaderError("non-canonical base64url")
-    return data
+        return base64url.b64url_decode(text, "base64url", padding_allowed=True)
+    except ValueError as exc:
+        raise HeaderError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.b64url import b64url_decode, b64url_encode
 from shared.constants import LOG_HASH_SIZE, TREE_HEAD_SIGNATURE_CONTEXT
-from shared.dap.task import b64url_decode, b64url_encode
 from shared.recipe.model import Recipe
 from shared.recipe.signing import (
     RecipeSigner,

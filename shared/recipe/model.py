@@ -44,12 +44,13 @@ from pydantic import (
     model_validator,
 )
 
+from shared.b64url import b64url_decode
 from shared.codec import DecodeError
 from shared.constants import RECIPE_FORMAT
 from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy, b64url_decode
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.dp.amplification import Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle

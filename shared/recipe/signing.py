@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.serialization import Encoding as KeyEncoding
 from cryptography.hazmat.primitives.serialization import PublicFormat
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from shared.b64url import b64url_decode, b64url_encode
 from shared.constants import RECIPE_SIGNATURE_CONTEXT
-from shared.dap.task import b64url_decode, b64url_encode
 from shared.recipe.canonical import CanonicalizationError, canonical_json
 from shared.recipe.model import Recipe
 

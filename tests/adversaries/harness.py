@@ -5,7 +5,6 @@ sends over the wire."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from services.aggregator.service import Aggregator
 from services.aggregator.settings import AggregatorSettings
 from services.common.clock import TestClock
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.constants import (
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_INIT_REQ,
@@ -72,7 +72,7 @@ DAP_ERROR = "urn:ietf:params:ppm:dap:error:"
 
 
 def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    return b64url_encode(data)
 
 
 def aggregator_auth() -> dict[str, str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.b64url import b64url_encode
 from shared.constants import MEDIA_AGGREGATION_JOB_CONTINUE_REQ, MEDIA_AGGREGATION_JOB_INIT_REQ
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import AggregationJobId, ReportId
@@ -38,7 +39,6 @@ from shared.dap.messages import (
     ReportMetadata,
     ReportShare,
 )
-from shared.dap.task import b64url_encode
 from tests.adversaries.conftest import DbFactory
 from tests.adversaries.harness import (
     BUCKET,

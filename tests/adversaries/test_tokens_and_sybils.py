@@ -14,7 +14,6 @@ in-process leader and helper whose task requires a Privacy Pass token in each in
 
 from __future__ import annotations
 
-import base64
 import itertools
 import secrets
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from services.token_issuer.app import create_app
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.b64url import b64url_decode, b64url_encode
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import encode_extensions, token_challenge
 from shared.dap.ids import TaskId
@@ -47,7 +47,7 @@ POLICY = {"issuer_url": "http://issuer.test/", "issuer_name": "issuer.test"}
 
 
 def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    return b64url_encode(data)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ class World:
         body = request.encode()
         r = self.issuer.post("/attester/challenge", json={"device_id": _b64(device.device_id)})
         assert r.status_code == 200, r.text
-        nonce = base64.urlsafe_b64decode(r.json()["nonce"] + "==")
+        nonce = b64url_decode(r.json()["nonce"], "nonce", padding_allowed=True)
         r = self.issuer.post(
             "/attester/token-request",
             content=body,
@@ -239,7 +239,7 @@ def test_quota_refusal_carries_retry_after(world: World, manufacturer: Manufactu
     nonce_doc = world.issuer.post(
         "/attester/challenge", json={"device_id": _b64(device.device_id)}
     ).json()
-    nonce = base64.urlsafe_b64decode(nonce_doc["nonce"] + "==")
+    nonce = b64url_decode(nonce_doc["nonce"], "nonce", padding_allowed=True)
     r = world.issuer.post(
         "/attester/token-request",
         content=request.encode(),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ import httpx
 
 from services.aggregator.settings import AggregatorSettings
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.constants import MEDIA_REPORT
 from shared.dap.hpke_context import (
     aggregate_share_aad,
@@ -50,7 +50,7 @@ VDAFS: dict[str, dict[str, Any]] = {
 
 
 def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    return b64url_encode(data)
 
 
 def settings(db_url: str, **overrides: Any) -> AggregatorSettings:

@@ -11,9 +11,9 @@ import pytest
 
 from services.common.clock import TestClock
 from services.common.logs import JsonFormatter
+from shared.b64url import b64url_encode
 from shared.dap.extensions import encode_extensions
 from shared.dap.messages import Interval, Query
-from shared.dap.task import b64url_encode
 from tests.aggregator import helpers
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import make_env

@@ -6,7 +6,6 @@ All hosts are served through one httpx transport, so a `Device` uses a plain `ht
 
 from __future__ import annotations
 
-import base64
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,11 +29,11 @@ from services.token_issuer.app import create_app as issuer_app
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.constants import MEDIA_HPKE_CONFIG_LIST
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
 from shared.dap.problems import ProblemType
-from shared.dap.task import b64url_encode
 from shared.recipe.query_class import QueryClass
 from shared.recipe.signing import RecipeSigner, recipe_bytes
 
@@ -230,7 +229,7 @@ class World:
     ) -> TestClient:
         settings = RecipeServerSettings(
             database_url=f"sqlite:///{self.tmp / db_name}",
-            signing_key=SecretStr(base64.urlsafe_b64encode(SEED).rstrip(b"=").decode()),
+            signing_key=SecretStr(b64url_encode(SEED)),
             analyst_token=SecretStr(ANALYST),
             leader_url=LEADER,
             helper_url=HELPER,

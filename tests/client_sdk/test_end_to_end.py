@@ -15,9 +15,9 @@ from services.aggregator.app import create_app
 from services.aggregator.drivers.runner import DriverRunner
 from services.collector.analysis import Collection, analyze
 from services.common.clock import TestClock
+from shared.b64url import b64url_encode
 from shared.dap.extensions import recipe_digest
 from shared.dap.messages import BatchSelector, HpkeConfigList, Interval, Query
-from shared.dap.task import b64url_encode
 from shared.dp.vdaf_mapping import sfp_sketches_from_aggregate
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import RecipeDraft, SfpRandomizer

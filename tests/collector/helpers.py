@@ -6,9 +6,10 @@ from typing import Any
 
 from services.collector.store import Store
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig
-from shared.dap.task import CollectorTask, b64url_encode
+from shared.dap.task import CollectorTask
 from shared.vdaf.spec import VdafSpec
 
 AUTH = "collector-token-0123456789abcdef"

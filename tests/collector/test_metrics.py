@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from services.collector.app import create_app
 from services.collector.settings import CollectorSettings
 from services.collector.store import open_store
+from shared.b64url import b64url_decode
 from shared.dap.messages import HpkeConfig
 from shared.dap.problems import ProblemType
-from shared.dap.task import b64url_decode
 from tests.collector.fakes import FakeLeader
 from tests.collector.helpers import AUTH, make_task
 from tests.exposition import parse, value

@@ -27,9 +27,9 @@ from services.token_issuer.app import create_app as create_token_issuer
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList
-from shared.dap.task import b64url_encode
 from shared.privacypass.issuance import IssuerKey
 from tests.adversaries.harness import NOW, Deployment, Task, deploy
 from tests.recipe.helpers import draft_json

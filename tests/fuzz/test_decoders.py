@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from shared import hpke
+from shared.b64url import b64url_decode as task_b64url_decode
 from shared.codec import DecodeError, TlsStruct
 from shared.dap import messages as m
 from shared.dap.extensions import RecipeBinding, decode_extensions
 from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, ReportId, TaskId
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
-from shared.dap.task import b64url_decode as task_b64url_decode
 from shared.privacypass.directory import DirectoryError, IssuerDirectory
 from shared.privacypass.headers import (
     HeaderError,

@@ -11,7 +11,6 @@ processes are always stopped.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import secrets
@@ -29,6 +28,7 @@ import pytest
 
 from deploy.launcher import free_port
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config
+from shared.b64url import b64url_encode
 from shared.constants import MEDIA_REPORT, VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 
@@ -40,7 +40,7 @@ STARTUP_DEADLINE_S = 40.0
 
 
 def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    return b64url_encode(data)
 
 
 @dataclass

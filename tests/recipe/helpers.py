@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList
-from shared.dap.task import b64url_encode
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import Recipe, RecipeDraft, RecipeTask, TokenIssuerRef
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from shared.b64url import b64url_encode
 from shared.constants import RECIPE_SIGNATURE_CONTEXT
-from shared.dap.task import RateValidation, b64url_encode
+from shared.dap.task import RateValidation
 from shared.recipe.canonical import canonical_json
 from shared.recipe.model import DraftTask, Recipe, RecipeDraft
 from shared.recipe.rate import expected_reports_per_bucket

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.dap.task import b64url_decode, b64url_encode
+from shared.b64url import b64url_decode, b64url_encode
 from shared.recipe.canonical import CanonicalizationError, canonical_json
 from shared.recipe.model import Recipe
 from shared.recipe.signing import (

@@ -23,8 +23,8 @@ from services.recipe_server.provision import (
     TaskRequest,
 )
 from services.recipe_server.settings import RecipeServerSettings
+from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
-from shared.dap.task import b64url_encode
 from tests.recipe.helpers import hpke_list
 
 ANALYST_TOKEN = "analyst-token-0123456789abcdef"

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.common.clock import TestClock
-from shared.dap.task import b64url_decode, b64url_encode
+from shared.b64url import b64url_decode, b64url_encode
 from shared.recipe.accounting import expected_vdaf, required_batch_size
 from shared.recipe.log import (
     ForkError,

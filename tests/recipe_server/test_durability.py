@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from services.common.clock import TestClock
 from services.recipe_server.app import create_app
-from shared.dap.task import b64url_decode
+from shared.b64url import b64url_decode
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from tests.recipe.helpers import draft_json
 from tests.recipe_server.conftest import FakeProvisioner, auth, make_settings

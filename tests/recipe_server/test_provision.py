@@ -18,15 +18,10 @@ from services.aggregator.settings import AggregatorSettings
 from services.collector.app import create_app as collector_app
 from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
+from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.extensions import recipe_digest
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import (
-    AggregatorNoise,
-    RateValidation,
-    TokenPolicy,
-    b64url_decode,
-    b64url_encode,
-)
+from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes

@@ -12,8 +12,8 @@ from services.common.db import Database
 from services.recipe_server.provision import ProvisionError
 from services.recipe_server.service import Analyst, ProvisioningFailedError, RecipeService
 from services.recipe_server.store import RecipeStore
+from shared.b64url import b64url_encode
 from shared.dap.extensions import recipe_digest
-from shared.dap.task import b64url_encode
 from shared.recipe.model import RecipeDraft, TokenIssuerRef
 from shared.recipe.signing import RecipeSigner
 from tests.recipe.helpers import draft_json
