@@ -745,14 +745,14 @@ def privacy_statement(
     notes: list[str] = []
     noise = _noise(recipe, task)
     vdaf = _vdaf(recipe, task)
-    if noise is not None and noise_guarantee(noise, vdaf, claim.delta) is None:
+    central = noise_guarantee(noise, vdaf, claim.delta) if noise is not None else None
+    if noise is not None and central is None:
         notes.append(f"aggregator noise: no sensitivity known for {vdaf.type}")
     if n < 1:
         notes.append("no report: nothing was released, no amplification to state")
     # The analyses need n >= 1; with none there is no amplification (+inf) to take.
     found = trust_model_guarantees(recipe.randomizer, max(n, 1), q, claim, noise, vdaf)
     amplified_basis = f"amplification by aggregation ({claim.analysis}, n={max(n, 1)})"
-    central = noise_guarantee(noise, vdaf, claim.delta) if noise is not None else None
     if central is not None and n >= 1:
         # Both mechanisms hold under OAMC; the line states the stronger, this note both.
         alone = trust_model_guarantees(recipe.randomizer, n, q, claim)[TrustModel.OAMC]
