@@ -29,7 +29,7 @@ from shared.dap.messages import (
 )
 from shared.vdaf.prio3 import Prio3
 
-__all__ = ["ReportInput", "build_reports", "choose_config"]
+__all__ = ["NoUsableConfigError", "ReportInput", "build_reports", "choose_config"]
 
 
 class NoUsableConfigError(ValueError):

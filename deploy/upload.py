@@ -1,16 +1,14 @@
-"""A small DAP-09 client: shard, seal and upload reports (DAP-09 §4.4).
+"""A small DAP-09 client for plain measurements: fetch configs, shard, seal, upload (DAP-09 §4.4).
 
-For each measurement: a fresh report id (the VDAF nonce), the time rounded down to the task's
-time_precision, `Prio3.shard`, then each input share sealed to its aggregator's HPKE config
-(fetched once from `GET /hpke_config?task_id=`, DAP-09 §4.4.1) with
-info = "dap-09 input share" || client || server_role and aad = InputShareAad, and the Report
-PUT to the leader as `application/dap-report` (DAP-09 §4.4.2).
+Each aggregator's HPKE config is fetched once (`GET /hpke_config?task_id=`, DAP-09 §4.4.1);
+reports are built by the SDK's `client_sdk.reports.build_reports` (no extensions: plain tasks
+take neither tokens nor recipe bindings) and PUT to the leader as `application/dap-report`
+(DAP-09 §4.4.2), a few in flight at a time.
 """
 
 from __future__ import annotations
 
 import random
-import secrets
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,19 +18,15 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import hpke
+from client_sdk.reports import NoUsableConfigError, ReportInput, choose_config
+from client_sdk.reports import build_reports as sdk_build_reports
 from shared.codec import DecodeError
 from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
-from shared.dap.hpke_context import input_share_aad, input_share_info
-from shared.dap.ids import ReportId, TaskId
+from shared.dap.ids import TaskId
 from shared.dap.messages import (
-    HpkeCiphertext,
     HpkeConfig,
     HpkeConfigList,
-    PlaintextInputShare,
     Report,
-    ReportMetadata,
-    Role,
 )
 from shared.vdaf.spec import VdafSpec
 
@@ -85,19 +79,10 @@ def fetch_hpke_config(http: httpx.Client, aggregator: str, task_id: TaskId) -> H
         configs = HpkeConfigList.decode(response.content).configs
     except DecodeError as exc:
         raise UploadError(f"{aggregator} sent an invalid HpkeConfigList: {exc}") from None
-    for config in configs:
-        try:
-            hpke.check_suite(config.kem_id, config.kdf_id, config.aead_id)
-        except hpke.HpkeError:
-            continue
-        return config
-    raise UploadError(f"{aggregator} offers no HPKE suite this client supports")
-
-
-def _seal(config: HpkeConfig, role: Role, aad: bytes, payload: bytes) -> HpkeCiphertext:
-    plaintext = PlaintextInputShare((), payload).encode()
-    enc, ciphertext = hpke.seal(config.public_key, input_share_info(role), aad, plaintext)
-    return HpkeCiphertext(config.id, enc, ciphertext)
+    try:
+        return choose_config(configs)
+    except NoUsableConfigError:
+        raise UploadError(f"{aggregator} offers no HPKE suite this client supports") from None
 
 
 def build_reports(
@@ -108,28 +93,14 @@ def build_reports(
     report_time: int,
 ) -> list[Report]:
     """Shard and seal one report per measurement (ValueError for an invalid measurement)."""
-    vdaf = task.vdaf.instance()
-    task_id = TaskId.from_b64url(task.task_id)
-    rounded = report_time - report_time % task.time_precision
-    ids = [ReportId.random() for _ in measurements]
-    sharded = vdaf.shard_batch(
-        list(measurements),
-        [report_id.value for report_id in ids],
-        [secrets.token_bytes(vdaf.RAND_SIZE) for _ in measurements],
+    return sdk_build_reports(
+        task.vdaf.instance(),
+        TaskId.from_b64url(task.task_id),
+        task.time_precision,
+        [ReportInput(m, report_time) for m in measurements],
+        leader_config,
+        helper_config,
     )
-    reports = []
-    for report_id, (public_share, (leader_share, helper_share)) in zip(ids, sharded, strict=True):
-        metadata = ReportMetadata(report_id, rounded)
-        aad = input_share_aad(task_id, metadata, public_share)
-        reports.append(
-            Report(
-                metadata,
-                public_share,
-                _seal(leader_config, Role.LEADER, aad, leader_share),
-                _seal(helper_config, Role.HELPER, aad, helper_share),
-            )
-        )
-    return reports
 
 
 def upload_reports(
