@@ -188,6 +188,37 @@ def test_sfp_weight_bound_is_the_convolved_tail_and_binds_a_cheater():
         spec.instance().valid.encode(cheat)
 
 
+def test_sfp_weight_bound_on_trimmed_supports_matches_the_full_convolution():
+    """The bound convolves only the pmfs' non-negligible supports: the same answer as the
+    full convolution, and fast for m = 65536 (a recipe may ask for it)."""
+
+    def pmf(cms: CountMeanSketch) -> np.ndarray:
+        b = stats.binom.pmf(np.arange(cms.m), cms.m - 1, cms.flip_probability)
+        out = np.zeros(cms.m + 2)
+        out[2:] += (1 - cms.flip_probability) * b
+        out[1:-1] += cms.flip_probability * b
+        return out
+
+    for word, frag in [((1.0, 300), (6.0, 50)), ((8.0, 64), (0.5, 512))]:
+        sfp = SequenceFragmentPuzzle(
+            "ab",
+            CountMeanSketch(word[0], 2, word[1]),
+            CountMeanSketch(frag[0], 2, frag[1]),
+            2,
+            1,
+            "a",
+        )
+        full = np.convolve(pmf(sfp.word_sketch), pmf(sfp.fragment_sketch))
+        at_least = np.append(full[::-1].cumsum()[::-1], 0.0)  # P(W >= i)
+        for p_fail in (1e-3, 1e-9, vm.DEFAULT_P_FAIL):
+            expected = next(w for w in range(1, full.size) if at_least[w + 1] <= p_fail)
+            assert vm.sfp_max_count(sfp, p_fail) == expected
+    huge = SequenceFragmentPuzzle(
+        "ab", CountMeanSketch(1.0, 1, 65536), CountMeanSketch(1.0, 1, 65536), 1, 1, "a"
+    )
+    assert 2 * 65536 * 0.37 < vm.sfp_max_count(huge) < 2 * 65536 * 0.4
+
+
 def test_sfp_lengths_stated_in_the_docstring():
     deployed = SequenceFragmentPuzzle(
         "abcdefghijklmnopqrstuvwxyz ",
