@@ -218,6 +218,15 @@ def test_sfp_recipe_vdaf_and_composed_epsilon() -> None:
         ({"top": 256 * 3**2 + 1, "alphabet": "ab "}, "possible fragments"),
         ({"top": 100_001}, "less than or equal"),
         ({"word": {"eps0": 1, "k": 1024, "m": 1024}}, "measurement length"),
+        # 002's deployed parameters: 12.6 million coordinates (shared.dp.vdaf_mapping).
+        (
+            {
+                "length": 10,
+                "word": {"eps0": 2, "k": 2048, "m": 1024},
+                "fragment": {"eps0": 6, "k": 2048, "m": 1024},
+            },
+            "12595200 exceeds",
+        ),
         ({"word": {"eps0": 0, "k": 4, "m": 16}}, "eps0"),
         ({"fragment": {"eps0": 1, "k": 4, "m": 1}}, "m"),
     ],
