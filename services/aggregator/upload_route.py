@@ -3,15 +3,17 @@
 Uploads are the leader's hot path: FastAPI's middleware stack, routing, request objects and
 the thread-pool round trip cost more CPU than the upload's own work (decrypt, check, store).
 This route reads the body and writes the response itself, with the same media-type check and
-the same problem documents as every other route; validation runs in a worker thread and the
-report is stored by the group-commit writer (`services.aggregator.uploads`). Other methods on
-the path get the 405 FastAPI would give.
+the same problem documents as every other route. Validation runs in a small thread pool (the
+task, key and issuer caches may need the store or the network) and the report is stored by the
+group-commit writer (`services.aggregator.uploads`). Other methods on the path get the 405
+FastAPI would give.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -32,6 +34,8 @@ _PREFIX = "/tasks/"
 _SUFFIX = "/reports"
 HTTP_METHOD_NOT_ALLOWED = 405
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
+#: Validation is CPU under the GIL: a few threads keep the event loop free without thrashing.
+_validators = ThreadPoolExecutor(max_workers=4, thread_name_prefix="upload-validate")
 
 
 def upload_task_id(scope: Scope) -> str | None:
@@ -111,8 +115,9 @@ async def handle_upload(
         except Exception as exc:
             done(exc)
 
-    # Fire and forget: `done` settles the answer once the writer has committed the report.
-    loop.run_in_executor(None, validate_and_store)
+    # Fire and forget: `done` settles the answer once the writer has committed the report
+    # (loop.run_in_executor would chain a second future per upload for nothing).
+    _validators.submit(validate_and_store)
     await _respond(await answer, scope, receive, send)
 
 
