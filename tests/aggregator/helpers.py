@@ -245,3 +245,18 @@ def decrypt_agg_share(
         aggregate_share_aad(params.task_id, b"", selector),
         ciphertext.payload,
     )
+
+
+def task_stats(client: httpx.Client, tid: str) -> dict[str, Any]:
+    """The admin API's counters of one task."""
+    r = client.get(f"/internal/tasks/{tid}/stats", headers=admin_headers())
+    assert r.status_code == 200, r.text
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
+def problem_type(response: httpx.Response) -> str:
+    """The DAP problem type of a 400 answer, without its URN prefix."""
+    assert response.status_code == 400, response.text
+    kind: str = response.json()["type"].rsplit(":", 1)[-1]
+    return kind

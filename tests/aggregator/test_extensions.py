@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from services.aggregator.app import create_app
 from services.aggregator.datastore import Datastore, NewReport, TokenSpend
@@ -49,6 +48,7 @@ from shared.privacypass.messages import Token
 from tests.aggregator import helpers
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import Env, aggregator_auth, make_env
+from tests.aggregator.helpers import problem_type, task_stats
 from tests.aggregator.issuer import ISSUER_URL, Issuer
 
 DIGEST = hashlib.sha256(b"a canonical recipe").digest()
@@ -56,19 +56,6 @@ DIGEST = hashlib.sha256(b"a canonical recipe").digest()
 
 def _binding(min_batch_size: int, digest: bytes = DIGEST) -> tuple[Extension, ...]:
     return encode_extensions(binding=RecipeBinding(digest, min_batch_size))
-
-
-def _stats(client: TestClient, tid: str) -> dict[str, Any]:
-    r = client.get(f"/internal/tasks/{tid}/stats", headers=helpers.admin_headers())
-    assert r.status_code == 200, r.text
-    doc: dict[str, Any] = r.json()
-    return doc
-
-
-def _problem(response: httpx.Response) -> str:
-    assert response.status_code == 400, response.text
-    kind: str = response.json()["type"].rsplit(":", 1)[-1]
-    return kind
 
 
 def _interval(env: Env) -> Query:
@@ -85,22 +72,24 @@ def test_recipe_binding_checked_at_upload(db_factory: DbFactory, clock: TestCloc
     good = [env.report(1, extensions=_binding(2)) for _ in range(2)]
     for report in good:
         assert env.upload(report).status_code == 201
-    assert _problem(env.upload(env.report(1))) == "reportRejected"
-    assert _problem(env.upload(env.report(1, extensions=_binding(1)))) == "reportRejected"
+    assert problem_type(env.upload(env.report(1))) == "reportRejected"
+    assert problem_type(env.upload(env.report(1, extensions=_binding(1)))) == "reportRejected"
     other = hashlib.sha256(b"another recipe").digest()
-    assert _problem(env.upload(env.report(1, extensions=_binding(2, other)))) == "reportRejected"
+    assert (
+        problem_type(env.upload(env.report(1, extensions=_binding(2, other)))) == "reportRejected"
+    )
     unknown = (*_binding(2), Extension(0xFE7F, b""))
-    assert _problem(env.upload(env.report(1, extensions=unknown))) == "invalidMessage"
+    assert problem_type(env.upload(env.report(1, extensions=unknown))) == "invalidMessage"
     twice = (*_binding(2), *_binding(2))
-    assert _problem(env.upload(env.report(1, extensions=twice))) == "invalidMessage"
+    assert problem_type(env.upload(env.report(1, extensions=twice))) == "invalidMessage"
     malformed = (Extension(EXTENSION_RECIPE_BINDING, b"short"),)
-    assert _problem(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
+    assert problem_type(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
 
     collection = env.collect(_interval(env))
     assert collection.report_count == 2
-    upload = _stats(env.leader, env.tid)["rejections"]["upload"]
+    upload = task_stats(env.leader, env.tid)["rejections"]["upload"]
     assert upload == {"binding_missing": 1, "binding_mismatch": 2, "invalid_extension": 3}
-    helper = _stats(env.helper, env.tid)
+    helper = task_stats(env.helper, env.tid)
     assert helper["rejections"]["aggregation"] == {}
     assert helper["report_aggregations"] == {"finished": 2}
 
@@ -118,10 +107,10 @@ def test_helper_refuses_a_lowered_min_batch_size(db_factory: DbFactory, clock: T
         assert env.upload(env.report(1, extensions=_binding(1))).status_code == 201
     # A leader that skips its own check changes nothing: the helper reads its own share.
     env.drive()
-    helper = _stats(env.helper, env.tid)
+    helper = task_stats(env.helper, env.tid)
     assert helper["rejections"]["aggregation"] == {"binding_mismatch": 3}
     assert helper["report_aggregations"] == {"failed": 3}
-    leader = _stats(env.leader, env.tid)
+    leader = task_stats(env.leader, env.tid)
     assert leader["rejections"]["aggregation"] == {"invalid_message": 3}
     assert leader["open_batches"] == []
 
@@ -143,7 +132,7 @@ def test_extensions_at_helper_init(db_factory: DbFactory, clock: TestClock) -> N
     ]
     resp = _helper_job(env, inits)
     assert [_error(r) for r in resp.prepare_resps] == [e for _, e in cases]
-    assert _stats(env.helper, env.tid)["rejections"]["aggregation"] == {
+    assert task_stats(env.helper, env.tid)["rejections"]["aggregation"] == {
         "binding_missing": 1,
         "binding_mismatch": 1,
         "invalid_extension": 2,
@@ -195,36 +184,40 @@ def test_tokens_at_upload(db_factory: DbFactory, clock: TestClock, issuer: Issue
     assert env.upload(env.report(1, extensions=_with_token(token))).status_code == 201
     # The same token in a new report: refused, and the refused report id stays unused.
     again = env.report(1, extensions=_with_token(token))
-    assert _problem(env.upload(again)) == "reportRejected"
-    assert _problem(env.upload(env.report(1))) == "reportRejected"
+    assert problem_type(env.upload(again)) == "reportRejected"
+    assert problem_type(env.upload(env.report(1))) == "reportRejected"
     foreign = issuer.token(TaskId.random(), now)
-    assert _problem(env.upload(env.report(1, extensions=_with_token(foreign)))) == "reportRejected"
+    assert (
+        problem_type(env.upload(env.report(1, extensions=_with_token(foreign)))) == "reportRejected"
+    )
     other_window = issuer.token(tid, now - 86_400)
     rejected = env.upload(env.report(1, extensions=_with_token(other_window)))
-    assert _problem(rejected) == "reportRejected"
+    assert problem_type(rejected) == "reportRejected"
     fresh = issuer.token(tid, now)
     forged = dataclasses.replace(fresh, authenticator=bytes(len(fresh.authenticator)))
-    assert _problem(env.upload(env.report(1, extensions=_with_token(forged)))) == "reportRejected"
+    assert (
+        problem_type(env.upload(env.report(1, extensions=_with_token(forged)))) == "reportRejected"
+    )
     # An old window's token with a report time in it: valid, but the window is long over.
     old_time = now - 3 * 86_400
     old = issuer.token(tid, old_time)
     stale = env.upload(env.report(1, old_time, extensions=_with_token(old)))
-    assert _problem(stale) == "reportRejected"
+    assert problem_type(stale) == "reportRejected"
     malformed = (Extension(EXTENSION_PRIVACY_PASS_TOKEN, b"\x00\x02" + bytes(10)),)
-    assert _problem(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
+    assert problem_type(env.upload(env.report(1, extensions=malformed))) == "invalidMessage"
     # The token rejected as spent did not burn its report id: with a fresh token it goes in.
     resend = env.report(1, report_id=again.report_metadata.report_id, extensions=_with_token(fresh))
     assert env.upload(resend).status_code == 201
 
     assert env.collect(_interval(env)).report_count == 2
-    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {
         "invalid_extension": 1,
         "token_expired": 1,
         "token_invalid": 3,
         "token_missing": 1,
         "token_spent": 1,
     }
-    assert _stats(env.helper, env.tid)["report_aggregations"] == {"finished": 2}
+    assert task_stats(env.helper, env.tid)["report_aggregations"] == {"finished": 2}
 
 
 def test_helper_refuses_replayed_tokens(
@@ -253,11 +246,11 @@ def test_helper_refuses_replayed_tokens(
     # The leader retrying a job (after a crash or timeout) sends identical bytes: the stored
     # answer comes back and nothing is spent or counted again.
     assert _send_job(env, job, body) == second
-    assert _stats(env.helper, env.tid)["rejections"]["aggregation"] == {
+    assert task_stats(env.helper, env.tid)["rejections"]["aggregation"] == {
         "token_missing": 1,
         "token_spent": 2,
     }
-    assert _stats(env.helper, env.tid)["report_aggregations"] == {"failed": 3, "finished": 2}
+    assert task_stats(env.helper, env.tid)["report_aggregations"] == {"failed": 3, "finished": 2}
 
 
 def test_racing_uploads_spend_a_token_once(
@@ -301,7 +294,7 @@ def test_racing_uploads_spend_a_token_once(
         t.join()
     assert sorted(outcomes) == ["reportRejected"] * 7 + ["stored"]
     assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 1
-    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {"token_spent": 7}
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {"token_spent": 7}
 
 
 def test_issuer_down_is_a_retry_not_a_rejection(
@@ -323,8 +316,8 @@ def test_issuer_down_is_a_retry_not_a_rejection(
         headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
     )
     assert r.status_code == 503
-    assert _stats(env.leader, env.tid)["rejections"]["upload"] == {}
-    assert _stats(env.helper, env.tid)["report_aggregations"] == {}
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {}
+    assert task_stats(env.helper, env.tid)["report_aggregations"] == {}
 
 
 # --- the spent set in the store -------------------------------------------------------------
@@ -440,7 +433,7 @@ def test_stats_and_metrics(db_factory: DbFactory, clock: TestClock) -> None:
         assert env.upload(env.report(1, extensions=_binding(3))).status_code == 201
     env.upload(env.report(1))
     env.drive()
-    stats = _stats(env.leader, env.tid)
+    stats = task_stats(env.leader, env.tid)
     assert stats["reports"] == {"received": 2, "waiting": 0}
     assert stats["aggregation_jobs"] == {"finished": 1}
     assert [b["reports"] for b in stats["open_batches"]] == [2]

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-from fastapi.testclient import TestClient
-
 from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.garbage import collect_garbage
 from services.aggregator.service import Aggregator
@@ -17,6 +14,7 @@ from shared.dap.messages import Interval, Query
 from tests.aggregator import helpers
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import Env, make_env
+from tests.aggregator.helpers import problem_type, task_stats
 from tests.aggregator.issuer import Issuer
 
 HOUR = 3600
@@ -33,19 +31,6 @@ def _rows(agg: Aggregator, table: str) -> int:
     row = agg.ds.db.run("count", lambda tx: tx.query_one(f"SELECT COUNT(*) AS n FROM {table}"))
     assert row is not None
     return int(row["n"])
-
-
-def _stats(client: TestClient, tid: str) -> dict[str, Any]:
-    r = client.get(f"/internal/tasks/{tid}/stats", headers=helpers.admin_headers())
-    assert r.status_code == 200, r.text
-    doc: dict[str, Any] = r.json()
-    return doc
-
-
-def _problem(response: httpx.Response) -> str:
-    assert response.status_code == 400, response.text
-    kind: str = response.json()["type"].rsplit(":", 1)[-1]
-    return kind
 
 
 def test_expired_reports_are_refused_and_collected(db_factory: DbFactory, clock: TestClock) -> None:
@@ -67,7 +52,7 @@ def test_expired_reports_are_refused_and_collected(db_factory: DbFactory, clock:
     assert env.upload(fresh).status_code == 201
     # A report older than the expiry age is refused at upload: its id may be forgotten.
     late = env.report(1, env.clock.now() - EXPIRY - 1)
-    assert _problem(env.upload(late)) == "reportRejected"
+    assert problem_type(env.upload(late)) == "reportRejected"
 
     leader, helper = collect_garbage(env.leader_agg), collect_garbage(env.helper_agg)
     assert (leader.reports, leader.aggregation_jobs) == (5, 1)
@@ -77,8 +62,8 @@ def test_expired_reports_are_refused_and_collected(db_factory: DbFactory, clock:
     assert _rows(env.helper_agg, "aggregation_jobs") == 0
 
     # A collected report's id is gone, and its replay is still refused: it is too old.
-    assert _problem(env.upload(old[0])) == "reportRejected"
-    assert _stats(env.leader, env.tid)["rejections"]["upload"]["report_expired"] == 2
+    assert problem_type(env.upload(old[0])) == "reportRejected"
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"]["report_expired"] == 2
 
     # The fresh report is aggregated and collected as usual.
     start = env.clock.now() - env.clock.now() % HOUR
@@ -100,7 +85,7 @@ def test_a_running_job_keeps_its_reports_and_the_helper_drops_expired_ones(
 
     # The job runs late: the helper drops every report (it may have forgotten their ids).
     env.drive()
-    rejections = _stats(env.leader, env.tid)["rejections"]["aggregation"]
+    rejections = task_stats(env.leader, env.tid)["rejections"]["aggregation"]
     assert rejections == {"report_dropped": 4}
     done = collect_garbage(env.leader_agg)
     assert (done.reports, done.aggregation_jobs) == (4, 1)
@@ -142,5 +127,5 @@ def test_spent_tokens_go_once_no_aggregator_would_accept_them(
     assert collect_garbage(env.leader_agg).spent_tokens == 1
     # The forgotten token is still refused: its window ended long before the grace.
     replay = env.report(1, now, extensions=encode_extensions(token=token))
-    assert _problem(env.upload(replay)) == "reportRejected"
-    assert _stats(env.leader, env.tid)["rejections"]["upload"]["token_expired"] == 1
+    assert problem_type(env.upload(replay)) == "reportRejected"
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"]["token_expired"] == 1

@@ -31,6 +31,31 @@ from deploy.launcher import DEFAULT_PORTS, STORES, free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+def quick_env() -> dict[str, str]:
+    """This environment without SAGG_* settings, plus short driver and poll waits.
+
+    The services inherit it: the defaults are tuned for throughput, and would make a test with
+    a few hundred reports wait on timers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(
+        SAGG_AGGREGATOR_MAX_REPORT_WAIT_S="1",
+        SAGG_AGGREGATOR_DRIVER_POLL_S="0.2",
+        SAGG_AGGREGATOR_COLLECTION_RETRY_S="1",
+        SAGG_COLLECTOR_POLL_INTERVAL="0.5",
+        SAGG_COLLECTOR_MAX_BACKOFF="1",
+    )
+    return env
+
+
+def free_port_args() -> list[str]:
+    """`sagg up` flags putting every service on a free loopback port."""
+    args: list[str] = []
+    for name in DEFAULT_PORTS:
+        args += [f"--{name}-port", str(free_port())]
+    return args
+
+
 class Up:
     def __init__(self, process: subprocess.Popen[str], data_dir: Path, env: dict[str, str]):
         self.process = process
@@ -101,21 +126,9 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Up]:
             pytest.skip("no PostgreSQL server for the postgres deployment")
         store_args = ["--store", "postgres", "--postgres-url", postgres_base]
     data_dir = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
-    env["PYTHONPATH"] = str(REPO)
+    env = quick_env()
     env["SAGG_DEPLOYMENT"] = str(data_dir / "deployment.json")
-    # Inherited by the services: shorter driver waits keep the test quick (defaults are tuned
-    # for throughput, not for a 300-report batch).
-    env.update(
-        SAGG_AGGREGATOR_MAX_REPORT_WAIT_S="1",
-        SAGG_AGGREGATOR_DRIVER_POLL_S="0.2",
-        SAGG_AGGREGATOR_COLLECTION_RETRY_S="1",
-        SAGG_COLLECTOR_POLL_INTERVAL="0.5",
-        SAGG_COLLECTOR_MAX_BACKOFF="1",
-    )
-    port_args: list[str] = []
-    for name in DEFAULT_PORTS:
-        port_args += [f"--{name}-port", str(free_port())]
+    port_args = free_port_args()
     process = subprocess.Popen(
         [
             sys.executable,

@@ -10,7 +10,6 @@ that every chart it names is a complete PNG.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -20,10 +19,9 @@ import pytest
 from PIL import Image
 
 from deploy.demo import ANALYSES
-from deploy.launcher import DEFAULT_PORTS, free_port
 from tests.collector.test_charts import png_size
+from tests.deploy.conftest import free_port_args, quick_env
 
-REPO = Path(__file__).resolve().parents[2]
 #: The whole small demo takes about a minute on an idle 2-core machine.
 TIMEOUT = 420
 
@@ -32,19 +30,8 @@ TIMEOUT = 420
 def test_small_demo_runs_every_analysis_and_each_passes(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     out_dir = tmp_path / "charts"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
-    env["PYTHONPATH"] = str(REPO)
-    # Short driver waits: the demo's batches are small (as in conftest.py's `up`).
-    env.update(
-        SAGG_AGGREGATOR_MAX_REPORT_WAIT_S="1",
-        SAGG_AGGREGATOR_DRIVER_POLL_S="0.2",
-        SAGG_AGGREGATOR_COLLECTION_RETRY_S="1",
-        SAGG_COLLECTOR_POLL_INTERVAL="0.5",
-        SAGG_COLLECTOR_MAX_BACKOFF="1",
-    )
-    ports: list[str] = []
-    for name in DEFAULT_PORTS:
-        ports += [f"--{name}-port", str(free_port())]
+    env = quick_env()
+    ports = free_port_args()
     done = subprocess.run(
         [
             sys.executable,
