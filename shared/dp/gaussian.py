@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import special
@@ -48,18 +48,24 @@ def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0) 
     return hi
 
 
-def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
-    """Smallest eps with gaussian_delta(sigma, eps) <= delta (bisection; errs large by <= 1e-12)."""
+def smallest_epsilon(delta_at: Callable[[float], float], delta: float, tol: float) -> float:
+    """Smallest eps with delta_at(eps) <= delta, for a delta_at decreasing in eps: doubling, then
+    bisection; the answer errs large by at most `tol`, never small."""
     lo, hi = 0.0, 1.0
-    while gaussian_delta(sigma, hi, sensitivity) > delta:
+    while delta_at(hi) > delta:
         lo, hi = hi, 2 * hi
-    while hi - lo > 1e-12:
+    while hi - lo > tol:
         mid = (lo + hi) / 2
-        if gaussian_delta(sigma, mid, sensitivity) <= delta:
+        if delta_at(mid) <= delta:
             hi = mid
         else:
             lo = mid
     return hi
+
+
+def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Smallest eps with gaussian_delta(sigma, eps) <= delta (errs large by <= 1e-12)."""
+    return smallest_epsilon(lambda eps: gaussian_delta(sigma, eps, sensitivity), delta, 1e-12)
 
 
 def _support(sigma2: float, extra: int = 0) -> np.ndarray[tuple[int], np.dtype[np.int64]]:
@@ -122,13 +128,4 @@ def discrete_gaussian_epsilon(sigma2: float, delta: float, shifts: Sequence[int]
     sigma (dp-notes A.5: 1.0016e-9 against 1e-9), so this is the number to state for it."""
     if not 0 < delta < 1:
         raise ValueError("need 0 < delta < 1")
-    lo, hi = 0.0, 1.0
-    while discrete_gaussian_delta(sigma2, hi, shifts) > delta:
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1e-9:
-        mid = (lo + hi) / 2
-        if discrete_gaussian_delta(sigma2, mid, shifts) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_epsilon(lambda eps: discrete_gaussian_delta(sigma2, eps, shifts), delta, 1e-9)
