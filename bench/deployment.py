@@ -16,7 +16,8 @@ loopback ports, each with a fresh store. A task is provisioned through the admin
   the collection is complete, and the collected aggregate is checked against the plain sum.
 
 The leader's and helper's CPU time per report (from /proc/<pid>/stat) is reported too: on this
-2-core machine it says more about the cost per report than wall-clock rates do.
+2-core machine it says more about the cost per report than wall-clock rates do. So is the mean
+number of uploads per group-commit transaction (the leader's /metrics counters).
 
 The drivers are configured for a short pipeline (`driver_poll_s` 0.1, `max_report_wait_s` 1,
 `collection_retry_s` 1, collector poll 0.2 s); the job sizes are the services' defaults. Run
@@ -76,6 +77,7 @@ __all__ = [
     "request_collection",
     "rss_kib",
     "run",
+    "upload_commits",
     "spawn_deployment",
     "wait_collection",
 ]
@@ -500,6 +502,22 @@ def wait_collection(
         time.sleep(0.05)
 
 
+def upload_commits(http: httpx.Client, spawned: Spawned) -> tuple[float, float]:
+    """The leader's upload transactions so far and the uploads they stored (its /metrics)."""
+    response = http.get(
+        f"{spawned.leader}/metrics",
+        headers={"Authorization": f"Bearer {spawned.admin_token}"},
+    )
+    response.raise_for_status()
+    counts = {"sagg_upload_commits_total": 0.0, "sagg_upload_commit_reports_total": 0.0}
+    for line in response.text.splitlines():
+        sample, _, number = line.rpartition(" ")
+        name = sample.partition("{")[0]
+        if name in counts:
+            counts[name] += float(number)
+    return counts["sagg_upload_commits_total"], counts["sagg_upload_commit_reports_total"]
+
+
 def bench_case(
     spawned: Spawned,
     name: str,
@@ -525,11 +543,13 @@ def bench_case(
 
     with httpx.Client(timeout=30.0) as http:
         job_id = request_collection(http, spawned, task.task_id, bucket)
+        commits0 = upload_commits(http, spawned)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
         stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency)
         cpu1 = (cpu_seconds(leader), cpu_seconds(helper))
+        commits1 = upload_commits(http, spawned)
         # Generous: a slow pipeline should show up as a low number, not as a crash.
         body = wait_collection(http, spawned, job_id, timeout=60 + reports / 50)
         e2e_s = time.perf_counter() - start
@@ -561,6 +581,11 @@ def bench_case(
         row("upload latency p99", percentile(stats.latencies, 0.99) * 1e3, "ms"),
         # Includes the drivers' work that overlaps the uploads (jobs start after 100 reports).
         row("leader CPU during uploads", (cpu1[0] - cpu0[0]) * per_report_us, "µs/report"),
+        row(
+            "uploads per commit (group commit)",
+            (commits1[1] - commits0[1]) / max(1.0, commits1[0] - commits0[0]),
+            "reports",
+        ),
         row("upload to collected", reports / e2e_s, "reports/s"),
         row("upload to collected", e2e_s, "s"),
         row("upload to collected, share of goal", reports / e2e_s / GOAL_E2E * 100, "%"),

@@ -49,7 +49,7 @@ from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
-from services.common.metrics import install_metrics
+from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
@@ -122,6 +122,7 @@ def open_aggregator(
     clock: Clock | None = None,
     database: Database | None = None,
     issuer_http: httpx.Client | None = None,
+    metrics: Registry | None = None,
 ) -> Aggregator:
     """The aggregator over the store at `settings.database_url`, migrated and with an HPKE key.
 
@@ -136,7 +137,7 @@ def open_aggregator(
     # Opening every key now makes wrong datastore keys fail the start, not the first upload.
     ds.hpke_keys()
     http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
-    return Aggregator(ds, clock, settings, fetch=http.get)
+    return Aggregator(ds, clock, settings, fetch=http.get, metrics=metrics)
 
 
 def create_app(
@@ -149,7 +150,10 @@ def create_app(
     """An aggregator app over the store at `settings.database_url` (migrated here).
 
     `issuer_http` fetches token issuer directories (tests pass an in-process issuer)."""
-    agg = open_aggregator(settings, clock=clock, database=database, issuer_http=issuer_http)
+    registry = Registry()
+    agg = open_aggregator(
+        settings, clock=clock, database=database, issuer_http=issuer_http, metrics=registry
+    )
     ds, clock = agg.ds, agg.clock
 
     app = _AggregatorApp(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
@@ -298,7 +302,7 @@ def create_app(
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         return JSONResponse(await run_in_threadpool(task_stats, ds, record))
 
-    install_metrics(app, aggregator_metrics(ds), admin_hash)
+    install_metrics(app, aggregator_metrics(ds, registry), admin_hash)
 
     @app.post("/internal/hpke_keys/rotate")
     async def admin_rotate(request: Request) -> Response:

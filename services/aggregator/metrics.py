@@ -43,9 +43,11 @@ def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def aggregator_metrics(ds: Datastore) -> Registry:
-    """Every task's statistics as metric families, read from `ds` on each scrape."""
-    registry = Registry()
+def aggregator_metrics(ds: Datastore, registry: Registry | None = None) -> Registry:
+    """Every task's statistics as metric families, read from `ds` on each scrape (added to
+    `registry`, which may hold the process's event counters already)."""
+    if registry is None:
+        registry = Registry()
     registry.family(
         "sagg_reports_received_total",
         "counter",

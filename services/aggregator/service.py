@@ -61,6 +61,7 @@ from services.aggregator.tokens import Fetch, IssuerKeyCache, IssuerUnavailableE
 from services.aggregator.uploads import UploadWriter
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
+from services.common.metrics import Registry
 from services.common.problems import DapProblemError, HttpProblemError
 from shared import hpke
 from shared.b64url import b64url_decode
@@ -293,6 +294,7 @@ class Aggregator:
         settings: AggregatorSettings,
         *,
         fetch: Fetch | None = None,
+        metrics: Registry | None = None,
     ) -> None:
         self.ds = datastore
         self.clock = clock
@@ -306,7 +308,7 @@ class Aggregator:
             not_before_skew_s=settings.clock_skew_s,
         )
         #: This process's group-commit writer of uploads.
-        self.uploads = UploadWriter(datastore, max_group=settings.upload_group_max)
+        self.uploads = UploadWriter(datastore, max_group=settings.upload_group_max, metrics=metrics)
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
         self._keys: dict[int, hpke.HpkeKeyPair] = {}

@@ -56,6 +56,9 @@ def test_upload_metrics_and_logs_hold_no_secrets(
     rejected = "sagg_reports_rejected_total"
     spent = {"task": tid, "role": "leader", "stage": "upload", "reason": "token_spent"}
     assert value(leader, rejected, **spent) == 1
+    # Uploads one after the other: each its own group-commit transaction (the spent one too).
+    assert value(leader, "sagg_upload_commits_total", role="leader") == 4
+    assert value(leader, "sagg_upload_commit_reports_total", role="leader") == 4
     assert value(leader, "sagg_aggregation_jobs", task=tid, role="leader", state="finished") == 1
     assert value(leader, "sagg_collection_jobs", task=tid, role="leader", state="finished") == 1
     assert value(leader, "sagg_batches_collected", task=tid, role="leader") == 1

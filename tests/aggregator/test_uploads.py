@@ -96,9 +96,10 @@ def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     assert answers.outcomes[n + 1] == COUNTED
     # Every report was in the store when its request was answered.
     assert all(answers.stored_then[i] == 1 for i in range(n))
-    assert writer.reports == n + 1
+    assert writer.committed.value(role="leader") == n + 1
     # One slow group, then the queue in groups of at most 16.
-    assert writer.groups == 1 + -(-(n + 2) // 16), writer.groups
+    commits = writer.commits.value(role="leader")
+    assert commits == 1 + -(-(n + 2) // 16), commits
     assert ds.count_rows("client_reports", TASK) == n
     assert ds.rejection_counts(TASK)["upload"] == {
         "hpke_decrypt_error": 1,
