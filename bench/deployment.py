@@ -201,7 +201,12 @@ def spawn_deployment(
     log_dir = work_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     names = ("leader", "helper", "collector")
-    ports = {name: free_port(HOST) for name in names}
+    ports: dict[str, int] = {}
+    while len(set(ports.values())) < len(names):
+        # The kernel may hand out a just-released port again: two services on one port would
+        # have one answer for both (the bench then provisions the helper's task at the
+        # collector).
+        ports = {name: free_port(HOST) for name in names}
     pg_names: list[str] = []
     if store == "postgres":
         prefix = f"sagg_bench_{secrets.token_hex(4)}"
