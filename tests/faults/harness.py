@@ -569,9 +569,18 @@ class Deployment:
         self.services: dict[str, Service] = {}
         leaders = ["leader"] + [f"leader-{i}" for i in range(2, leader_replicas + 1)]
         drivers = [f"driver-{i}" for i in range(1, driver_processes + 1)]
+        taken: set[int] = set()
+
+        def distinct_port() -> int:
+            # The kernel may hand out a just-released port again; two services must not share.
+            while (port := free_port()) in taken:
+                pass
+            taken.add(port)
+            return port
+
         for name in [*leaders, "helper", *drivers]:
             role = "helper" if name == "helper" else "leader"
-            port = free_port()
+            port = distinct_port()
             env = {**base, **AGGREGATOR_ENV, **(aggregator_env or {})}
             env.update(
                 SAGG_AGGREGATOR_DATABASE_URL=urls[role],
@@ -594,7 +603,7 @@ class Deployment:
                 self.services[name] = Service(
                     name, "services.aggregator", env, port, tmp / f"{name}.log"
                 )
-        port = free_port()
+        port = distinct_port()
         env = dict(base, **COLLECTOR_ENV)
         env.update(
             SAGG_COLLECTOR_DATABASE_URL=f"sqlite:///{tmp / 'collector.db'}",
