@@ -9,8 +9,9 @@ survives kill -9, while N concurrent uploads cost one transaction instead of N c
 
 Groups form by themselves: while one commit runs, the next uploads queue up, so a lone upload
 is stored at once and a busy leader writes large groups. Refusals found before the store are
-counted in the same transaction. If a group's transaction fails for good, its uploads are
-stored one by one, so one bad row fails only its own request.
+counted in the same transaction. If a group's transaction fails on its data, its uploads are
+stored one by one, so one bad row fails only its own request; if the store stays busy or
+unreachable through the retries, every upload of the group gets that error at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.aggregator.datastore import Datastore, NewReport
+from services.common.db import TransientDbError
 from services.common.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -114,6 +116,13 @@ class UploadWriter:
         refusals = [p.refusal for p in group if p.refusal is not None]
         try:
             stored = iter(self._ds.put_reports(reports, refusals))
+        except TransientDbError as exc:
+            # The store stayed busy or unreachable through every retry: one by one would only
+            # wait that long again per upload. Every request gets the error (a 500: retry).
+            log.error("storing an upload group failed: %s", type(exc).__name__)
+            for pending in group:
+                self._tell(pending, exc)
+            return
         except Exception as exc:
             if len(group) > 1:
                 log.warning(

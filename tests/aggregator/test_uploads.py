@@ -10,7 +10,7 @@ import pytest
 
 from services.aggregator.datastore import Datastore, NewReport
 from services.aggregator.uploads import COUNTED, UploadWriter
-from services.common.db import Database
+from services.common.db import Database, TransientDbError
 
 TASK = b"\x02" * 32
 
@@ -166,4 +166,29 @@ def test_the_writer_thread_ends_when_idle_and_comes_back(ds: Datastore) -> None:
     writer.store(_report(2), second.callback(2))
     assert second.all_in.wait(5)
     assert second.outcomes[2] == "stored"
+    writer.close()
+
+
+def test_a_store_that_stays_unavailable_fails_the_group_at_once(ds: Datastore) -> None:
+    writer = UploadWriter(ds, max_group=64)
+    answers = _Answers(ds, 4)
+    calls: list[int] = []
+    gate, entered = threading.Event(), threading.Event()
+
+    def unavailable(reports: Any, refusals: Any = ()) -> list[str]:
+        calls.append(len(reports))
+        entered.set()
+        gate.wait(5)
+        raise TransientDbError("database is locked")
+
+    ds.put_reports = unavailable  # type: ignore[method-assign]
+    writer.store(_report(0), answers.callback(0))
+    assert entered.wait(5)
+    for i in range(1, 4):
+        writer.store(_report(i), answers.callback(i))
+    gate.set()
+    assert answers.all_in.wait(10)
+    assert all(isinstance(answers.outcomes[i], TransientDbError) for i in range(4))
+    # No report-by-report retry of a group the store could not take.
+    assert calls == [1, 3]
     writer.close()
