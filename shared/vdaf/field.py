@@ -50,6 +50,19 @@ def _jit(fn: _Fn) -> _Fn:
     return cast(_Fn, njit(cache=True)(fn))
 
 
+@_jit
+def _below_k(words: FieldArray, p: FieldArray) -> npt.NDArray[np.bool_]:
+    """Row i's value < p, comparing limbs from the most significant (rows of limbs)."""
+    n, limbs = words.shape
+    out = np.zeros(n, np.bool_)
+    for i in range(n):
+        for limb in range(limbs - 1, -1, -1):
+            if words[i, limb] != p[limb]:
+                out[i] = words[i, limb] < p[limb]
+                break
+    return out
+
+
 @intrinsic
 def _mulw_intrinsic(typingctx: Any, a: Any, b: Any) -> Any:
     """The full 128-bit product of two uint64 as ``(lo, hi)``: LLVM has i128, numba does not."""
@@ -738,6 +751,8 @@ class Field:
     _NTT: ClassVar[dict[int, _NttTables]]
     #: Words of next_power_of_2(p) - 1, the XOF sampling mask (VDAF-08 §6.2).
     _MASK: ClassVar[FieldArray]
+    #: The words of p, least significant first.
+    _P_LIMBS: ClassVar[FieldArray]
 
     # --- construction and conversion ---
 
@@ -789,13 +804,9 @@ class Field:
 
     @classmethod
     def _below_p(cls, words: FieldArray) -> npt.NDArray[np.bool_]:
-        """Elementwise value < p, comparing limbs from the most significant."""
-        less = np.zeros(words.shape[:-1], np.bool_)
-        same = np.ones(words.shape[:-1], np.bool_)
-        for limb, pw in reversed(list(enumerate(cls._words(cls.MODULUS)))):
-            less |= same & (words[..., limb] < np.uint64(pw))
-            same &= words[..., limb] == np.uint64(pw)
-        return less
+        """Elementwise value < p (on every XOF expansion and share decode: compiled)."""
+        flat = _below_k(words.reshape(-1, cls.LIMBS), cls._P_LIMBS)
+        return flat.reshape(words.shape[:-1])
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, n: int | None = None) -> FieldArray:
@@ -1097,6 +1108,7 @@ def _setup(cls: type[Field], kernels: _Kernels) -> None:
     cls._ONE = cls.from_int(1)
     cls._NTT = {}
     cls._MASK = np.array(cls._words((1 << cls.MODULUS.bit_length()) - 1), np.uint64)
+    cls._P_LIMBS = np.array(cls._words(cls.MODULUS), np.uint64)
 
 
 class Field64(Field):
