@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
@@ -110,6 +110,20 @@ from shared.vdaf.spec import VdafSpec
 _KEY_CACHE_S = 5.0
 #: How long a parsed task is reused before the store is asked again.
 _TASK_CACHE_S = 5.0
+
+#: Why a collection job failed, by the problem it failed with (the leader's own refusals and
+#: the helper's answers to the aggregate share request); the collector shows it.
+_COLLECTION_FAILURES: Final = {
+    ProblemType.INVALID_BATCH_SIZE: (
+        "a time bucket of the batch holds more reports than the task's rate validation allows "
+        "(001 §4.8), or the helper counts too few reports for min_batch_size"
+    ),
+    ProblemType.BATCH_QUERIED_TOO_MANY_TIMES: "the batch was queried max_batch_query_count times",
+    ProblemType.BATCH_MISMATCH: "leader and helper hold different reports for the batch",
+    ProblemType.BATCH_OVERLAP: "the batch overlaps one that was collected already",
+    ProblemType.BATCH_INVALID: "the helper finds the batch boundaries invalid",
+    ProblemType.UNRECOGNIZED_TASK: "the task is no longer known",
+}
 
 HTTP_CREATED = 201
 HTTP_CONFLICT = 409
@@ -891,7 +905,8 @@ class Aggregator:
                 raise HttpProblemError(
                     502, "the collection failed: helper unavailable", task_id=task.b64
                 ) from None
-            raise DapProblemError(kind, "the collection failed", task_id=task.b64)
+            detail = _COLLECTION_FAILURES.get(kind, "the helper refused the aggregate share")
+            raise DapProblemError(kind, f"the collection failed: {detail}", task_id=task.b64)
         return Answer(202, headers={"Retry-After": str(self.settings.collection_retry_s)})
 
     def delete_collection_job(

@@ -108,6 +108,7 @@ def test_leader_fails_the_collection_of_a_surging_batch(
     response = dep.poll(dep.start_collection(BUCKET))
     assert problem_type(response) == "invalidBatchSize"
     assert response.json()["taskid"] == dep.tid
+    assert "rate validation" in response.json()["detail"]
 
 
 def test_a_batch_within_the_rate_is_collected(tmp_path: Path, databases: DbFactory) -> None:
