@@ -529,8 +529,8 @@ def analyze(
         name = "bit_pushing"
         statistic = "mean"
         notes.append(
-            f"mean of {feature.field} (003 §3); its variance needs a second collection of "
-            "centred squares (003 §3.3)"
+            f"mean of {feature.field} (003 §3); a variance needs a second collection, of the "
+            "squares (E[X^2] - E[X]^2) or of centred squares (003 §3.3)"
         )
     return Analysis(
         recipe.recipe_id,
