@@ -10,46 +10,29 @@ import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from services.common.clock import TestClock
 from shared.privacypass.issuance import IssuerKey
+from tests import pg
 from tests.aggregator.issuer import Issuer, make_issuer
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-
 DbFactory = Callable[[], str]
-
-
-def _pg_available() -> bool:
-    try:
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbFactory]:
     """Makes fresh, empty database URLs of the parametrized engine."""
-    created: list[str] = []
-    if request.param == "postgresql" and not _pg_available():
-        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
+    if request.param == "postgresql" and not pg.available():
+        pytest.fail(pg.UNREACHABLE)
+    with pg.throwaway() as made:
 
-    def make() -> str:
-        if request.param == "sqlite":
-            return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
-        name = f"sagg_test_{secrets.token_hex(6)}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        created.append(name)
-        return f"postgresql://postgres@127.0.0.1:5432/{name}"
+        def make() -> str:
+            if request.param == "sqlite":
+                return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
+            return made.create()
 
-    yield make
-    for name in created:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        yield make
 
 
 @pytest.fixture

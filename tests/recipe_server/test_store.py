@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from services.common.clock import TestClock
@@ -23,19 +21,11 @@ from shared.recipe.log import (
 )
 from shared.recipe.model import RecipeDraft
 from shared.recipe.signing import RecipeSigner
+from tests import pg
 from tests.recipe.helpers import draft_json
 from tests.recipe_server.conftest import FakeProvisioner
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SIGNER = RecipeSigner.from_seed(b"\x09" * 32)
-
-
-def _pg_available() -> bool:
-    try:
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -45,18 +35,14 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
         yield database
         database.close()
         return
-    if not _pg_available():
-        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
-    name = f"sagg_test_{secrets.token_hex(6)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    database = Database.open(f"postgresql://postgres@127.0.0.1:5432/{name}")
-    try:
-        yield database
-    finally:
-        database.close()
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    if not pg.available():
+        pytest.fail(pg.UNREACHABLE)
+    with pg.throwaway() as made:
+        database = Database.open(made.create())
+        try:
+            yield database
+        finally:
+            database.close()
 
 
 def _service(db: Database) -> RecipeService:

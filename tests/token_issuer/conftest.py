@@ -12,7 +12,6 @@ import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from services.common.clock import Clock, TestClock
@@ -20,48 +19,25 @@ from services.common.db import Database
 from services.token_issuer.devices import ManufacturerCA
 from services.token_issuer.keys import KeySchedule, KeyStore
 from shared.privacypass.issuance import IssuerKey
-
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+from tests import pg
 
 DbFactory = Callable[[], str]
 #: 2026-01-01T00:00:00Z.
 T0 = 1_767_225_600
 
 
-def _pg_available() -> bool:
-    try:
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def _make_factory(engine: str, tmp_path: Path, created: list[str]) -> DbFactory:
-    def make() -> str:
-        if engine == "sqlite":
-            return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
-        name = f"sagg_test_pp_{secrets.token_hex(6)}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        created.append(name)
-        return f"postgresql://postgres@127.0.0.1:5432/{name}"
-
-    return make
-
-
-def _drop(created: list[str]) -> None:
-    for name in created:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbFactory]:
-    if request.param == "postgresql" and not _pg_available():
-        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432")
-    created: list[str] = []
-    yield _make_factory(request.param, tmp_path, created)
-    _drop(created)
+    if request.param == "postgresql" and not pg.available():
+        pytest.fail(pg.UNREACHABLE)
+    with pg.throwaway("sagg_test_pp") as made:
+
+        def make() -> str:
+            if request.param == "sqlite":
+                return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
+            return made.create()
+
+        yield make
 
 
 @pytest.fixture
