@@ -31,7 +31,7 @@ from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList
 from shared.privacypass.issuance import IssuerKey
-from tests.adversaries.harness import NOW, Deployment, Task, deploy
+from tests.adversaries.harness import ADMIN_TOKEN, NOW, Deployment, Task, deploy
 from tests.recipe.helpers import draft_json
 
 COLLECTOR_ADMIN = "fuzz-collector-admin-token-0123"
@@ -200,3 +200,18 @@ def services(tmp: Path) -> Iterator[Services]:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- credentials of the services' APIs, as header strategies' building blocks ---
+
+
+def admin_auth(_: Services) -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def collector_admin_auth(_: Services) -> dict[str, str]:
+    return {"Authorization": f"Bearer {COLLECTOR_ADMIN}"}
+
+
+def analyst_auth(_: Services) -> dict[str, str]:
+    return {"Authorization": f"Bearer {ANALYST_TOKEN}"}

@@ -44,12 +44,13 @@ from shared.dap.messages import (
 )
 from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
 from shared.privacypass.messages import TokenRequest
-from tests.adversaries.harness import ADMIN_TOKEN, AGGREGATOR_TOKEN, BUCKET, COLLECTOR_TOKEN
+from tests.adversaries.harness import AGGREGATOR_TOKEN, BUCKET, COLLECTOR_TOKEN
 from tests.fuzz.apps import (
-    ANALYST_TOKEN,
     ATTESTER_SECRET,
-    COLLECTOR_ADMIN,
     Services,
+    admin_auth,
+    analyst_auth,
+    collector_admin_auth,
 )
 from tests.fuzz.test_decoders import hostile
 from tests.recipe.helpers import draft_json
@@ -203,18 +204,6 @@ def _collector_auth(_: Services) -> dict[str, str]:
     return {"Authorization": f"Bearer {COLLECTOR_TOKEN}"}
 
 
-def _admin(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-def _collector_admin(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {COLLECTOR_ADMIN}"}
-
-
-def _analyst(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {ANALYST_TOKEN}"}
-
-
 def _attester(_: Services) -> dict[str, str]:
     return {"Authorization": f"Bearer {ATTESTER_SECRET}"}
 
@@ -355,13 +344,19 @@ def _dap(role: str, client: Callable[[Services], Any]) -> list[Endpoint]:
             "PUT",
             "/internal/tasks/{task}",
             "application/json",
-            _admin,
+            admin_auth,
             _task_json,
         ),
-        Endpoint(f"{role} GET admin task", client, "GET", "/internal/tasks/{task}", None, _admin),
-        Endpoint(f"{role} GET stats", client, "GET", "/internal/tasks/{task}/stats", None, _admin),
-        Endpoint(f"{role} GET metrics", client, "GET", "/metrics", None, _admin),
-        Endpoint(f"{role} POST rotate", client, "POST", "/internal/hpke_keys/rotate", None, _admin),
+        Endpoint(
+            f"{role} GET admin task", client, "GET", "/internal/tasks/{task}", None, admin_auth
+        ),
+        Endpoint(
+            f"{role} GET stats", client, "GET", "/internal/tasks/{task}/stats", None, admin_auth
+        ),
+        Endpoint(f"{role} GET metrics", client, "GET", "/metrics", None, admin_auth),
+        Endpoint(
+            f"{role} POST rotate", client, "POST", "/internal/hpke_keys/rotate", None, admin_auth
+        ),
         Endpoint(f"{role} PATCH unknown method", client, "PATCH", "/tasks/{task}/reports"),
         Endpoint(f"{role} GET unknown path", client, "GET", "/{any}"),
     ]
@@ -388,7 +383,7 @@ ENDPOINTS: list[Endpoint] = [
         "PUT",
         "/internal/tasks/{task}",
         "application/json",
-        _collector_admin,
+        collector_admin_auth,
         _collector_task_json,
     ),
     Endpoint(
@@ -397,21 +392,31 @@ ENDPOINTS: list[Endpoint] = [
         "POST",
         "/collections",
         "application/json",
-        _collector_admin,
+        collector_admin_auth,
         _collection_json,
     ),
     Endpoint(
-        "collector GET task", _collector, "GET", "/internal/tasks/{task}", None, _collector_admin
+        "collector GET task",
+        _collector,
+        "GET",
+        "/internal/tasks/{task}",
+        None,
+        collector_admin_auth,
     ),
     Endpoint(
-        "collector GET collection", _collector, "GET", "/collections/{job}", None, _collector_admin
+        "collector GET collection",
+        _collector,
+        "GET",
+        "/collections/{job}",
+        None,
+        collector_admin_auth,
     ),
     Endpoint("collector GET unknown", _collector, "GET", "/{any}"),
-    Endpoint("collector GET metrics", _collector, "GET", "/metrics", None, _collector_admin),
+    Endpoint("collector GET metrics", _collector, "GET", "/metrics", None, collector_admin_auth),
     Endpoint("recipes GET metrics", _recipes, "GET", "/metrics"),
     Endpoint("issuer GET metrics", _issuer, "GET", "/metrics"),
     Endpoint(
-        "recipes POST", _recipes, "POST", "/recipes", "application/json", _analyst, _draft_json
+        "recipes POST", _recipes, "POST", "/recipes", "application/json", analyst_auth, _draft_json
     ),
     Endpoint("recipes GET list", _recipes, "GET", "/recipes"),
     Endpoint("recipes GET one", _recipes, "GET", "/recipes/{any}", query=["version", "tree_size"]),

@@ -38,8 +38,12 @@ from services.collector.collect import CollectQuery
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_PROBLEM
 from shared.dap.task import CollectorTask, TaskDefinition
 from shared.recipe.model import RecipeDraft
-from tests.adversaries.harness import ADMIN_TOKEN
-from tests.fuzz.apps import ANALYST_TOKEN, COLLECTOR_ADMIN, Services
+from tests.fuzz.apps import (
+    Services,
+    admin_auth,
+    analyst_auth,
+    collector_admin_auth,
+)
 
 EXAMPLES = 12
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
@@ -99,18 +103,6 @@ class _CollectRequest(BaseModel):
     query: CollectQuery
 
 
-def _admin(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-def _collector_admin(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {COLLECTOR_ADMIN}"}
-
-
-def _analyst(_: Services) -> dict[str, str]:
-    return {"Authorization": f"Bearer {ANALYST_TOKEN}"}
-
-
 def _none(_: Services) -> dict[str, str]:
     return {}
 
@@ -123,7 +115,7 @@ APIS = [
     Api(
         "aggregator admin",
         lambda s: s.leader,
-        _admin,
+        admin_auth,
         [
             Op("put", "/internal/tasks/{task_id}", TaskDefinition, {200: TASK_ID, 201: TASK_ID}),
             Op("get", "/internal/tasks/{task_id}"),
@@ -140,7 +132,7 @@ APIS = [
     Api(
         "collector",
         lambda s: s.collector,
-        _collector_admin,
+        collector_admin_auth,
         [
             Op("put", "/internal/tasks/{task_id}", CollectorTask, {200: OBJECT, 201: OBJECT}),
             Op("get", "/internal/tasks/{task_id}"),
@@ -157,7 +149,7 @@ APIS = [
     Api(
         "recipe server",
         lambda s: s.recipe_server,
-        _analyst,
+        analyst_auth,
         [
             Op("post", "/recipes", RecipeDraft, {200: OBJECT, 201: OBJECT}),
             Op("get", "/recipes", auth=False),
