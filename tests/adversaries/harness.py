@@ -16,7 +16,6 @@ import httpx
 from fastapi.testclient import TestClient
 
 from services.aggregator.app import create_app
-from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.service import Aggregator
 from services.aggregator.settings import AggregatorSettings
@@ -62,6 +61,7 @@ from shared.dap.messages import (
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import Prio3
 from shared.vdaf.spec import VdafSpec
+from tests.aggregator.env import drive
 
 NOW = 1_700_006_400  # a multiple of every time precision used here
 PRECISION = 3600
@@ -259,13 +259,7 @@ class Deployment:
     # --- the honest leader's machinery ----------------------------------------------------------
 
     def drive(self, rounds: int = 50) -> None:
-        for _ in range(rounds):
-            busy = create_jobs(self.leader_agg)
-            busy += self.runner.aggregation.run_once()
-            busy += self.runner.collection.run_once()
-            if not busy:
-                return
-        raise AssertionError("drivers did not settle")
+        drive(self.runner, rounds)
 
     def start_collection(self, interval: Interval) -> str:
         job = CollectionJobId.random().to_b64url()

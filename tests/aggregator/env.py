@@ -63,14 +63,7 @@ class Env:
         return helpers.upload(self.leader, self.params, report)
 
     def drive(self, rounds: int = 50) -> None:
-        """Run the leader's drivers until they find nothing to do."""
-        for _ in range(rounds):
-            busy = create_jobs(self.leader_agg)
-            busy += self.runner.aggregation.run_once()
-            busy += self.runner.collection.run_once()
-            if not busy:
-                return
-        raise AssertionError("drivers did not settle")
+        drive(self.runner, rounds)
 
     def start_collection(self, query: Query, job: CollectionJobId | None = None) -> str:
         job = job or CollectionJobId.random()
@@ -101,6 +94,17 @@ class Env:
             else:
                 time.sleep(0.2)
         raise AssertionError("collection did not finish")
+
+
+def drive(runner: DriverRunner, rounds: int = 50) -> None:
+    """Step the leader's job creator and drivers in this thread until they find nothing to do."""
+    for _ in range(rounds):
+        busy = create_jobs(runner.agg)
+        busy += runner.aggregation.run_once()
+        busy += runner.collection.run_once()
+        if not busy:
+            return
+    raise AssertionError("drivers did not settle")
 
 
 def collector_auth() -> dict[str, str]:
