@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import re
 import runpy
 import sys
 import tomllib
@@ -822,9 +823,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose value is a DAP id (32 bytes, 43 base64url characters): 1 in 64 ids begins
+#: with "-", which argparse would take for an option, so such a value is attached to its
+#: option (``--task=-AbC...``) before parsing.
+ID_OPTIONS = ("--task", "--batch-id")
+_DAP_ID = re.compile(r"[A-Za-z0-9_-]{43}")
+
+
+def attach_id_values(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in ID_OPTIONS and _DAP_ID.fullmatch(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_id_values(sys.argv[1:] if argv is None else argv))
     if (
         args.command == "collect"
         and (args.batch_id or args.current_batch)
