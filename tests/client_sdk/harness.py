@@ -261,9 +261,10 @@ class World:
         tokens: bool = True,
         enroll: bool = True,
         rng: random.Random | None = None,
+        identity: SimulatedDevice | None = None,
         **config: Any,
     ) -> Device:
-        identity = SimulatedDevice.manufacture(self.ca)
+        identity = identity or SimulatedDevice.manufacture(self.ca)
         cfg = DeviceConfig(
             recipe_server_url=RECIPES,
             recipe_server_key=self.signer.public_key,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from client_sdk.device import Device
 from client_sdk.policy import load_policy
+from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
 from shared.b64url import b64url_encode
 from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
@@ -302,3 +304,33 @@ def test_event_store_retention(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         device.events.add("nope", {}, 1)
     device.close()
+
+
+def test_state_from_before_per_role_tokens_is_upgraded(world: World, tmp_path: Path) -> None:
+    """A device's state written before tokens were per aggregator: its cached tokens (of a
+    challenge no aggregator accepts now) go, a pending report takes a fresh pair."""
+    world.publish()
+    identity = SimulatedDevice.manufacture(world.ca)
+    device = world.device(tmp_path / "d", identity=identity)
+    device.answer(verified(world, device))
+    device.close()
+    path = tmp_path / "d" / "state.sqlite3"
+    with sqlite3.connect(path) as conn:  # back to the old layout, with an old token cached
+        conn.executescript(
+            "DROP TABLE token; ALTER TABLE pending_upload DROP COLUMN helper_token;"
+            "CREATE TABLE token (id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,"
+            " window_start INTEGER NOT NULL, token BLOB NOT NULL, used INTEGER NOT NULL DEFAULT 0);"
+            "CREATE INDEX token_free ON token (task_id, window_start, used);"
+        )
+        conn.execute(
+            "INSERT INTO token (task_id, window_start, token) VALUES (?, 0, x'00')",
+            (world.task_id.to_b64url(),),
+        )
+    restarted = world.device(tmp_path / "d", enroll=False, identity=identity)
+    with restarted.db.lock:
+        assert restarted.db.conn.execute("SELECT COUNT(*) FROM token").fetchone() == (0,)
+    (item,) = restarted.pending()
+    assert item.token is None and item.helper_token is None
+    assert [r.status for r in restarted.run_due()] == ["sent"]
+    (report,) = world.leader.uploads
+    assert decode_extensions(open_share(world, report, Role.HELPER).extensions).token is not None
