@@ -17,10 +17,10 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
 7. at the donation time: take the tokens, shard and seal the report with the recipe-binding
    extension in both shares and each aggregator's token in its own share
    (`client_sdk.reports`), store the sealed report in the pending row (same transaction as
-   marking the tokens used), then upload (`client_sdk.upload`); on
-   ``outdatedConfig`` fetch and verify the recipe again and send one fresh report sealed to
-   the configs it now lists, if they changed (never to a bare ``/hpke_config`` answer); on
-   success mark the row sent and audit what left the device.
+   marking the tokens used), then upload (`client_sdk.upload`); on ``outdatedConfig`` fetch
+   and verify the recipe again and send one fresh report sealed to the configs it now lists,
+   if they changed (never to a bare ``/hpke_config`` answer); on success mark the row sent
+   and audit what left the device.
 
 Crash safety: a pending row exists iff its budget was consumed (step 5 is one transaction), so
 no report ever leaves without budget and no budget is consumed twice for one report. After a

@@ -17,8 +17,8 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   refused by the helper); a task with `tokens` needs a Privacy Pass token that verifies for
   the task, the report's time window and this aggregator's role (a token of the leader's share
   never verifies at the helper, so a leader cannot reuse the tokens it sees) and was not spent
-  before at this aggregator. A
-  failure is `reportRejected` at upload and `invalid_message` at the helper;
+  before at this aggregator. A failure is `reportRejected` at upload and `invalid_message` at
+  the helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.
