@@ -415,8 +415,8 @@ class Device:
                 )
 
     def prefetch_tokens(self, now: int | None = None) -> int:
-        """Step 6 for every pending upload whose token fetch time has come; the number
-        fetched (failures are retried at upload time)."""
+        """Step 6 for every pending upload whose token fetch time has come; the number of
+        uploads whose two tokens are now cached (failures are retried at upload time)."""
         if not self.config.use_tokens:
             return 0
         now = self.clock() if now is None else now
