@@ -336,7 +336,7 @@ class Simulator:
             inputs: list[tuple[Device, PendingUpload, ReportInput]] = []
             for device, item in chunk:
                 try:
-                    report_input, _ = device.report_input(item, now)
+                    report_input = device.report_input(item, now)
                 except (TokenError, ValueError) as exc:
                     summary.failed[f"no token: {exc}"] += 1
                     bar.add()

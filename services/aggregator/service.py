@@ -15,8 +15,10 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   definition: a task with `recipe_digest` needs a RecipeBinding of that digest and of the
   task's min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report
   refused by the helper); a task with `tokens` needs a Privacy Pass token that verifies for
-  the task and the report's time window and was not spent before at this aggregator. A
-  failure is `reportRejected` at upload and `invalid_message` at the helper;
+  the task, the report's time window and this aggregator's role (a token of the leader's share
+  never verifies at the helper, so a leader cannot reuse the tokens it sees) and was not spent
+  before at this aggregator. A failure is `reportRejected` at upload and `invalid_message` at
+  the helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.
@@ -491,7 +493,7 @@ class Aggregator:
         ):
             raise _RejectedError(invalid, "input or public share has the wrong size", INVALID)
         reason, spend = self.check_extensions(
-            task, metadata, share.extensions, now, self.settings.token_upload_grace_s
+            task, Role.LEADER, metadata, share.extensions, now, self.settings.token_upload_grace_s
         )
         if reason == REASON_EXTENSION:
             raise _RejectedError(invalid, "unrecognized or repeated report extension", reason)
@@ -517,12 +519,14 @@ class Aggregator:
     def check_extensions(
         self,
         task: Task,
+        role: Role,
         metadata: ReportMetadata,
         extensions: tuple[Extension, ...],
         now: int,
         grace_s: int,
     ) -> tuple[str | None, TokenSpend | None]:
-        """Check one input share's extensions against this aggregator's task definition.
+        """Check the extensions of the input share of `role` (the one this aggregator
+        decrypted) against this aggregator's task definition.
 
         (rejection reason, None) or (None, the token to spend, if the task takes tokens). The
         spend itself is the datastore's, in the transaction that accepts the report. Raises
@@ -550,7 +554,7 @@ class Aggregator:
         )
         if now > window_end + grace_s:
             return REASON_TOKEN_EXPIRED, None
-        challenge = token_challenge(task.id, metadata.time, policy)
+        challenge = token_challenge(task.id, metadata.time, policy, role)
         keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id)
         try:
             verify_token(token, keys, challenge.digest())
@@ -719,7 +723,12 @@ class Aggregator:
             # Its id may already have left the replay set (`drivers.garbage`).
             return _ShareCheck(PrepareError.REPORT_DROPPED)
         reason, spend = self.check_extensions(
-            task, metadata, share.extensions, now, self.settings.token_aggregation_grace_s
+            task,
+            Role.HELPER,
+            metadata,
+            share.extensions,
+            now,
+            self.settings.token_aggregation_grace_s,
         )
         if reason is not None:
             return _ShareCheck(PrepareError.INVALID_MESSAGE, reason=reason)

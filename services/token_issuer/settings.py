@@ -56,8 +56,9 @@ class TokenIssuerSettings(BaseSettings):
     issuer_url: str | None = None
     #: PEM files of the manufacturer CAs whose device certificates the attester trusts.
     manufacturer_ca_files: list[Path] = Field(default_factory=list)
-    #: N tokens per device per window.
-    quota_tokens: int = Field(default=16, ge=1)
+    #: N tokens per device per window. A report spends two (one per aggregator,
+    #: `shared.dap.extensions`), so the default lets a device send 16 reports a window.
+    quota_tokens: int = Field(default=32, ge=1)
     quota_window_seconds: int = Field(default=86400, gt=0)
     #: Lifetime of an attester challenge nonce.
     nonce_ttl_seconds: int = Field(default=60, gt=0)
