@@ -43,6 +43,7 @@ import numpy as np
 from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
+from client_sdk.http import http_client
 from client_sdk.policy import DevicePolicy
 from client_sdk.query import Answer, Measurement, NoDataError, encode_record, randomize_indices
 from client_sdk.query import select_record as _select_record
@@ -63,6 +64,7 @@ from shared.dap.task import TokenPolicy
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
+from shared.transport import TransportPolicy
 
 __all__ = ["Device", "DeviceConfig", "Outcome", "PendingUpload", "Plan"]
 
@@ -84,6 +86,8 @@ class DeviceConfig:
     donation: DonationSchedule = field(default_factory=DonationSchedule)
     #: run_due rounds after which a report that keeps failing is given up (and audited).
     max_upload_rounds: int = 5
+    #: The CAs the device trusts, and whether plain http:// off the host is allowed.
+    transport: TransportPolicy = field(default_factory=TransportPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +170,7 @@ class Device:
         self.audit = AuditLog(self.db)
         self.budget = BudgetAccountant(self.db, policy)
         self._own_http = http is None
-        self.http = http or httpx.Client(timeout=30.0)
+        self.http = http or http_client(config.transport, timeout=30.0)
         self.uploader = uploader or Uploader(self.http)
         self.tokens = TokenWallet(self.db, self.http, identity)
         self.clock = clock or (lambda: int(time.time()))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.transport import TransportPolicy
+
 __all__ = [
     "DEFAULT_DATA_DIR",
     "Deployment",
@@ -55,6 +57,13 @@ class Deployment(BaseModel):
     #: The simulated manufacturer CA the attester trusts, and its key (device simulators).
     manufacturer_ca_cert: str | None = None
     manufacturer_ca_key: str | None = None
+    #: The CA that certifies the services' HTTPS certificates (`sagg up --tls`), which every
+    #: client of this deployment verifies them against; None: the system's trust store.
+    tls_ca_file: str | None = None
+
+    @property
+    def transport(self) -> TransportPolicy:
+        return TransportPolicy(self.tls_ca_file)
 
 
 def deployment_path(explicit: str | None = None) -> Path:

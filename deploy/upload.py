@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from client_sdk.http import http_client
 from client_sdk.reports import NoUsableConfigError, ReportInput, choose_config
 from client_sdk.reports import build_reports as sdk_build_reports
 from shared.codec import DecodeError
@@ -28,6 +29,7 @@ from shared.dap.messages import (
     HpkeConfigList,
     Report,
 )
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -117,7 +119,7 @@ def upload_reports(
     range); reports the leader refuses one by one are listed in the result instead.
     """
     own = http is None
-    client = http or httpx.Client(timeout=30.0)
+    client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         task_id = TaskId.from_b64url(task.task_id)
         leader_config = fetch_hpke_config(client, task.leader, task_id)
