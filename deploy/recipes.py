@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from client_sdk.http import http_client
+from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
@@ -116,7 +116,7 @@ def publish_recipe(
         response = client.post(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
         raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+            f"cannot reach the recipe server at {server}: {http_failure(exc)}"
         ) from None
     finally:
         if http is None:
@@ -159,7 +159,7 @@ def _get_json(
         response = client.get(f"{server.rstrip('/')}{path}", params=params)
     except httpx.HTTPError as exc:
         raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+            f"cannot reach the recipe server at {server}: {http_failure(exc)}"
         ) from None
     finally:
         if http is None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from client_sdk.http import http_client
+from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
@@ -78,7 +78,7 @@ def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, toke
     try:
         response = http.put(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
-        raise ProvisionError(f"cannot reach the {what} at {base}: {type(exc).__name__}") from None
+        raise ProvisionError(f"cannot reach the {what} at {base}: {http_failure(exc)}") from None
     if response.status_code in (200, 201):
         return response.json() if response.content else None
     detail = ""
