@@ -1,6 +1,7 @@
 """`sagg`: the command line (argparse, one subcommand per task).
 
-    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U]
+    sagg [--ca-file PEM] [--allow-insecure-http] COMMAND ...
+    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--tls]
             [--demo [--demo-scale full|small] [--demo-out DIR] [--demo-seed N] [--demo-only A,B]
              [--exit-after-demo]]
     sagg serve aggregator|collector|token-issuer|recipe-server [--host H --port P
@@ -47,7 +48,7 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
-from client_sdk.http import http_client
+from client_sdk.http import http_client, http_failure
 from deploy import privacy
 from deploy.collect import (
     CollectError,
@@ -475,6 +476,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         store=args.store,
         postgres_url=args.postgres_url,
         startup_timeout=args.startup_timeout,
+        tls=args.tls,
     )
     cluster = Cluster(options)
     deployment = cluster.start()
@@ -485,6 +487,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"token-issuer   {deployment.token_issuer}")
         print(f"recipe-server  {deployment.recipe_server}")
         print(f"recipe key     {deployment.recipe_server_public_key}")
+        if deployment.tls_ca_file:
+            print(f"TLS CA         {deployment.tls_ca_file}")
         print(f"deployment     {cluster.deployment_path} (tokens inside; mode 0600)")
         print(f"logs           {cluster.data_dir / 'logs'}")
         if args.demo:
@@ -714,6 +718,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
     up.add_argument("--startup-timeout", type=_seconds, default=60.0)
     up.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with certificates from a local CA (DATA_DIR/tls/ca.pem), which the "
+        "deployment file names for every client",
+    )
+    up.add_argument(
         "--demo",
         action="store_true",
         help="run the papers' analyses through every service (README: what make demo shows)",
@@ -899,6 +909,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DemoError,
     ) as exc:
         print(f"sagg: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:  # `sagg devices run` reaching no server, e.g. TLS refused
+        print(f"sagg: HTTP request failed: {http_failure(exc)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("sagg: interrupted", file=sys.stderr)
         return 130

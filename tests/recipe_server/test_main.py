@@ -38,4 +38,33 @@ def test_main_serves_with_valid_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     served: list[dict[str, object]] = []
     monkeypatch.setattr(common_entry, "run_service", lambda app, **kw: served.append(kw))
     assert entry.main() == 0
-    assert served == [{"host": "127.0.0.1", "port": 8086, "log_level": "info"}]
+    assert served == [
+        {
+            "host": "127.0.0.1",
+            "port": 8086,
+            "log_level": "info",
+            "tls_cert_file": None,
+            "tls_key_file": None,
+        }
+    ]
+
+
+def test_main_serves_https_with_a_configured_certificate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_ANALYST_TOKEN", "analyst-token-0123456789")
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_TLS_CERT_FILE", "/etc/sagg/recipe-server.pem")
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_TLS_KEY_FILE", "/etc/sagg/recipe-server.key")
+    served: list[dict[str, object]] = []
+    monkeypatch.setattr(common_entry, "run_service", lambda app, **kw: served.append(kw))
+    assert entry.main() == 0
+    assert served[0]["tls_cert_file"] == "/etc/sagg/recipe-server.pem"
+    assert served[0]["tls_key_file"] == "/etc/sagg/recipe-server.key"
+
+
+def test_main_refuses_a_certificate_without_its_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_ANALYST_TOKEN", "analyst-token-0123456789")
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_TLS_CERT_FILE", "/etc/sagg/recipe-server.pem")
+    monkeypatch.delenv("SAGG_RECIPE_SERVER_TLS_KEY_FILE", raising=False)
+    assert entry.main() == 2
+    assert "tls_cert_file and tls_key_file must be set together" in capsys.readouterr().err
