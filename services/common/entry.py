@@ -79,6 +79,8 @@ def service_main(
     settings = settings_from_env(load, env_prefix, service)
     if settings is None:
         return 2
+    # Before the app is built: a failure opening its stores is logged, and scrubbed, too.
+    configure_logging(settings.log_level)
     run_service(
         create_app(settings),
         host=settings.host,

@@ -12,6 +12,12 @@ from services.recipe_server import __main__ as entry
 from services.recipe_server.settings import RecipeServerSettings
 
 
+@pytest.fixture(autouse=True)
+def _keep_pytest_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() configures process-wide logging and excepthooks: not inside the test session."""
+    monkeypatch.setattr(common_entry, "configure_logging", lambda level: None)
+
+
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SAGG_RECIPE_SERVER_ANALYST_TOKEN", "analyst-token-0123456789")
     monkeypatch.setenv("SAGG_RECIPE_SERVER_LEADER_URL", "http://127.0.0.1:9001/")
