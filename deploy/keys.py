@@ -136,6 +136,9 @@ def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
 
 
 def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
+    for path in (cert_file, key_file):
+        if path.is_symlink():  # named as such, not as "only one of the pair exists"
+            raise KeysError(f"{path} is a symbolic link; refusing to use it")
     if cert_file.exists() and key_file.exists():
         load_manufacturer_ca(cert_file, key_file)  # fail now, not when a device enrolls
         return
