@@ -61,6 +61,7 @@ from shared.dap.extensions import (
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
 from shared.dap.task import TokenPolicy
+from shared.files import create_private, private_dir
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
@@ -162,9 +163,12 @@ class Device:
         the OS CSPRNG; tests pass a seeded one)."""
         self.policy = policy
         self.config = config
-        if directory is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
         base = None if directory is None else Path(directory)
+        if base is not None:
+            # The raw events and the budget ledger: owner-only, never through a planted link.
+            private_dir(base)
+            for store in ("state.sqlite3", "events.sqlite3"):
+                create_private(base / store, b"")
         self.db = StateDb(None if base is None else base / "state.sqlite3")
         self.events = EventStore(None if base is None else base / "events.sqlite3")
         self.audit = AuditLog(self.db)

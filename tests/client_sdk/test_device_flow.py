@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import httpx
@@ -217,3 +218,18 @@ def test_event_store_retention(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         device.events.add("nope", {}, 1)
     device.close()
+
+
+def test_a_devices_stores_are_owner_only_and_never_a_planted_link(tmp_path: Path) -> None:
+    """The raw events and the budget ledger: 0600 in a 0700 directory; a link planted where
+    the events store goes (to read them, or to reset the ledger) is refused."""
+    config = __import__("client_sdk").device.DeviceConfig()
+    Device(policy(), config, directory=tmp_path / "d").close()
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o700
+    for store in (tmp_path / "d").iterdir():
+        assert stat.S_IMODE(store.lstat().st_mode) == 0o600, store.name
+    (tmp_path / "p").mkdir(mode=0o700)
+    (tmp_path / "p" / "events.sqlite3").symlink_to(tmp_path / "elsewhere.sqlite3")
+    with pytest.raises(OSError, match="symbolic link"):
+        Device(policy(), config, directory=tmp_path / "p")
+    assert not (tmp_path / "elsewhere.sqlite3").exists()
