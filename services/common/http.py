@@ -9,6 +9,7 @@ naming an ``http://`` peer off the host fails like an unreachable peer does
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -34,6 +35,11 @@ class TlsSettings(BaseModel):
     def _cert_and_key_together(self) -> TlsSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file must be set together")
+        # Named now, at settings time: a failure inside uvicorn is logged without its message.
+        for name in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ValueError(f"{name}: no such file")
         return self
 
     @property
