@@ -15,10 +15,9 @@ import argparse
 import time
 from typing import Any
 
-import httpx
-
 from bench.common import Result, print_table
 from client_sdk.device import DeviceConfig
+from client_sdk.http import http_client
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
@@ -30,6 +29,7 @@ from shared.dap.messages import HpkeConfig, HpkeConfigList
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import RecipeDraft, RecipeTask, TokenIssuerRef
 from shared.recipe.signing import recipe_bytes
+from shared.transport import TransportPolicy
 
 EMOJI = ["smile", "heart", "cry", "fire", "clap", "party", "think", "wink"]
 
@@ -83,7 +83,7 @@ def _recipe(randomizer: dict[str, Any]) -> VerifiedRecipe:
 
 def measure(case: str, devices: int) -> float:
     verified = _recipe(CASES[case]["randomizer"])
-    http = httpx.Client()
+    http = http_client(TransportPolicy())
     config = DeviceConfig(use_tokens=False, donation=DonationSchedule(1, 0))
     simulator = Simulator(
         config, http=http, concurrency=8, progress=None, uploader=_AcceptAll(http)

@@ -45,6 +45,7 @@ import numpy as np
 from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
+from client_sdk.http import http_client
 from client_sdk.policy import DevicePolicy
 from client_sdk.query import Answer, Measurement, NoDataError, encode_record, randomize_indices
 from client_sdk.query import select_record as _select_record
@@ -63,9 +64,11 @@ from shared.dap.extensions import (
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, Report
 from shared.dap.task import TokenPolicy
+from shared.files import create_private, private_dir
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
+from shared.transport import TransportPolicy
 
 __all__ = ["Device", "DeviceConfig", "Outcome", "PendingUpload", "Plan"]
 
@@ -89,6 +92,8 @@ class DeviceConfig:
     donation: DonationSchedule = field(default_factory=DonationSchedule)
     #: run_due rounds after which a report that keeps failing is given up (and audited).
     max_upload_rounds: int = 5
+    #: The CAs the device trusts, and whether plain http:// off the host is allowed.
+    transport: TransportPolicy = field(default_factory=TransportPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,15 +171,18 @@ class Device:
         the OS CSPRNG; tests pass a seeded one)."""
         self.policy = policy
         self.config = config
-        if directory is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
         base = None if directory is None else Path(directory)
+        if base is not None:
+            # The raw events and the budget ledger: owner-only, never through a planted link.
+            private_dir(base)
+            for store in ("state.sqlite3", "events.sqlite3"):
+                create_private(base / store, b"")
         self.db = StateDb(None if base is None else base / "state.sqlite3")
         self.events = EventStore(None if base is None else base / "events.sqlite3")
         self.audit = AuditLog(self.db)
         self.budget = BudgetAccountant(self.db, policy)
         self._own_http = http is None
-        self.http = http or httpx.Client(timeout=30.0)
+        self.http = http or http_client(config.transport, timeout=30.0)
         self.uploader = uploader or Uploader(self.http)
         self.tokens = TokenWallet(self.db, self.http, identity)
         self.clock = clock or (lambda: int(time.time()))

@@ -44,6 +44,7 @@ import numpy as np
 
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
+from client_sdk.http import http_client
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
 from client_sdk.query import Answer, randomize_indices
 from client_sdk.recipes import VerifiedRecipe
@@ -157,7 +158,7 @@ class Simulator:
         self.config = config
         self.policy = policy
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.http = http or httpx.Client(timeout=30.0, limits=limits)
+        self.http = http or http_client(config.transport, timeout=30.0, limits=limits)
         self.uploader = uploader or Uploader(self.http)
         self.identities = identities
         self.directory = directory

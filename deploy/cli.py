@@ -1,6 +1,7 @@
 """`sagg`: the command line (argparse, one subcommand per task).
 
-    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U]
+    sagg [--ca-file PEM] [--allow-insecure-http] COMMAND ...
+    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--tls]
             [--demo [--demo-scale full|small] [--demo-out DIR] [--demo-seed N] [--demo-only A,B]
              [--exit-after-demo]]
     sagg serve aggregator|collector|token-issuer|recipe-server [--host H --port P
@@ -36,6 +37,7 @@ import os
 import random
 import re
 import runpy
+import ssl
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -47,6 +49,7 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
+from client_sdk.http import http_client, http_failure
 from deploy import privacy
 from deploy.collect import (
     CollectError,
@@ -94,6 +97,7 @@ from services.collector.charts import write_chart
 from services.interop.cli import add_interop_parser
 from shared.dp.amplification import Analysis
 from shared.recipe.model import Recipe
+from shared.transport import TransportPolicy
 
 __all__ = ["main"]
 
@@ -134,6 +138,30 @@ def _admin_token(deployment: Deployment | None) -> str:
     if not token:
         raise CliError("no admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
     return token
+
+
+def _transport(args: argparse.Namespace, deployment: Deployment | None) -> TransportPolicy:
+    """The CAs this command trusts (`--ca-file`, `SAGG_CA_FILE`, the deployment file's
+    `tls_ca_file`, else the system's) and whether plain http:// off the host is allowed
+    (`--allow-insecure-http`, `SAGG_ALLOW_INSECURE_HTTP=1`)."""
+    ca_file = (
+        getattr(args, "global_ca_file", None)
+        or os.environ.get("SAGG_CA_FILE")
+        or (deployment.tls_ca_file if deployment else None)
+    )
+    insecure = getattr(args, "global_allow_insecure_http", False) or os.environ.get(
+        "SAGG_ALLOW_INSECURE_HTTP", ""
+    ).lower() in ("1", "true", "yes")
+    policy = TransportPolicy(ca_file, insecure)
+    try:
+        policy.ssl_context  # noqa: B018 - load the bundle now, for a one-line error
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot load the CA bundle {ca_file}: {exc}") from None
+    return policy
+
+
+def _http(args: argparse.Namespace, deployment: Deployment | None, timeout: float) -> httpx.Client:
+    return http_client(_transport(args, deployment), timeout=timeout)
 
 
 def _url(flag: str | None, env: str, deployment: Deployment | None, role: str) -> str | None:
@@ -220,8 +248,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "duration": args.interval_duration,
         }
     token = _admin_token(deployment)
-    recipe = _collect_recipe(args, deployment)
-    with httpx.Client(timeout=30.0) as http:
+    with _http(args, deployment, 30.0) as http:
+        recipe = _collect_recipe(args, deployment, http)
         task = fetch_task(http, collector, token, args.task)
         job_id = request_collection(http, collector, token, args.task, query)
         body = wait_for_collection(http, collector, token, job_id, args.wait)
@@ -243,7 +271,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collect_recipe(args: argparse.Namespace, deployment: Deployment | None) -> Recipe | None:
+def _collect_recipe(
+    args: argparse.Namespace, deployment: Deployment | None, http: httpx.Client
+) -> Recipe | None:
     """The verified recipe whose analysis `sagg collect --recipe` applies, if one was named."""
     if args.recipe is None:
         if args.chart is not None:
@@ -254,7 +284,7 @@ def _collect_recipe(args: argparse.Namespace, deployment: Deployment | None) -> 
     if server is None or key is None:
         raise CliError("--recipe needs the recipe server URL and key: run `sagg up` first")
     try:
-        recipe = fetch_recipe(server, args.recipe, key, version=args.recipe_version)
+        recipe = fetch_recipe(server, args.recipe, key, version=args.recipe_version, http=http)
     except RecipeError as exc:
         raise CliError(str(exc)) from None
     if recipe.task.task_id != args.task:
@@ -333,7 +363,8 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {_validation_message(exc)}") from None
-    info = create_task(params, _admin_token(deployment))
+    with _http(args, deployment, 30.0) as http:
+        info = create_task(params, _admin_token(deployment), http=http)
     print(json.dumps(info, indent=2))
     return 0
 
@@ -360,7 +391,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
             raise CliError("--measurements must be a JSON array, e.g. [0,3,1]") from None
         if not isinstance(measurements, list) or not measurements:
             raise CliError("--measurements must be a non-empty JSON array")
-    result = upload_reports(task, measurements, report_time=args.time)
+    with _http(args, _deployment(args), 30.0) as http:
+        result = upload_reports(task, measurements, report_time=args.time, http=http)
     summary: dict[str, Any] = {
         "task_id": task.task_id,
         "uploaded": result.uploaded,
@@ -445,6 +477,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         store=args.store,
         postgres_url=args.postgres_url,
         startup_timeout=args.startup_timeout,
+        tls=args.tls,
     )
     cluster = Cluster(options)
     deployment = cluster.start()
@@ -455,6 +488,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"token-issuer   {deployment.token_issuer}")
         print(f"recipe-server  {deployment.recipe_server}")
         print(f"recipe key     {deployment.recipe_server_public_key}")
+        if deployment.tls_ca_file:
+            print(f"TLS CA         {deployment.tls_ca_file}")
         print(f"deployment     {cluster.deployment_path} (tokens inside; mode 0600)")
         print(f"logs           {cluster.data_dir / 'logs'}")
         if args.demo:
@@ -597,13 +632,16 @@ def cmd_recipe_publish(args: argparse.Namespace) -> int:
         and server.rstrip("/") == deployment.recipe_server.rstrip("/")
     ):
         pinned = deployment.recipe_server_public_key
-    summary = publish_recipe(server, token, draft, public_key=pinned)
+    with _http(args, deployment, 60.0) as http:
+        summary = publish_recipe(server, token, draft, public_key=pinned, http=http)
     print(json.dumps(summary, indent=2))
     return 0
 
 
 def cmd_recipe_list(args: argparse.Namespace) -> int:
-    listing = list_recipes(_recipe_server(args, _deployment(args)))
+    deployment = _deployment(args)
+    with _http(args, deployment, 30.0) as http:
+        listing = list_recipes(_recipe_server(args, deployment), http=http)
     print(json.dumps(listing, indent=2) if args.json else format_listing(listing))
     return 0
 
@@ -631,6 +669,11 @@ def _devices_defaults(args: argparse.Namespace) -> None:
     deployment = _deployment(args)
     server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
     args.recipe_server = server or _DEVICES_DEFAULT_RECIPE_SERVER
+    # Its own --ca-file wins over `sagg --ca-file`, SAGG_CA_FILE and the deployment file.
+    policy = _transport(args, deployment)
+    if args.ca_file is None:
+        args.ca_file = policy.ca_file
+    args.allow_insecure_http = args.allow_insecure_http or policy.allow_insecure_http
     if deployment is None:
         return
     same_server = (deployment.recipe_server or "").rstrip("/") == args.recipe_server.rstrip("/")
@@ -650,6 +693,19 @@ def _devices_defaults(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sagg", description="sagg: private aggregation with DAP-09 and Prio3")
     parser.add_argument("--deployment", help="deployment file (default .data/deployment.json)")
+    parser.add_argument(
+        "--ca-file",
+        dest="global_ca_file",
+        metavar="PEM",
+        help="CAs to verify the services' HTTPS certificates with (default: SAGG_CA_FILE, "
+        "the deployment file's tls_ca_file, else the system's)",
+    )
+    parser.add_argument(
+        "--allow-insecure-http",
+        dest="global_allow_insecure_http",
+        action="store_true",
+        help="also use plain http:// URLs of hosts other than loopback",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     up = sub.add_parser(
@@ -662,6 +718,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
     up.add_argument("--startup-timeout", type=_seconds, default=60.0)
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with certificates from a local CA (DATA_DIR/tls/ca.pem), which the "
+        "deployment file names for every client",
+    )
     up.add_argument(
         "--demo",
         action="store_true",
@@ -865,6 +927,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DemoError,
     ) as exc:
         print(f"sagg: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:  # `sagg devices run` reaching no server, e.g. TLS refused
+        print(f"sagg: HTTP request failed: {http_failure(exc)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("sagg: interrupted", file=sys.stderr)
         return 130

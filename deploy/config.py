@@ -16,6 +16,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.files import private_dir, read_private, write_private
+from shared.transport import TransportPolicy
+
 __all__ = [
     "DEFAULT_DATA_DIR",
     "Deployment",
@@ -55,6 +58,13 @@ class Deployment(BaseModel):
     #: The simulated manufacturer CA the attester trusts, and its key (device simulators).
     manufacturer_ca_cert: str | None = None
     manufacturer_ca_key: str | None = None
+    #: The CA that certifies the services' HTTPS certificates (`sagg up --tls`), which every
+    #: client of this deployment verifies them against; None: the system's trust store.
+    tls_ca_file: str | None = None
+
+    @property
+    def transport(self) -> TransportPolicy:
+        return TransportPolicy(self.tls_ca_file)
 
 
 def deployment_path(explicit: str | None = None) -> Path:
@@ -74,17 +84,15 @@ def load_deployment(explicit: str | None = None) -> Deployment | None:
             raise DeploymentError(f"deployment file {path} does not exist")
         return None
     try:
-        return Deployment.model_validate(json.loads(path.read_text()))
+        # Not through a link: whoever planted one would choose the URLs and the CA we trust.
+        return Deployment.model_validate(json.loads(read_private(path)))
     except (OSError, ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0]
         raise DeploymentError(f"deployment file {path} is invalid: {first}") from None
 
 
 def write_deployment(path: Path, deployment: Deployment) -> None:
-    """Write atomically with owner-only permissions (the file holds the admin token)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(json.dumps(deployment.model_dump(), indent=2) + "\n")
-    os.replace(tmp, path)
+    """Write atomically with owner-only permissions (the file holds the admin token), in an
+    owner-only directory; a symbolic link at `path` is refused (`shared.files`)."""
+    private_dir(path.parent)
+    write_private(path, (json.dumps(deployment.model_dump(), indent=2) + "\n").encode())

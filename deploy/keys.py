@@ -5,7 +5,8 @@ the shared config volume (`sagg keys init`). Each is reused when it already exis
 restarting a deployment keeps its tokens, its recipe signing key (devices pin it) and its
 manufacturer CA (enrolled devices hold certificates from it).
 
-Files (all written owner-only, 0600):
+Files (all written owner-only, 0600, in an owner-only directory; a symbolic link in place of
+any of them is refused, never followed or written through):
 
 - ``admin_token``: bearer token of the leader's, helper's and collector's admin APIs.
 - ``analyst_token``: bearer token for publishing recipes.
@@ -20,7 +21,6 @@ Files (all written owner-only, 0600):
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
+from shared.files import create_private, private_dir, read_private
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [
@@ -77,31 +78,29 @@ class DeploymentKeys:
 
 def _write_new(path: Path, text: str) -> bool:
     """Create `path` 0600 with `text`; False if it already existed (another writer won)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    return True
+    return create_private(path, text.encode())
+
+
+def _read(path: Path) -> str:
+    # Never through a link: a planted one would make the deployment use a token or key that
+    # whoever planted it chose, or read one of theirs.
+    return read_private(path).decode()
 
 
 def _token(path: Path, given: str | None) -> str:
-    if given is not None and not path.exists():
+    if given is not None:
         _write_new(path, given + "\n")
-    if not path.exists():
-        _write_new(path, secrets.token_urlsafe(32) + "\n")
-    token = path.read_text().strip()
+    _write_new(path, secrets.token_urlsafe(32) + "\n")
+    token = _read(path).strip()
     if len(token) < _MIN_TOKEN:
         raise KeysError(f"{path} holds a token shorter than {_MIN_TOKEN} characters")
     return token
 
 
 def _recipe_key(path: Path) -> RecipeSigner:
-    if not path.exists():
-        _write_new(path, b64url_encode(secrets.token_bytes(32)) + "\n")
+    _write_new(path, b64url_encode(secrets.token_bytes(32)) + "\n")
     try:
-        seed = b64url_decode(path.read_text().strip(), str(path))
+        seed = b64url_decode(_read(path).strip(), str(path))
     except ValueError as exc:
         raise KeysError(f"{path}: {exc}") from None
     if len(seed) != 32:
@@ -114,9 +113,8 @@ def datastore_key_file(directory: Path, service: str) -> Path:
 
 
 def _datastore_key(path: Path) -> str:
-    if not path.exists():
-        _write_new(path, generate_key() + "\n")
-    text = path.read_text().strip()
+    _write_new(path, generate_key() + "\n")
+    text = _read(path).strip()
     try:
         parse_keys(text)
     except CrypterError as exc:
@@ -127,8 +125,8 @@ def _datastore_key(path: Path) -> str:
 def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
     """The CA `ensure_keys` wrote (for a device simulator that certifies its devices)."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
-        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        cert = x509.load_pem_x509_certificate(read_private(cert_file))
+        key = serialization.load_pem_private_key(read_private(key_file), password=None)
     except (OSError, ValueError) as exc:
         raise KeysError(f"manufacturer CA {cert_file}: {exc}") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
@@ -138,6 +136,9 @@ def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
 
 
 def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
+    for path in (cert_file, key_file):
+        if path.is_symlink():  # named as such, not as "only one of the pair exists"
+            raise KeysError(f"{path} is a symbolic link; refusing to use it")
     if cert_file.exists() and key_file.exists():
         load_manufacturer_ca(cert_file, key_file)  # fail now, not when a device enrolls
         return
@@ -162,9 +163,8 @@ def ensure_keys(
     `admin_token`/`analyst_token` seed new token files (an older deployment file's tokens,
     so scripts holding them keep working); existing files win.
     """
-    # Owner-only for a new directory; an existing one (a compose volume) keeps its mode, and
-    # the files in it are 0600 either way.
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Owner-only, an existing directory (a compose volume) tightened too; the files are 0600.
+    private_dir(directory)
     admin = _token(directory / ADMIN_TOKEN_FILE, admin_token)
     analyst = _token(directory / ANALYST_TOKEN_FILE, analyst_token)
     signer = _recipe_key(directory / RECIPE_KEY_FILE)

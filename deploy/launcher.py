@@ -8,6 +8,11 @@ PostgreSQL database per store (the leader and helper never share one, as two rea
 would not). Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
 `<data dir>/logs/`. Once every `/healthz` answers, URLs, tokens and the recipe server's public
 key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
+
+With `tls`, every service serves HTTPS with a certificate from a local CA (`deploy.tls`) and
+verifies its peers against that CA, whose file the deployment file names for the clients.
+The data dir and everything in it are owner-only (`shared.files`): directories 0700, stores,
+keys, logs and the deployment file 0600, none of them reached through a symbolic link.
 """
 
 from __future__ import annotations
@@ -23,14 +28,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
 from psycopg import sql
 
+from client_sdk.http import http_client
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
 from deploy.keys import DeploymentKeys, KeysError, ensure_keys
+from deploy.tls import LocalTls, TlsError, ensure_local_tls
+from shared.files import private_dir, write_private
+from shared.transport import TransportPolicy
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -85,6 +95,8 @@ class UpOptions:
     startup_timeout: float = 60.0
     #: Extra environment for every service (tests use it to speed up the drivers).
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Serve HTTPS with certificates from a local CA in `<data dir>/tls/`.
+    tls: bool = False
 
     def ports(self) -> dict[str, int]:
         return {
@@ -153,6 +165,12 @@ def _existing_tokens(path: Path) -> tuple[str | None, str | None]:
     return admin, analyst
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """`path` for appending, created 0600 (logs name tasks and jobs), never through a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), "ab")
+
+
 def service_env(
     name: str,
     *,
@@ -161,9 +179,17 @@ def service_env(
     databases: dict[str, str],
     keys: DeploymentKeys,
     urls: dict[str, str],
+    tls: LocalTls | None = None,
 ) -> dict[str, str]:
     """The `SAGG_*` environment of one service (secrets included: it goes to that process only)."""
     common = {"HOST": host, "PORT": str(port)}
+    if tls is not None:
+        cert = tls.certs[name]
+        common.update(
+            TLS_CERT_FILE=str(cert.cert_file),
+            TLS_KEY_FILE=str(cert.key_file),
+            TLS_CA_FILE=str(tls.ca_file),
+        )
     if name in ("leader", "helper"):
         env = {
             **common,
@@ -218,6 +244,7 @@ class Cluster:
         self.deployment_path = self.data_dir / DEPLOYMENT_FILE
         self.keys_dir = self.data_dir / "keys"
         self.services: list[_Service] = []
+        self.transport = TransportPolicy()
 
     def _database_urls(self) -> dict[str, str]:
         if self.options.store == "postgres":
@@ -238,10 +265,13 @@ class Cluster:
         except (OSError, KeysError) as exc:
             raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
 
-    def plan(self, keys: DeploymentKeys, databases: dict[str, str]) -> list[_Service]:
+    def plan(
+        self, keys: DeploymentKeys, databases: dict[str, str], tls: LocalTls | None = None
+    ) -> list[_Service]:
         """What would run: name, module, URL and environment of each service."""
         o = self.options
-        urls = {name: f"http://{o.host}:{port}" for name, port in o.ports().items()}
+        scheme = "https" if tls is not None else "http"
+        urls = {name: f"{scheme}://{o.host}:{port}" for name, port in o.ports().items()}
         logs = self.data_dir / "logs"
         return [
             _Service(
@@ -255,6 +285,7 @@ class Cluster:
                     databases=databases,
                     keys=keys,
                     urls=urls,
+                    tls=tls,
                 ),
                 logs / f"{name}.log",
             )
@@ -263,14 +294,19 @@ class Cluster:
 
     def start(self) -> Deployment:
         self._check_ports()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "logs").mkdir(exist_ok=True)
+        try:
+            private_dir(self.data_dir)
+            private_dir(self.data_dir / "logs")
+        except OSError as exc:
+            raise LaunchError(f"data dir {self.data_dir}: {exc}") from None
         keys = self._keys()
-        self.services = self.plan(keys, self._database_urls())
+        tls = self._tls()
+        self.transport = TransportPolicy(str(tls.ca_file) if tls else None)
+        self.services = self.plan(keys, self._database_urls(), tls)
         try:
             for service in self.services:
                 env = {**os.environ, **service.env, **self.options.extra_env}
-                log = service.log_path.open("ab")
+                log = _open_log(service.log_path)
                 # A new session: Ctrl-C in the terminal reaches only `sagg up`, which then
                 # stops the services in order instead of all of them dying at once.
                 service.process = subprocess.Popen(
@@ -286,7 +322,7 @@ class Cluster:
             for service in self.services:
                 self._wait_healthy(service, deadline)
             by_name = {s.name: s for s in self.services}
-            self._check_recipe_key(by_name["recipe-server"], keys)
+            self._check_recipe_key(by_name["recipe-server"], keys, self.transport)
         except BaseException:
             self.stop()
             raise
@@ -304,19 +340,35 @@ class Cluster:
             manufacturer_ca_key=str(keys.ca_key_file),
             data_dir=str(self.data_dir),
             store=self.options.store,
+            tls_ca_file=self.transport.ca_file,
         )
-        write_deployment(self.deployment_path, deployment)
-        # For tooling that must clean up after a `sagg up` that was itself killed hard.
-        pids = {s.name: s.process.pid for s in self.services if s.process is not None}
-        (self.data_dir / "pids.json").write_text(json.dumps(pids) + "\n")
+        try:
+            write_deployment(self.deployment_path, deployment)
+            # For tooling that must clean up after a `sagg up` that was itself killed hard.
+            pids = {s.name: s.process.pid for s in self.services if s.process is not None}
+            write_private(self.data_dir / "pids.json", (json.dumps(pids) + "\n").encode())
+        except OSError as exc:
+            self.stop()
+            raise LaunchError(f"cannot write the deployment file: {exc}") from None
         return deployment
 
+    def _tls(self) -> LocalTls | None:
+        if not self.options.tls:
+            return None
+        try:
+            return ensure_local_tls(self.data_dir / "tls", SERVICES, [self.options.host])
+        except (OSError, TlsError) as exc:
+            raise LaunchError(f"local CA in {self.data_dir / 'tls'}: {exc}") from None
+
     @staticmethod
-    def _check_recipe_key(service: _Service, keys: DeploymentKeys) -> None:
+    def _check_recipe_key(
+        service: _Service, keys: DeploymentKeys, transport: TransportPolicy
+    ) -> None:
         """The key the server signs with must be the one the deployment file advertises (an
         inherited SAGG_RECIPE_SERVER_SIGNING_KEY would otherwise silently win)."""
         try:
-            body = httpx.get(f"{service.url}/keys", timeout=5.0).json()
+            with http_client(transport, timeout=5.0) as http:
+                body = http.get(f"{service.url}/keys").json()
             served = {k.get("key_id") for k in body.get("keys", [])}
         except (httpx.HTTPError, ValueError, AttributeError):
             raise LaunchError(f"the recipe server at {service.url} did not list its keys") from None
@@ -328,7 +380,7 @@ class Cluster:
 
     def _wait_healthy(self, service: _Service, deadline: float) -> None:
         assert service.process is not None
-        with httpx.Client(timeout=2.0) as http:
+        with http_client(self.transport, timeout=2.0) as http:
             while True:
                 code = service.process.poll()
                 if code is not None:

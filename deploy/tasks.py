@@ -14,6 +14,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
@@ -25,6 +26,7 @@ from shared.dap.task import (
     TaskDefinition,
     TokenPolicy,
 )
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["ProvisionError", "TaskParams", "create_task"]
@@ -76,7 +78,7 @@ def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, toke
     try:
         response = http.put(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
-        raise ProvisionError(f"cannot reach the {what} at {base}: {type(exc).__name__}") from None
+        raise ProvisionError(f"cannot reach the {what} at {base}: {http_failure(exc)}") from None
     if response.status_code in (200, 201):
         return response.json() if response.content else None
     detail = ""
@@ -123,7 +125,7 @@ def create_task(
         expiration = (int(time.time()) if now is None else now) + params.expires_in
 
     own = http is None
-    client = http or httpx.Client(timeout=30.0)
+    client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         try:
             collector_task = CollectorTask(

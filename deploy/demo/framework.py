@@ -375,6 +375,7 @@ class DemoContext:
             recipe_server_key=b64url_decode(d.recipe_server_public_key, "recipe key"),
             use_tokens=identities is not None,
             donation=DonationSchedule(1, 0),
+            transport=d.transport,
         )
         return Simulator(
             config,

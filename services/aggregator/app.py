@@ -49,6 +49,7 @@ from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
+from services.common.http import http_client
 from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
@@ -136,7 +137,7 @@ def open_aggregator(
     ds.add_hpke_key(clock.now(), only_if_none=True)
     # Opening every key now makes wrong datastore keys fail the start, not the first upload.
     ds.hpke_keys()
-    http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
+    http = issuer_http or http_client(settings.transport, timeout=settings.issuer_timeout_s)
     return Aggregator(ds, clock, settings, fetch=http.get, metrics=metrics)
 
 

@@ -50,6 +50,8 @@ def serve(settings: AggregatorSettings) -> None:
         access_log=False,
         log_config=None,
         log_level=settings.log_level.lower(),
+        ssl_certfile=settings.tls_cert_file,
+        ssl_keyfile=settings.tls_key_file,
     )
     server = _Server(config)
     try:

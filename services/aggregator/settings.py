@@ -6,9 +6,10 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
 
 
-class AggregatorSettings(BaseSettings):
+class AggregatorSettings(TlsSettings, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.

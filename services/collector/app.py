@@ -44,6 +44,7 @@ from services.common.auth import hash_token, require_bearer
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.health import install_healthz
+from services.common.http import async_http_client
 from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
@@ -138,8 +139,11 @@ def create_app(
         if db is None:
             crypter = crypter_from(settings.datastore_keys, "collector")
             db = await asyncio.to_thread(open_store, settings.database_url, crypter)
-        http = httpx.AsyncClient(
-            transport=transport, timeout=settings.request_timeout, follow_redirects=False
+        http = async_http_client(
+            settings.transport,
+            transport=transport,
+            timeout=settings.request_timeout,
+            follow_redirects=False,
         )
         poller = CollectionPoller(db, http, clock, poller_config, requests=metrics.leader_requests)
         state.update(store=db, poller=poller)

@@ -6,11 +6,12 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
 
 __all__ = ["CollectorSettings"]
 
 
-class CollectorSettings(BaseSettings):
+class CollectorSettings(TlsSettings, BaseSettings):
     """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
     show up in a repr or a log line."""
 

@@ -43,6 +43,7 @@ from services.common.auth import hash_token, presented_token
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
 from services.common.health import install_healthz
+from services.common.http import http_client
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.recipe_server.keys import load_signer
@@ -126,7 +127,7 @@ def create_app(
     own_http: httpx.Client | None = None
     if provisioner is None:
         if http is None:
-            own_http = http = httpx.Client(timeout=settings.request_timeout)
+            own_http = http = http_client(settings.transport, timeout=settings.request_timeout)
         provisioner = DapProvisioner(
             settings.leader_url,
             settings.helper_url,

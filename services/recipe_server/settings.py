@@ -9,6 +9,8 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.http import TlsSettings
+
 __all__ = ["AnalystGrant", "RecipeServerSettings"]
 
 _URL = re.compile(r"^https?://\S+$")
@@ -28,7 +30,7 @@ class AnalystGrant(BaseModel):
     analysis_prefixes: tuple[str, ...] = ()
 
 
-class RecipeServerSettings(BaseSettings):
+class RecipeServerSettings(TlsSettings, BaseSettings):
     """Everything `python -m services.recipe_server` needs; secrets are `SecretStr`."""
 
     model_config = SettingsConfigDict(env_prefix="SAGG_RECIPE_SERVER_", extra="ignore")

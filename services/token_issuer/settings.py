@@ -9,11 +9,12 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
 
 __all__ = ["TokenIssuerSettings"]
 
 
-class TokenIssuerSettings(BaseSettings):
+class TokenIssuerSettings(TlsSettings, BaseSettings):
     """Everything `python -m services.token_issuer` needs.
 
     `role` picks the deployment model of RFC 9576 §4: ``joint`` runs attester and issuer in one

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import stat
 from pathlib import Path
 
 import httpx
 import pytest
 
-from client_sdk.device import Device
+from client_sdk.device import Device, DeviceConfig
 from client_sdk.policy import load_policy
 from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
@@ -293,9 +294,7 @@ def test_policy_file_round_trip(tmp_path: Path) -> None:
 
 
 def test_event_store_retention(tmp_path: Path) -> None:
-    device = Device(
-        policy(), __import__("client_sdk").device.DeviceConfig(), directory=tmp_path / "e"
-    )
+    device = Device(policy(), DeviceConfig(), directory=tmp_path / "e")
     device.events.register_stream("emoji", 100)
     device.events.add("emoji", {"emoji": "fire"}, 1000)
     device.events.add("emoji", {"emoji": "cry"}, 1090)
@@ -334,3 +333,18 @@ def test_state_from_before_per_role_tokens_is_upgraded(world: World, tmp_path: P
     assert [r.status for r in restarted.run_due()] == ["sent"]
     (report,) = world.leader.uploads
     assert decode_extensions(open_share(world, report, Role.HELPER).extensions).token is not None
+
+
+def test_a_devices_stores_are_owner_only_and_never_a_planted_link(tmp_path: Path) -> None:
+    """The raw events and the budget ledger: 0600 in a 0700 directory; a link planted where
+    the events store goes (to read them, or to reset the ledger) is refused."""
+    config = DeviceConfig()
+    Device(policy(), config, directory=tmp_path / "d").close()
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o700
+    for store in (tmp_path / "d").iterdir():
+        assert stat.S_IMODE(store.lstat().st_mode) == 0o600, store.name
+    (tmp_path / "p").mkdir(mode=0o700)
+    (tmp_path / "p" / "events.sqlite3").symlink_to(tmp_path / "elsewhere.sqlite3")
+    with pytest.raises(OSError, match="symbolic link"):
+        Device(policy(), config, directory=tmp_path / "p")
+    assert not (tmp_path / "elsewhere.sqlite3").exists()
