@@ -63,7 +63,16 @@ from deploy.config import (
 )
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
-from deploy.keys import DATASTORE_KEY_SERVICES, KeysError, datastore_key_file, ensure_keys
+from deploy.keys import (
+    ADMIN_TOKEN_SERVICES,
+    DATASTORE_KEY_SERVICES,
+    PROVISIONED_PARTIES,
+    KeysError,
+    admin_token_file,
+    datastore_key_file,
+    ensure_keys,
+    provisioner_token_file,
+)
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
     RecipeError,
@@ -73,7 +82,7 @@ from deploy.recipes import (
     load_draft,
     publish_recipe,
 )
-from deploy.tasks import ProvisionError, TaskParams, create_task
+from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
     UploadError,
@@ -128,10 +137,13 @@ def _deployment(args: argparse.Namespace) -> Deployment | None:
         raise CliError(str(exc)) from None
 
 
-def _admin_token(deployment: Deployment | None) -> str:
-    token = os.environ.get("SAGG_ADMIN_TOKEN") or (deployment.admin_token if deployment else None)
+def _admin_token(deployment: Deployment | None, service: str) -> str:
+    """The operator's token of `service`: SAGG_ADMIN_TOKEN, else the deployment file's."""
+    token = os.environ.get("SAGG_ADMIN_TOKEN") or (
+        deployment.admin_token(service) if deployment else None
+    )
     if not token:
-        raise CliError("no admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
+        raise CliError(f"no {service} admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
     return token
 
 
@@ -218,7 +230,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "start": args.interval_start,
             "duration": args.interval_duration,
         }
-    token = _admin_token(deployment)
+    token = _admin_token(deployment, "collector")
     recipe = _collect_recipe(args, deployment)
     with httpx.Client(timeout=30.0) as http:
         task = fetch_task(http, collector, token, args.task)
@@ -332,7 +344,8 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {_validation_message(exc)}") from None
-    info = create_task(params, _admin_token(deployment))
+    tokens = PartyTokens(*(_admin_token(deployment, p) for p in ("leader", "helper", "collector")))
+    info = create_task(params, tokens)
     print(json.dumps(info, indent=2))
     return 0
 
@@ -490,8 +503,9 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
         keys = ensure_keys(directory)
     except (OSError, KeysError) as exc:
         raise CliError(f"keys in {directory}: {exc}") from None
-    written = ["admin_token", "analyst_token", "recipe-server.key", "manufacturer-ca.pem"]
-    written.append("manufacturer-ca.key")
+    written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
+    written += [provisioner_token_file(directory, p).name for p in PROVISIONED_PARTIES]
+    written += ["analyst_token", "recipe-server.key", "manufacturer-ca.pem", "manufacturer-ca.key"]
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
@@ -504,7 +518,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             collector=urls["collector"],
             token_issuer=urls["token-issuer"],
             recipe_server=urls["recipe-server"],
-            admin_token=keys.admin_token,
+            admin_tokens=keys.admin_tokens,
             analyst_token=keys.analyst_token,
             recipe_server_public_key=keys.recipe_public_key,
             recipe_server_key_id=keys.recipe_key_id,

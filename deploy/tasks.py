@@ -196,12 +196,8 @@ def create_task(
             helper = TaskDefinition(**common, role="helper")
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
-        _put(
-            client, params.leader, "leader", task_id, leader.model_dump_json(), credentials.leader
-        )
-        _put(
-            client, params.helper, "helper", task_id, helper.model_dump_json(), credentials.helper
-        )
+        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), credentials.leader)
+        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), credentials.helper)
     finally:
         if own:
             client.close()
