@@ -70,7 +70,10 @@ from deploy.keys import (
     KeysError,
     admin_token_file,
     datastore_key_file,
+    db_password_file,
+    ensure_db_password,
     ensure_keys,
+    pgpass_file,
     provisioner_token_file,
 )
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
@@ -495,18 +498,26 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_keys_init(args: argparse.Namespace) -> int:
     """Create a deployment's tokens and keys in a directory (the compose `init` service).
 
-    With the service URLs, also write `deployment.json` there, so that `sagg --deployment
-    <dir>/deployment.json recipe publish ...` and device simulators find everything.
+    With the service URLs, also write the operator's `deployment.json` there, and two views
+    without the operator's tokens: `analyst.json` (plus the analyst token, for `sagg recipe
+    publish`) and `devices.json` (no secret: URLs and the pinned recipe key, for device
+    simulators). `--db-password` adds a generated PostgreSQL password per role; `--owner` and
+    `--db-owner` (an init container running as root) hand the files to the services' user and
+    the database servers' password files to PostgreSQL's.
     """
     directory = Path(args.dir)
     try:
         keys = ensure_keys(directory)
+        for role in args.db_password:
+            ensure_db_password(directory, role)
     except (OSError, KeysError) as exc:
         raise CliError(f"keys in {directory}: {exc}") from None
     written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
     written += [provisioner_token_file(directory, p).name for p in PROVISIONED_PARTIES]
     written += ["analyst_token", "recipe-server.key", "manufacturer-ca.pem", "manufacturer-ca.key"]
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
+    for role in args.db_password:
+        written += [db_password_file(directory, role).name, pgpass_file(directory, role).name]
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
         missing = [r for r, u in urls.items() if not u]
@@ -527,10 +538,39 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             data_dir=str(directory),
         )
         write_deployment(directory / "deployment.json", deployment)
-        written.append("deployment.json")
+        public = deployment.model_copy(
+            update={"admin_tokens": {}, "manufacturer_ca_cert": None, "manufacturer_ca_key": None}
+        )
+        write_deployment(directory / "analyst.json", public)
+        write_deployment(
+            directory / "devices.json", public.model_copy(update={"analyst_token": None})
+        )
+        written += ["deployment.json", "analyst.json", "devices.json"]
+    if args.owner is not None:
+        _hand_over(directory, args.owner, args.db_owner or args.owner)
     print(f"{directory}: {', '.join(written)} (secrets mode 0600)")
     print(f"recipe server public key {keys.recipe_public_key}")
     return 0
+
+
+def _owner(text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    try:
+        return int(uid), int(gid or uid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not UID[:GID]: {text!r}") from None
+
+
+def _hand_over(directory: Path, owner: tuple[int, int], db_owner: tuple[int, int]) -> None:
+    """chown the directory and its files: a database's password to the database server's user,
+    everything else to the services' (the files stay 0600, so only that user reads them)."""
+    try:
+        os.chown(directory, *owner)
+        directory.chmod(0o700)
+        for path in directory.iterdir():
+            os.chown(path, *(db_owner if path.name.endswith(".db_password") else owner))
+    except OSError as exc:
+        raise CliError(f"cannot hand {directory} over: {exc.strerror}") from None
 
 
 # --- sagg privacy -----------------------------------------------------------------------------
@@ -783,6 +823,17 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--dir", required=True, help="directory to keep them in")
     for name in DEFAULT_PORTS:
         init.add_argument(f"--{name}", metavar="URL", help=f"{name} URL for deployment.json")
+    init.add_argument(
+        "--db-password",
+        metavar="ROLE",
+        action="append",
+        default=[],
+        help="also generate a PostgreSQL password for ROLE (ROLE.db_password, ROLE.pgpass)",
+    )
+    init.add_argument("--owner", type=_owner, metavar="UID[:GID]", help="chown the files to")
+    init.add_argument(
+        "--db-owner", type=_owner, metavar="UID[:GID]", help="chown *.db_password files to"
+    )
     init.set_defaults(func=cmd_keys_init)
 
     priv = sub.add_parser("privacy", help="privacy accounting (shared.dp)")

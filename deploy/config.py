@@ -46,8 +46,8 @@ class Deployment(BaseModel):
     helper: str
     collector: str
     #: The operator's token of each service (`deploy.keys.ADMIN_TOKEN_SERVICES`), never
-    #: handed to another service.
-    admin_tokens: dict[str, str] = Field(repr=False)
+    #: handed to another service; empty in an analyst's or a device fleet's view.
+    admin_tokens: dict[str, str] = Field(default_factory=dict, repr=False)
     data_dir: str | None = None
     store: str = "sqlite"
     # Optional, so that deployment files of the three-service `sagg up` still load.

@@ -1,7 +1,7 @@
 """Secrets and keys of a deployment, generated once and kept in one directory.
 
 `sagg up` keeps them in its data dir; the compose file's one-shot `init` service writes them to
-the shared config volume (`sagg keys init`). Each is reused when it already exists, so
+./.secrets (`sagg keys init`), from where each container is given only its own. Each is reused when it already exists, so
 restarting a deployment keeps its tokens, its recipe signing key (devices pin it) and its
 manufacturer CA (enrolled devices hold certificates from it).
 
@@ -22,6 +22,11 @@ nothing at the others, 001 §4.3):
 - ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
   that service's secrets at rest (`services.common.crypter`), one per service so that no
   party's key opens another's store.
+- ``<role>.db_password`` and ``<role>.pgpass``, only for the database roles asked for
+  (`ensure_db_password`; the compose file's PostgreSQL servers): a generated password, raw
+  (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
+  (what a service's ``?passfile=`` database URL reads), so no database has a default password
+  and no URL carries one.
 """
 
 from __future__ import annotations
@@ -49,8 +54,11 @@ __all__ = [
     "KeysError",
     "admin_token_file",
     "datastore_key_file",
+    "db_password_file",
+    "ensure_db_password",
     "ensure_keys",
     "load_manufacturer_ca",
+    "pgpass_file",
     "provisioner_token_file",
 ]
 
@@ -145,6 +153,24 @@ def _datastore_key(path: Path) -> str:
     except CrypterError as exc:
         raise KeysError(f"{path}: {exc}") from None
     return text
+
+
+def db_password_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.db_password"
+
+
+def pgpass_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.pgpass"
+
+
+def ensure_db_password(directory: Path, role: str) -> None:
+    """A generated password of the database role `role`, in both files (kept on reruns)."""
+    password = _token(db_password_file(directory, role), None)
+    pgpass = pgpass_file(directory, role)
+    if not pgpass.exists():
+        # hostname:port:database:username:password (libpq); the URL names host, db and user.
+        # token_urlsafe never yields ':' or '\\', which this format would need escaped.
+        _write_new(pgpass, f"*:*:*:*:{password}\n")
 
 
 def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
