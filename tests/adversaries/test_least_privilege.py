@@ -30,6 +30,8 @@ from services.aggregator.settings import AggregatorSettings
 from services.collector.app import create_app as create_collector
 from services.collector.settings import CollectorSettings
 from services.collector.store import open_store
+from services.interop import aggregator as interop_aggregator
+from services.interop import collector as interop_collector
 from shared.b64url import b64url_encode
 from shared.dap.ids import CollectionJobId, TaskId
 from tests.adversaries.harness import ADMIN_TOKEN, AGGREGATOR_TOKEN, COLLECTOR_TOKEN, Task
@@ -280,6 +282,65 @@ def test_no_route_of_any_service_answers_a_secret(tmp_path: Path) -> None:
                         f"{name} {method} {template}: {x}" for x in _secrets_in(response, known)
                     ]
         assert not leaks, leaks
+
+
+def test_no_route_of_the_interop_apis_answers_a_secret(tmp_path: Path) -> None:
+    """The interop test API takes a task's secrets in (interop draft §4.4.2, §4.5.1) and must
+    hand none out, through its own routes or the aggregator's mounted under /dap."""
+    verify_key = bytes(range(16))
+    leader_token, collector_token = "interop-leader-token-0123", "interop-collector-token-0123"
+    known = _encodings(verify_key) | {leader_token, collector_token}
+    tid = TaskId.random().to_b64url()
+    leaks: list[str] = []
+    collector_settings = interop_collector.collector_settings(tmp_path, "127.0.0.1", 0)
+    with TestClient(interop_collector.build_collector_app(collector_settings)) as collector:
+        added = collector.post(
+            "/internal/test/add_task",
+            json={
+                "task_id": tid,
+                "leader": "http://leader.test/",
+                "vdaf": {"type": "Prio3Count"},
+                "collector_authentication_token": collector_token,
+                "query_type": 1,
+            },
+        )
+        assert added.json()["status"] == "success", added.text
+        config = added.json()["collector_hpke_config"]
+        for method, template in _routes(collector.app):  # type: ignore[arg-type]
+            response = collector.request(method, _fill(template, {}), json={"task_id": tid})
+            leaks += [f"collector {template}: {x}" for x in _secrets_in(response, known)]
+    settings = interop_aggregator.aggregator_settings(tmp_path, "127.0.0.1", 0)
+    assert settings.admin_token is not None
+    admin = settings.admin_token.get_secret_value()
+    known.add(admin)
+    with TestClient(interop_aggregator.build_aggregator_app(settings)) as helper:
+        added = helper.post(
+            "/internal/test/add_task",
+            json={
+                "task_id": tid,
+                "leader": "http://leader.test/",
+                "helper": "http://helper.test/",
+                "vdaf": {"type": "Prio3Count"},
+                "leader_authentication_token": leader_token,
+                "role": "helper",
+                "vdaf_verify_key": b64url_encode(verify_key),
+                "max_batch_query_count": 1,
+                "query_type": 1,
+                "min_batch_size": 1,
+                "time_precision": 3600,
+                "collector_hpke_config": config,
+            },
+        )
+        assert added.json()["status"] == "success", added.text
+        routes = list(_routes(helper.app))  # type: ignore[arg-type]
+        assert ("GET", "/dap/internal/tasks/{task_id}") in routes
+        for method, template in routes:
+            # With the in-process admin token too: the most privileged caller there is.
+            path = _fill(template, {"task_id": tid})
+            body = {"task_id": tid, "role": "helper"}
+            response = helper.request(method, path, json=body, headers=bearer(admin))
+            leaks += [f"helper {method} {template}: {x}" for x in _secrets_in(response, known)]
+    assert not leaks, leaks
 
 
 # --- the aggregator admin token's length ------------------------------------------------------
