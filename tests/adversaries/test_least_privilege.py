@@ -206,7 +206,9 @@ def _known_secrets(s: Services, tmp_path: Path) -> set[str]:
 
 
 def _routes(app: FastAPI, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(method, path) of every route, mounted apps included; HEAD only mirrors GET."""
+    """(method, path) of every route, mounted apps included; HEAD only mirrors GET. The
+    router's table rather than the OpenAPI document: the aggregator and the recipe server
+    publish none, and a route left out of a description must not escape the walk."""
     for route in app.routes:
         if isinstance(route, Mount) and isinstance(route.app, FastAPI):
             yield from _routes(route.app, prefix + route.path)
@@ -222,7 +224,7 @@ def _fill(path: str, values: dict[str, str]) -> str:
 
 def _secrets_in(response: httpx.Response, known: Iterable[str]) -> list[str]:
     text = response.text + " ".join(f"{k}: {v}" for k, v in response.headers.items())
-    # A short secret (a hex prime is 256 characters, a token 20+) cannot match by chance.
+    # Every secret is 16 characters or more in each encoding: no match happens by chance.
     return [secret[:6] + "..." for secret in known if secret in text]
 
 
