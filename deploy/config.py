@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from deploy.keys import ADMIN_TOKEN_SERVICES
 from services.common.auth import MIN_TOKEN_LENGTH
 
 __all__ = [
@@ -68,8 +69,7 @@ class Deployment(BaseModel):
         # A file of an older `sagg up` holds one token that all its services took.
         if isinstance(data, dict) and "admin_tokens" not in data and "admin_token" in data:
             shared = data["admin_token"]
-            names = ("leader", "helper", "collector", "token-issuer", "recipe-server")
-            data = {**data, "admin_tokens": dict.fromkeys(names, shared)}
+            data = {**data, "admin_tokens": dict.fromkeys(ADMIN_TOKEN_SERVICES, shared)}
         return data
 
     @field_validator("admin_tokens")

@@ -1,9 +1,9 @@
 """Secrets and keys of a deployment, generated once and kept in one directory.
 
 `sagg up` keeps them in its data dir; the compose file's one-shot `init` service writes them to
-./.secrets (`sagg keys init`), from where each container is given only its own. Each is reused when it already exists, so
-restarting a deployment keeps its tokens, its recipe signing key (devices pin it) and its
-manufacturer CA (enrolled devices hold certificates from it).
+./.secrets (`sagg keys init`), from where each container is given only its own. Each is reused
+when it already exists, so restarting a deployment keeps its tokens, its recipe signing key
+(devices pin it) and its manufacturer CA (enrolled devices hold certificates from it).
 
 Files (all written owner-only, 0600). Every service has credentials of its own, so that no
 process holds a token that opens another service (least privilege; one malicious party gains
