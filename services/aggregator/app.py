@@ -80,8 +80,9 @@ log = logging.getLogger(__name__)
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
 #: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
 SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
-#: Stored (sealed) with the definition, but never in an answer: whoever holds a task's verify
-#: key and one input share can run the other aggregator's preparation (VDAF-08 §7).
+#: Stored (sealed) with the definition, but never in an answer: DAP-09 §4.2 gives the verify key
+#: to the aggregators only, and Prio3 derives its proof's query randomness from it, so a client
+#: that learned it could make an invalid measurement pass verification.
 UNSHOWN_FIELDS = ("vdaf_verify_key",)
 
 
