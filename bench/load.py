@@ -45,7 +45,7 @@ from bench.deployment import (
 )
 from client_sdk.http import http_client
 from deploy.config import load_deployment
-from deploy.tasks import TaskParams, create_task
+from deploy.tasks import PartyTokens, TaskParams, create_task
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config, random_measurements
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig
@@ -326,7 +326,12 @@ def _task(args: argparse.Namespace) -> ClientTask:
         helper=args.helper or deployment.helper,
         collector=deployment.collector,
     )
-    info = create_task(params, deployment.admin_token)
+    leader, helper, collector = (
+        deployment.admin_token(p) for p in ("leader", "helper", "collector")
+    )
+    if leader is None or helper is None or collector is None:
+        raise SystemExit("the deployment file lacks an admin token of leader, helper or collector")
+    info = create_task(params, PartyTokens(leader, helper, collector))
     print(f"created task {info['task_id']} ({params.vdaf.describe()})", file=sys.stderr)
     return ClientTask.model_validate(info)
 

@@ -67,7 +67,19 @@ from deploy.config import (
 )
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
-from deploy.keys import DATASTORE_KEY_SERVICES, KeysError, datastore_key_file, ensure_keys
+from deploy.keys import (
+    ADMIN_TOKEN_SERVICES,
+    DATASTORE_KEY_SERVICES,
+    PROVISIONED_PARTIES,
+    KeysError,
+    admin_token_file,
+    datastore_key_file,
+    db_password_file,
+    ensure_db_password,
+    ensure_keys,
+    pgpass_file,
+    provisioner_token_file,
+)
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
     RecipeError,
@@ -77,7 +89,7 @@ from deploy.recipes import (
     load_draft,
     publish_recipe,
 )
-from deploy.tasks import ProvisionError, TaskParams, create_task
+from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
     UploadError,
@@ -133,10 +145,13 @@ def _deployment(args: argparse.Namespace) -> Deployment | None:
         raise CliError(str(exc)) from None
 
 
-def _admin_token(deployment: Deployment | None) -> str:
-    token = os.environ.get("SAGG_ADMIN_TOKEN") or (deployment.admin_token if deployment else None)
+def _admin_token(deployment: Deployment | None, service: str) -> str:
+    """The operator's token of `service`: SAGG_ADMIN_TOKEN, else the deployment file's."""
+    token = os.environ.get("SAGG_ADMIN_TOKEN") or (
+        deployment.admin_token(service) if deployment else None
+    )
     if not token:
-        raise CliError("no admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
+        raise CliError(f"no {service} admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
     return token
 
 
@@ -247,7 +262,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "start": args.interval_start,
             "duration": args.interval_duration,
         }
-    token = _admin_token(deployment)
+    token = _admin_token(deployment, "collector")
     with _http(args, deployment, 30.0) as http:
         recipe = _collect_recipe(args, deployment, http)
         task = fetch_task(http, collector, token, args.task)
@@ -363,8 +378,9 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {_validation_message(exc)}") from None
+    tokens = PartyTokens(*(_admin_token(deployment, p) for p in ("leader", "helper", "collector")))
     with _http(args, deployment, 30.0) as http:
-        info = create_task(params, _admin_token(deployment), http=http)
+        info = create_task(params, tokens, http=http)
     print(json.dumps(info, indent=2))
     return 0
 
@@ -518,17 +534,26 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_keys_init(args: argparse.Namespace) -> int:
     """Create a deployment's tokens and keys in a directory (the compose `init` service).
 
-    With the service URLs, also write `deployment.json` there, so that `sagg --deployment
-    <dir>/deployment.json recipe publish ...` and device simulators find everything.
+    With the service URLs, also write the operator's `deployment.json` there, and two views
+    without the operator's tokens: `analyst.json` (plus the analyst token, for `sagg recipe
+    publish`) and `devices.json` (no secret: URLs and the pinned recipe key, for device
+    simulators). `--db-password` adds a generated PostgreSQL password per role; `--owner` and
+    `--db-owner` (an init container running as root) hand the files to the services' user and
+    the database servers' password files to PostgreSQL's.
     """
     directory = Path(args.dir)
     try:
         keys = ensure_keys(directory)
+        for role in args.db_password:
+            ensure_db_password(directory, role)
     except (OSError, KeysError) as exc:
         raise CliError(f"keys in {directory}: {exc}") from None
-    written = ["admin_token", "analyst_token", "recipe-server.key", "manufacturer-ca.pem"]
-    written.append("manufacturer-ca.key")
+    written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
+    written += [provisioner_token_file(directory, p).name for p in PROVISIONED_PARTIES]
+    written += ["analyst_token", "recipe-server.key", "manufacturer-ca.pem", "manufacturer-ca.key"]
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
+    for role in args.db_password:
+        written += [db_password_file(directory, role).name, pgpass_file(directory, role).name]
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
         missing = [r for r, u in urls.items() if not u]
@@ -540,7 +565,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             collector=urls["collector"],
             token_issuer=urls["token-issuer"],
             recipe_server=urls["recipe-server"],
-            admin_token=keys.admin_token,
+            admin_tokens=keys.admin_tokens,
             analyst_token=keys.analyst_token,
             recipe_server_public_key=keys.recipe_public_key,
             recipe_server_key_id=keys.recipe_key_id,
@@ -549,10 +574,39 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             data_dir=str(directory),
         )
         write_deployment(directory / "deployment.json", deployment)
-        written.append("deployment.json")
+        public = deployment.model_copy(
+            update={"admin_tokens": {}, "manufacturer_ca_cert": None, "manufacturer_ca_key": None}
+        )
+        write_deployment(directory / "analyst.json", public)
+        write_deployment(
+            directory / "devices.json", public.model_copy(update={"analyst_token": None})
+        )
+        written += ["deployment.json", "analyst.json", "devices.json"]
+    if args.owner is not None:
+        _hand_over(directory, args.owner, args.db_owner or args.owner)
     print(f"{directory}: {', '.join(written)} (secrets mode 0600)")
     print(f"recipe server public key {keys.recipe_public_key}")
     return 0
+
+
+def _owner(text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    try:
+        return int(uid), int(gid or uid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not UID[:GID]: {text!r}") from None
+
+
+def _hand_over(directory: Path, owner: tuple[int, int], db_owner: tuple[int, int]) -> None:
+    """chown the directory and its files: a database's password to the database server's user,
+    everything else to the services' (the files stay 0600, so only that user reads them)."""
+    try:
+        os.chown(directory, *owner)
+        directory.chmod(0o700)
+        for path in directory.iterdir():
+            os.chown(path, *(db_owner if path.name.endswith(".db_password") else owner))
+    except OSError as exc:
+        raise CliError(f"cannot hand {directory} over: {exc.strerror}") from None
 
 
 # --- sagg privacy -----------------------------------------------------------------------------
@@ -832,6 +886,17 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--dir", required=True, help="directory to keep them in")
     for name in DEFAULT_PORTS:
         init.add_argument(f"--{name}", metavar="URL", help=f"{name} URL for deployment.json")
+    init.add_argument(
+        "--db-password",
+        metavar="ROLE",
+        action="append",
+        default=[],
+        help="also generate a PostgreSQL password for ROLE (ROLE.db_password, ROLE.pgpass)",
+    )
+    init.add_argument("--owner", type=_owner, metavar="UID[:GID]", help="chown the files to")
+    init.add_argument(
+        "--db-owner", type=_owner, metavar="UID[:GID]", help="chown *.db_password files to"
+    )
     init.set_defaults(func=cmd_keys_init)
 
     priv = sub.add_parser("privacy", help="privacy accounting (shared.dp)")

@@ -1,14 +1,20 @@
 """Secrets and keys of a deployment, generated once and kept in one directory.
 
 `sagg up` keeps them in its data dir; the compose file's one-shot `init` service writes them to
-the shared config volume (`sagg keys init`). Each is reused when it already exists, so
-restarting a deployment keeps its tokens, its recipe signing key (devices pin it) and its
-manufacturer CA (enrolled devices hold certificates from it).
+./.secrets (`sagg keys init`), from where each container is given only its own. Each is reused
+when it already exists, so restarting a deployment keeps its tokens, its recipe signing key
+(devices pin it) and its manufacturer CA (enrolled devices hold certificates from it).
 
 Files (all written owner-only, 0600, in an owner-only directory; a symbolic link in place of
-any of them is refused, never followed or written through):
+any of them is refused, never followed or written through). Every service has credentials of its
+own, so that no process holds a token that opens another service (least privilege; one malicious
+party gains nothing at the others, 001 §4.3):
 
-- ``admin_token``: bearer token of the leader's, helper's and collector's admin APIs.
+- ``<service>.admin_token`` for leader, helper, collector, token-issuer and recipe-server: the
+  operator's bearer token of that service (the admin API and /metrics of a DAP party; /metrics
+  of the token issuer and the recipe server).
+- ``<party>.provisioner_token`` for leader, helper and collector: the token that party gives
+  the recipe server, which may only create tasks there and read back their public parameters.
 - ``analyst_token``: bearer token for publishing recipes.
 - ``recipe-server.key``: the recipe server's Ed25519 seed, unpadded base64url (the format
   `services.recipe_server.keys` reads).
@@ -17,6 +23,11 @@ any of them is refused, never followed or written through):
 - ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
   that service's secrets at rest (`services.common.crypter`), one per service so that no
   party's key opens another's store.
+- ``<role>.db_password`` and ``<role>.pgpass``, only for the database roles asked for
+  (`ensure_db_password`; the compose file's PostgreSQL servers): a generated password, raw
+  (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
+  (what a service's ``?passfile=`` database URL reads), so no database has a default password
+  and no URL carries one.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
@@ -36,23 +48,31 @@ from shared.files import create_private, private_dir, read_private
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [
+    "ADMIN_TOKEN_SERVICES",
     "DATASTORE_KEY_SERVICES",
+    "PROVISIONED_PARTIES",
     "DeploymentKeys",
     "KeysError",
+    "admin_token_file",
     "datastore_key_file",
+    "db_password_file",
+    "ensure_db_password",
     "ensure_keys",
     "load_manufacturer_ca",
+    "pgpass_file",
+    "provisioner_token_file",
 ]
 
-ADMIN_TOKEN_FILE = "admin_token"
+#: Every service, each with an operator token of its own.
+ADMIN_TOKEN_SERVICES = ("leader", "helper", "collector", "token-issuer", "recipe-server")
+#: The DAP parties the recipe server provisions tasks on, each with a token for it.
+PROVISIONED_PARTIES = ("leader", "helper", "collector")
 ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
 #: The services whose stores hold secrets, each with its own datastore key.
 DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
-#: Below this a token is not one `ensure_keys` wrote; the services ask for at least 16 characters.
-_MIN_TOKEN = 16
 
 
 class KeysError(Exception):
@@ -62,7 +82,10 @@ class KeysError(Exception):
 @dataclass(frozen=True, repr=False)
 class DeploymentKeys:
     directory: Path
-    admin_token: str
+    #: Per service of `ADMIN_TOKEN_SERVICES`: the operator's token of that service.
+    admin_tokens: dict[str, str]
+    #: Per party of `PROVISIONED_PARTIES`: the recipe server's token at that party.
+    provisioner_tokens: dict[str, str]
     analyst_token: str
     recipe_key_file: Path
     recipe_public_key: str  # unpadded base64url, raw Ed25519
@@ -92,8 +115,8 @@ def _token(path: Path, given: str | None) -> str:
         _write_new(path, given + "\n")
     _write_new(path, secrets.token_urlsafe(32) + "\n")
     token = _read(path).strip()
-    if len(token) < _MIN_TOKEN:
-        raise KeysError(f"{path} holds a token shorter than {_MIN_TOKEN} characters")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise KeysError(f"{path} holds a token shorter than {MIN_TOKEN_LENGTH} characters")
     return token
 
 
@@ -108,6 +131,14 @@ def _recipe_key(path: Path) -> RecipeSigner:
     return RecipeSigner.from_seed(seed)
 
 
+def admin_token_file(directory: Path, service: str) -> Path:
+    return directory / f"{service}.admin_token"
+
+
+def provisioner_token_file(directory: Path, party: str) -> Path:
+    return directory / f"{party}.provisioner_token"
+
+
 def datastore_key_file(directory: Path, service: str) -> Path:
     return directory / f"{service}.datastore_key"
 
@@ -120,6 +151,24 @@ def _datastore_key(path: Path) -> str:
     except CrypterError as exc:
         raise KeysError(f"{path}: {exc}") from None
     return text
+
+
+def db_password_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.db_password"
+
+
+def pgpass_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.pgpass"
+
+
+def ensure_db_password(directory: Path, role: str) -> None:
+    """A generated password of the database role `role`, in both files (kept on reruns)."""
+    password = _token(db_password_file(directory, role), None)
+    pgpass = pgpass_file(directory, role)
+    if not pgpass.exists():
+        # hostname:port:database:username:password (libpq); the URL names host, db and user.
+        # token_urlsafe never yields ':' or '\\', which this format would need escaped.
+        _write_new(pgpass, f"*:*:*:*:{password}\n")
 
 
 def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
@@ -155,23 +204,26 @@ def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
     _write_new(cert_file, ca.certificate_pem())
 
 
-def ensure_keys(
-    directory: Path, *, admin_token: str | None = None, analyst_token: str | None = None
-) -> DeploymentKeys:
+def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> DeploymentKeys:
     """Create whatever is missing in `directory` and return it all.
 
-    `admin_token`/`analyst_token` seed new token files (an older deployment file's tokens,
-    so scripts holding them keep working); existing files win.
+    `analyst_token` seeds a new token file (an older deployment file's, so scripts holding it
+    keep working); existing files win. A shared ``admin_token`` file of an older layout is
+    left alone and unused: every service now has its own.
     """
     # Owner-only, an existing directory (a compose volume) tightened too; the files are 0600.
     private_dir(directory)
-    admin = _token(directory / ADMIN_TOKEN_FILE, admin_token)
+    admin = {s: _token(admin_token_file(directory, s), None) for s in ADMIN_TOKEN_SERVICES}
+    provisioner = {
+        p: _token(provisioner_token_file(directory, p), None) for p in PROVISIONED_PARTIES
+    }
     analyst = _token(directory / ANALYST_TOKEN_FILE, analyst_token)
     signer = _recipe_key(directory / RECIPE_KEY_FILE)
     _manufacturer_ca(directory / CA_CERT_FILE, directory / CA_KEY_FILE)
     return DeploymentKeys(
         directory=directory,
-        admin_token=admin,
+        admin_tokens=admin,
+        provisioner_tokens=provisioner,
         analyst_token=analyst,
         recipe_key_file=directory / RECIPE_KEY_FILE,
         recipe_public_key=b64url_encode(signer.public_key),

@@ -6,8 +6,10 @@ configured only through its `SAGG_<SERVICE>_*` environment (`service_env` below;
 file sets the same names), with its own store: SQLite files under the data dir, or one
 PostgreSQL database per store (the leader and helper never share one, as two real aggregators
 would not). Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
-`<data dir>/logs/`. Once every `/healthz` answers, URLs, tokens and the recipe server's public
-key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
+`<data dir>/logs/`. Each process gets only its own credentials: its operator token, a DAP
+party its provisioning token, the recipe server the three provisioning tokens and no admin
+token. Once every `/healthz` answers, URLs, the operator's tokens and the recipe server's
+public key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
 
 With `tls`, every service serves HTTPS with a certificate from a local CA (`deploy.tls`) and
 verifies its peers against that CA, whose file the deployment file names for the clients.
@@ -37,8 +39,9 @@ from psycopg import sql
 
 from client_sdk.http import http_client
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
-from deploy.keys import DeploymentKeys, KeysError, ensure_keys
+from deploy.keys import PROVISIONED_PARTIES, DeploymentKeys, KeysError, ensure_keys
 from deploy.tls import LocalTls, TlsError, ensure_local_tls
+from services.common.auth import MIN_TOKEN_LENGTH
 from shared.files import private_dir, write_private
 from shared.transport import TransportPolicy
 
@@ -152,17 +155,14 @@ def postgres_database_urls(base_url: str) -> dict[str, str]:
     return urls
 
 
-def _existing_tokens(path: Path) -> tuple[str | None, str | None]:
-    """Admin and analyst token of an earlier deployment file, if any."""
+def _existing_analyst_token(path: Path) -> str | None:
+    """The analyst token of an earlier deployment file, if any."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    found = [doc.get(name) for name in ("admin_token", "analyst_token")]
-    admin, analyst = (t if isinstance(t, str) and len(t) >= 16 else None for t in found)
-    return admin, analyst
+        return None
+    token = doc.get("analyst_token") if isinstance(doc, dict) else None
+    return token if isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH else None
 
 
 def _open_log(path: Path) -> BinaryIO:
@@ -181,7 +181,8 @@ def service_env(
     urls: dict[str, str],
     tls: LocalTls | None = None,
 ) -> dict[str, str]:
-    """The `SAGG_*` environment of one service (secrets included: it goes to that process only)."""
+    """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
+    and holds no credential of another service)."""
     common = {"HOST": host, "PORT": str(port)}
     if tls is not None:
         cert = tls.certs[name]
@@ -194,14 +195,16 @@ def service_env(
         env = {
             **common,
             "DATABASE_URL": databases[name],
-            "ADMIN_TOKEN": keys.admin_token,
+            "ADMIN_TOKEN": keys.admin_tokens[name],
+            "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
     elif name == "collector":
         env = {
             **common,
             "DATABASE_URL": databases["collector"],
-            "ADMIN_TOKEN": keys.admin_token,
+            "ADMIN_TOKEN": keys.admin_tokens[name],
+            "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
     elif name == "token-issuer":
@@ -213,8 +216,7 @@ def service_env(
             "ATTESTER_DATABASE_URL": databases["token_attester"],
             # pydantic-settings reads a list from the environment as JSON.
             "MANUFACTURER_CA_FILES": json.dumps([str(keys.ca_cert_file)]),
-            # The operator's one admin token also reads every service's /metrics.
-            "METRICS_TOKEN": keys.admin_token,
+            "METRICS_TOKEN": keys.admin_tokens[name],
         }
     elif name == "recipe-server":
         env = {
@@ -222,8 +224,11 @@ def service_env(
             "DATABASE_URL": databases["recipe_server"],
             "SIGNING_KEY_FILE": str(keys.recipe_key_file),
             "ANALYST_TOKEN": keys.analyst_token,
-            "ADMIN_TOKEN": keys.admin_token,
-            "METRICS_TOKEN": keys.admin_token,
+            "METRICS_TOKEN": keys.admin_tokens[name],
+            **{
+                f"{party.upper()}_PROVISIONER_TOKEN": keys.provisioner_tokens[party]
+                for party in PROVISIONED_PARTIES
+            },
             "LEADER_URL": urls["leader"],
             "HELPER_URL": urls["helper"],
             "COLLECTOR_URL": urls["collector"],
@@ -257,11 +262,11 @@ class Cluster:
         return {role: f"sqlite:///{path}" for role, path in files.items()}
 
     def _keys(self) -> DeploymentKeys:
-        # Tokens of a `sagg up` from before keys/ existed seed the new files, so tasks and
-        # scripts that already hold them keep working across the upgrade.
-        admin, analyst = _existing_tokens(self.deployment_path)
+        # The analyst token of a `sagg up` from before keys/ existed seeds the new file, so
+        # scripts that already hold it keep working across the upgrade.
+        analyst = _existing_analyst_token(self.deployment_path)
         try:
-            return ensure_keys(self.keys_dir, admin_token=admin, analyst_token=analyst)
+            return ensure_keys(self.keys_dir, analyst_token=analyst)
         except (OSError, KeysError) as exc:
             raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
 
@@ -332,7 +337,7 @@ class Cluster:
             collector=by_name["collector"].url,
             token_issuer=by_name["token-issuer"].url,
             recipe_server=by_name["recipe-server"].url,
-            admin_token=keys.admin_token,
+            admin_tokens=keys.admin_tokens,
             analyst_token=keys.analyst_token,
             recipe_server_public_key=keys.recipe_public_key,
             recipe_server_key_id=keys.recipe_key_id,

@@ -3,12 +3,15 @@
 Order matters: the collector is provisioned first because it generates the HPKE key pair the
 aggregators seal aggregate shares to; then the leader and the helper get their `TaskDefinition`
 through the admin API (`PUT /internal/tasks/{id}`: 201 created, 200 identical, 409 different).
+Each party takes its own credential (`PartyTokens`): the operator's admin token of that party,
+or the provisioning token it gave the recipe server.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
@@ -29,11 +32,28 @@ from shared.dap.task import (
 from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["ProvisionError", "TaskParams", "create_task"]
+__all__ = ["PartyTokens", "ProvisionError", "TaskParams", "create_task"]
 
 
 class ProvisionError(Exception):
     """A party refused or could not be reached; the message is one line."""
+
+
+@dataclass(frozen=True, repr=False)
+class PartyTokens:
+    """The bearer token presented to each DAP party (no party ever sees another's)."""
+
+    leader: str
+    helper: str
+    collector: str
+
+    @classmethod
+    def shared(cls, token: str) -> PartyTokens:
+        """One token for all three (a test bench run by one operator)."""
+        return cls(token, token, token)
+
+    def __repr__(self) -> str:
+        return "PartyTokens(...)"
 
 
 class TaskParams(BaseModel):
@@ -95,7 +115,7 @@ def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, toke
 
 def create_task(
     params: TaskParams,
-    admin_token: str,
+    credentials: PartyTokens | str,
     *,
     http: httpx.Client | None = None,
     now: int | None = None,
@@ -109,7 +129,10 @@ def create_task(
     the recipe it binds with `recipe_digest` (b64url SHA-256 of the recipe's canonical bytes)
     names the task. `tokens` makes the aggregators require Privacy Pass tokens. With both,
     the aggregators accept only reports that carry a token and this recipe's binding.
+    `credentials` authenticate to each party (a string: the same token to all three).
     """
+    if isinstance(credentials, str):
+        credentials = PartyTokens.shared(credentials)
     if task_id is None:
         task_id = TaskId.random().to_b64url()
     else:
@@ -146,7 +169,7 @@ def create_task(
             "collector",
             task_id,
             collector_task.model_dump_json(),
-            admin_token,
+            credentials.collector,
         )
         if not isinstance(answer, dict) or "collector_hpke_config" not in answer:
             raise ProvisionError("the collector did not return its HPKE config")
@@ -175,8 +198,8 @@ def create_task(
             helper = TaskDefinition(**common, role="helper")
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
-        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), admin_token)
-        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), admin_token)
+        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), credentials.leader)
+        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), credentials.helper)
     finally:
         if own:
             client.close()

@@ -8,10 +8,12 @@ DAP-09 routes (the task's role decides which ones answer; the other role gets
 - POST /tasks/{task_id}/aggregate_shares                 (helper)   §4.6.2
 - PUT|POST|DELETE /tasks/{task_id}/collection_jobs/{id}  (leader)   §4.6.1
 
-Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a wrong one):
+Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with one not allowed
+for the route). The provisioning token (the recipe server's) may only call the first two:
 - PUT    /internal/tasks/{task_id}   TaskDefinition JSON -> 201 {"task_id"} created,
                                      200 identical exists, 409 a different one exists
-- GET    /internal/tasks/{task_id}   the definition without its secret tokens
+- GET    /internal/tasks/{task_id}   the definition's public parameters: never the VDAF verify
+                                     key or a token (no API hands out a task's secrets)
 - DELETE /internal/tasks/{task_id}   204
 - GET    /internal/tasks/{task_id}/stats  counts: reports, jobs and collections by state,
                                      refused reports by stage and reason, open batches
@@ -44,7 +46,7 @@ from services.aggregator.metrics import aggregator_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.upload_route import handle_upload, upload_task_id
-from services.common.auth import hash_token, require_bearer
+from services.common.auth import hash_token, require_bearer, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
@@ -79,6 +81,10 @@ log = logging.getLogger(__name__)
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
 #: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
 SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
+#: Stored (sealed) with the definition, but never in an answer: DAP-09 §4.2 gives the verify key
+#: to the aggregators only, and Prio3 derives its proof's query randomness from it, so a client
+#: that learned it could make an invalid measurement pass verification.
+UNSHOWN_FIELDS = ("vdaf_verify_key",)
 
 
 def _media_type(request: Request) -> str:
@@ -216,12 +222,14 @@ def create_app(
 
     # --- admin -------------------------------------------------------------------------------
 
-    admin_hash = (
-        hash_token(settings.admin_token.get_secret_value()) if settings.admin_token else None
-    )
+    admin_hash = token_hash(settings.admin_token)
+    provisioner_hash = token_hash(settings.provisioner_token)
 
     def check_admin(request: Request) -> None:
         require_bearer(request.headers, admin_hash)
+
+    def check_provisioning(request: Request) -> None:
+        require_bearer(request.headers, admin_hash, provisioner_hash)
 
     def put_task(task_id: str, raw: bytes) -> Response:
         try:
@@ -267,7 +275,7 @@ def create_app(
 
     @app.put("/internal/tasks/{task_id}")
     async def admin_put_task(task_id: str, request: Request) -> Response:
-        check_admin(request)
+        check_provisioning(request)
         raw = await request.body()
         return await run_in_threadpool(put_task, task_id, raw)
 
@@ -279,11 +287,12 @@ def create_app(
 
     @app.get("/internal/tasks/{task_id}")
     async def admin_get_task(task_id: str, request: Request) -> Response:
-        check_admin(request)
+        check_provisioning(request)
         record = await run_in_threadpool(ds.get_task, task_key(task_id))
         if record is None:
             raise HttpProblemError(404, "unknown task", task_id=task_id)
-        return JSONResponse(record.definition)
+        shown = {k: v for k, v in record.definition.items() if k not in UNSHOWN_FIELDS}
+        return JSONResponse(shown)
 
     @app.delete("/internal/tasks/{task_id}")
     async def admin_delete_task(task_id: str, request: Request) -> Response:

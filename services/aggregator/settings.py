@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 
@@ -14,8 +15,12 @@ class AggregatorSettings(TlsSettings, BaseSettings):
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.
     database_url: str = "sqlite:///sagg-aggregator.db"
-    #: Bearer token of the admin API (/internal/...); unset disables it (every call 403).
-    admin_token: SecretStr | None = None
+    #: The operator's bearer token of the admin API (/internal/...) and /metrics; unset
+    #: disables them (every call 403).
+    admin_token: ServiceToken | None = None
+    #: The recipe server's bearer token: it may create a task and read back its public
+    #: parameters (``PUT``/``GET /internal/tasks/{id}``), nothing else; unset, only the admin may.
+    provisioner_token: ServiceToken | None = None
     #: Keys sealing the store's secrets (`services.common.crypter`): comma-separated base64url
     #: AES-128 keys, the first seals; unset stores them in the clear.
     datastore_keys: DatastoreKeys = None

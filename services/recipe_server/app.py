@@ -48,7 +48,7 @@ from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.recipe_server.keys import load_signer
 from services.recipe_server.metrics import CountingProvisioner, RecipeServerMetrics
-from services.recipe_server.provision import DapProvisioner, Provisioner
+from services.recipe_server.provision import DapProvisioner, PartyTokens, Provisioner
 from services.recipe_server.service import (
     Analyst,
     BadRequestError,
@@ -111,6 +111,20 @@ def _int_param(request: Request, name: str) -> int | None:
     return int(raw)
 
 
+def _provisioning_tokens(settings: RecipeServerSettings) -> PartyTokens | None:
+    """The credentials the DAP parties gave the recipe server, if configured (all or none)."""
+    leader, helper, collector = (
+        settings.leader_provisioner_token,
+        settings.helper_provisioner_token,
+        settings.collector_provisioner_token,
+    )
+    if leader is None or helper is None or collector is None:
+        return None
+    return PartyTokens(
+        leader.get_secret_value(), helper.get_secret_value(), collector.get_secret_value()
+    )
+
+
 def create_app(
     settings: RecipeServerSettings,
     *,
@@ -132,7 +146,7 @@ def create_app(
             settings.leader_url,
             settings.helper_url,
             settings.collector_url,
-            settings.admin_token.get_secret_value() if settings.admin_token else None,
+            _provisioning_tokens(settings),
             http,
         )
     store = RecipeStore(db)

@@ -9,6 +9,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.http import TlsSettings
 
 __all__ = ["AnalystGrant", "RecipeServerSettings"]
@@ -48,18 +49,22 @@ class RecipeServerSettings(TlsSettings, BaseSettings):
 
     #: A single analyst token allowed to publish any analysis (name "analyst"), and/or
     #: per-analyst grants by token hash (JSON list in the environment).
-    analyst_token: SecretStr | None = Field(default=None, min_length=16)
+    analyst_token: ServiceToken | None = None
     analysts: list[AnalystGrant] = Field(default_factory=list)
 
-    #: Where tasks are provisioned: the DAP parties and their common admin token.
+    #: Where tasks are provisioned: the DAP parties, and the provisioning token each of them
+    #: gave the recipe server (it creates tasks with them, never reads their secrets or
+    #: manages them: no admin token of any party is held here). All three or none.
     leader_url: str = "http://127.0.0.1:8081"
     helper_url: str = "http://127.0.0.1:8082"
     collector_url: str = "http://127.0.0.1:8083"
-    admin_token: SecretStr | None = Field(default=None, min_length=16)
+    leader_provisioner_token: ServiceToken | None = None
+    helper_provisioner_token: ServiceToken | None = None
+    collector_provisioner_token: ServiceToken | None = None
     request_timeout: float = Field(default=30.0, gt=0)
 
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
-    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    metrics_token: ServiceToken | None = None
 
     #: The token issuer recipes name unless the analyst's draft names one.
     token_issuer_url: str | None = None
@@ -80,4 +85,18 @@ class RecipeServerSettings(TlsSettings, BaseSettings):
     def _someone_can_publish(self) -> Self:
         if self.analyst_token is None and not self.analysts:
             raise ValueError("set analyst_token or analysts: nobody could publish")
+        return self
+
+    @model_validator(mode="after")
+    def _every_party_or_none(self) -> Self:
+        tokens = (
+            self.leader_provisioner_token,
+            self.helper_provisioner_token,
+            self.collector_provisioner_token,
+        )
+        if None in tokens and any(t is not None for t in tokens):
+            raise ValueError(
+                "set leader_, helper_ and collector_provisioner_token together: "
+                "a task needs all three parties"
+            )
         return self

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 
@@ -30,7 +31,7 @@ class TokenIssuerSettings(TlsSettings, BaseSettings):
     port: int = Field(default=8090, ge=0, le=65535)
     log_level: str = "info"
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
-    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    metrics_token: ServiceToken | None = None
 
     # --- issuer ---
     issuer_database_url: str = "sqlite:///.data/token-issuer.sqlite3"
@@ -49,7 +50,7 @@ class TokenIssuerSettings(TlsSettings, BaseSettings):
     directory_max_age: int = Field(default=86400, ge=0)
 
     #: Bearer secret of the attester-to-issuer channel (split model).
-    attester_secret: SecretStr | None = Field(default=None, min_length=16)
+    attester_secret: ServiceToken | None = None
 
     # --- attester ---
     attester_database_url: str = "sqlite:///.data/token-attester.sqlite3"

@@ -101,7 +101,7 @@ def _run(name: str, tmp_path: Path, *, startup: bool) -> str:
                     pass
                 assert time.monotonic() < deadline, "the service did not start"
                 time.sleep(0.1)
-            auth = {"Authorization": f"Bearer {keys.admin_token}"}
+            auth = {"Authorization": f"Bearer {keys.admin_tokens[name]}"}
             answer = httpx.get(url + TARGETS[name][1], headers=auth, timeout=10)
             assert answer.status_code == 500, answer.text
             assert not _secrets_in(answer.text)

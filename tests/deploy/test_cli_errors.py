@@ -89,7 +89,10 @@ def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], a
 FAILURES = [
     (["collect", "--task", "t", "--current-batch"], "no collector URL"),
     (["collect", "--task", "t", "--collector", "http://127.0.0.1:1"], "interval-start"),
-    (["collect", "--task", "t", "--current-batch", "--collector", "http://x"], "no admin token"),
+    (
+        ["collect", "--task", "t", "--current-batch", "--collector", "http://x"],
+        "no collector admin token",
+    ),
     (["task", "create", "--vdaf", "{nope", *URLS, "--collector", "http://c"], "must be JSON"),
     (["task", "create", *URLS, "--collector", "http://c"], "--vdaf is required"),
     (["task", "create", "--vdaf", VDAF, "--leader", "http://a"], "no helper URL"),

@@ -92,7 +92,7 @@ def test_the_temporary_name_cannot_be_planted(tmp_path: Path) -> None:
         leader=URLS["--leader"],
         helper=URLS["--helper"],
         collector=URLS["--collector"],
-        admin_token="an-admin-token-0123456789",
+        admin_tokens={"leader": "an-admin-token-0123456789"},
     )
     write_deployment(directory / "deployment.json", deployment)
     assert target.read_text() == BAIT
