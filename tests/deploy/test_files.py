@@ -62,7 +62,11 @@ def test_keys_init_makes_everything_owner_only(
     assert _keys_init(directory, capsys)[0] == 0
     assert _mode(directory) == 0o700
     files = list(directory.iterdir())
-    assert {f.name for f in files} >= {"deployment.json", "admin_token", "manufacturer-ca.key"}
+    assert {f.name for f in files} >= {
+        "deployment.json",
+        "leader.admin_token",
+        "manufacturer-ca.key",
+    }
     assert {f.name: oct(_mode(f)) for f in files if _mode(f) != 0o600} == {}
 
 
@@ -101,7 +105,14 @@ def test_the_temporary_name_cannot_be_planted(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["admin_token", "recipe-server.key", "leader.datastore_key", "manufacturer-ca.key"]
+    "name",
+    [
+        "leader.admin_token",
+        "leader.provisioner_token",
+        "recipe-server.key",
+        "leader.datastore_key",
+        "manufacturer-ca.key",
+    ],
 )
 @pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
 def test_a_planted_key_link_is_refused_and_its_target_untouched(
