@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.crypter import DatastoreKeys
+from services.common.limits import ServerLimits
 
 
-class AggregatorSettings(BaseSettings):
+class AggregatorSettings(ServerLimits):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.
@@ -55,6 +56,22 @@ class AggregatorSettings(BaseSettings):
     pg_pool_size: int = Field(default=8, ge=1)
     #: Most uploads stored in one transaction by the group-commit writer.
     upload_group_max: int = Field(default=256, ge=1)
+
+    # --- bounded resources (`services.common.limits`) ---
+    #: Bodies of every route but uploads (which are capped at the task's largest report): the
+    #: helper's aggregation job requests carry up to `max_job_size` report shares.
+    max_request_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
+    #: Uploads being validated or waiting for it; more get 503 with Retry-After.
+    upload_pending_max: int = Field(default=1024, ge=1)
+    #: Validated uploads waiting for the group-commit writer; more get 503 with Retry-After.
+    upload_queue_max: int = Field(default=4096, ge=1)
+    #: Seconds after which an upload refused with 503 may be tried again.
+    upload_retry_after_s: int = Field(default=1, ge=1)
+    #: Unknown task ids remembered (per process, at most this many, for this long) so that a
+    #: flood of them costs a cache lookup, not a store query; unknown HPKE config ids likewise
+    #: wait this long before the key list is read again.
+    unknown_id_cache_size: int = Field(default=10_000, ge=1)
+    unknown_id_cache_s: float = Field(default=5.0, ge=0)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
     #: A token's window (of the report's time) must have ended no longer ago than this: at

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.crypter import DatastoreKeys
+from services.common.limits import ServerLimits
 
 __all__ = ["CollectorSettings"]
 
 
-class CollectorSettings(BaseSettings):
+class CollectorSettings(ServerLimits):
     """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
     show up in a repr or a log line."""
 

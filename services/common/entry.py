@@ -10,14 +10,18 @@ from typing import Any, Protocol, TypeVar
 import uvicorn
 from pydantic import ValidationError
 
+from services.common.limits import ServerLimits
 from services.common.logs import configure_logging
+from services.common.serving import server_options
 
 __all__ = ["run_service", "service_main", "settings_from_env"]
 
 _S = TypeVar("_S")
 
 
-def run_service(app: Any, *, host: str, port: int, log_level: str) -> None:
+def run_service(
+    app: Any, *, host: str, port: int, log_level: str, limits: ServerLimits | None = None
+) -> None:
     """Serve `app` until a signal; uvicorn finishes in-flight requests and runs lifespan exit."""
     configure_logging(log_level)
     # Access logs would only repeat request paths, and a path can carry task and job ids.
@@ -29,6 +33,7 @@ def run_service(app: Any, *, host: str, port: int, log_level: str) -> None:
         log_level=log_level.lower(),
         access_log=False,
         log_config=None,
+        **server_options(limits or ServerLimits()),
     )
 
 
@@ -53,6 +58,10 @@ class _Listening(Protocol):
     host: str
     port: int
     log_level: str
+    max_request_body_bytes: int
+    limit_concurrency: int
+    header_timeout_s: float
+    body_timeout_s: float
 
 
 _L = TypeVar("_L", bound=_Listening)
@@ -66,6 +75,10 @@ def service_main(
     if settings is None:
         return 2
     run_service(
-        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        limits=ServerLimits.model_validate(settings, from_attributes=True),
     )
     return 0
