@@ -668,9 +668,7 @@ class Aggregator:
         if now > window_end + grace_s:
             return REASON_TOKEN_EXPIRED, None
         challenge = token_challenge(task.id, metadata.time, policy)
-        keys = self.issuer_keys.keys(
-            policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch
-        )
+        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
         try:
             verify_token(token, keys, challenge.digest())
         except InvalidTokenError:

@@ -3,12 +3,13 @@
 A `Report` is ``ReportMetadata || public_share<0..2^32-1> || HpkeCiphertext (leader) ||
 HpkeCiphertext (helper)``, and each ciphertext seals a ``PlaintextInputShare``
 (``extensions<0..2^16-1> || payload<0..2^32-1>``) under sagg's one HPKE suite (X25519 /
-HKDF-SHA256 / AES-128-GCM, so the encapsulated key and the tag have fixed sizes). For a Prio3 task the public share and each
-aggregator's input share have exact lengths, and the only extensions an aggregator accepts are
-sagg's two (`shared.dap.extensions`): a Privacy Pass token when the task takes tokens and a
-RecipeBinding when it is bound to a recipe. So a report of a task has an exact largest size,
-and a helper ciphertext an exact smallest and largest one: anything outside is not a report
-of this task, whatever the length prefixes claim (today's 4 GiB "poison" helper share).
+HKDF-SHA256 / AES-128-GCM: the encapsulated key and the tag have fixed sizes). For a Prio3
+task the public share and each aggregator's input share have exact lengths, and the only
+extensions an aggregator accepts are sagg's two (`shared.dap.extensions`): a Privacy Pass
+token when the task takes tokens and a RecipeBinding when it is bound to a recipe. So a report
+of a task has an exact largest size, and a helper ciphertext an exact smallest and largest
+one: anything outside is not a report of this task, whatever its length prefixes claim (the
+4 GiB "poison" helper share).
 
 The leader caps its upload bodies at `max_report_len` and refuses a helper ciphertext outside
 `helper_ciphertext_bounds` at upload, before it is stored and re-sent in aggregation jobs.
