@@ -502,15 +502,16 @@ class Aggregator:
         body: bytes,
         done: Callable[[Answer | Exception], None],
         *,
+        wait: bool = True,
         fetch: bool = True,
     ) -> None:
         """Validate one upload here and store it through the group-commit writer.
 
         `done` gets the 201 Answer, or the problem to answer, once the report (or the count of
         its refusal) is committed; it may run in the writer thread. Errors come as exceptions.
-        Validation never waits for a token issuer: when the task's issuer keys must be fetched
-        first, `done` gets `IssuerKeysPendingError` and the caller calls again, after the fetch,
-        with `fetch` False."""
+        With `wait` False validation never waits for a token issuer: when the task's issuer
+        keys must be fetched first, `done` gets `IssuerKeysPendingError` and the caller calls
+        again, after the fetch, with `fetch` False."""
         try:
             task = self.task(task_id, "leader")
         except DapProblemError as exc:
@@ -523,7 +524,7 @@ class Aggregator:
             retry_after=self.settings.upload_retry_after_s,
         )
         try:
-            report = self._validate_upload(task, body, fetch)
+            report = self._validate_upload(task, body, wait=wait, fetch=fetch)
         except _RejectedError as exc:
             problem = DapProblemError(exc.problem, exc.detail, task_id=task.b64)
             # The refusal stands whether or not its count could be stored.
@@ -544,7 +545,7 @@ class Aggregator:
         except QueueFullError:
             done(full)
 
-    def _validate_upload(self, task: Task, body: bytes, fetch: bool) -> NewReport:
+    def _validate_upload(self, task: Task, body: bytes, *, wait: bool, fetch: bool) -> NewReport:
         invalid, rejected = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
         try:
             report = Report.decode(body)
@@ -603,7 +604,7 @@ class Aggregator:
             share.extensions,
             now,
             self.settings.token_upload_grace_s,
-            wait=False,
+            wait=wait,
             fetch=fetch,
         )
         if reason == REASON_EXTENSION:
