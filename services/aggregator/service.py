@@ -24,9 +24,10 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   at most the extensions the task takes: `shared.dap.sizes`) gets `invalidMessage`: the leader
   would otherwise store it and re-send it to the helper in every aggregation job.
 
-Unknown task ids and HPKE config ids cost a cache lookup, not a store query, for
-`unknown_id_cache_s` (a flood of random ids neither reaches the store nor grows memory: at most
-`unknown_id_cache_size` unknown task ids are remembered, and config ids are one byte).
+Unknown task ids and HPKE config ids cost a lookup in memory, not a store query: the set of
+every provisioned task id is read at most once per `unknown_id_cache_s` (so a flood of random
+task ids costs one query per period, and memory holds the store's task ids, not the flood's),
+and the key list is read again for an unknown config id at most that often.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import hmac
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -359,8 +359,9 @@ class Aggregator:
         )
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
-        #: Task ids the store did not know, oldest first, with when it said so.
-        self._unknown_tasks: OrderedDict[bytes, float] = OrderedDict()
+        #: Every provisioned task id and when it was read (unknown ids are refused by it).
+        self._task_ids: frozenset[bytes] = frozenset()
+        self._task_ids_loaded = float("-inf")
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
         self._key_list: list[HpkeConfig] = []
         self._keys_loaded = 0.0
@@ -388,32 +389,35 @@ class Aggregator:
         found, task = self.cached_task_by_id(task_id)
         if found:
             return task
-        record = self.ds.get_task(task_id)
-        now = time.monotonic()
-        if record is None:
+        with self._lock:
+            ids_fresh = self._task_ids_fresh(time.monotonic())
+        if not ids_fresh:
+            ids = self.ds.task_ids()
             with self._lock:
-                self._tasks.pop(task_id, None)
-                self._unknown_tasks[task_id] = now
-                self._unknown_tasks.move_to_end(task_id)
-                while len(self._unknown_tasks) > self.settings.unknown_id_cache_size:
-                    self._unknown_tasks.popitem(last=False)
+                self._task_ids, self._task_ids_loaded = ids, time.monotonic()
+            if task_id not in ids:
+                return None
+        record = self.ds.get_task(task_id)
+        if record is None:
+            self.forget_task(task_id)
             return None
         task = task_from_record(record)
         with self._lock:
-            self._tasks[task_id] = (now, task)
-            self._unknown_tasks.pop(task_id, None)
+            self._tasks[task_id] = (time.monotonic(), task)
         return task
 
+    def _task_ids_fresh(self, now: float) -> bool:
+        return now - self._task_ids_loaded < self.settings.unknown_id_cache_s
+
     def cached_task_by_id(self, task_id: bytes) -> tuple[bool, Task | None]:
-        """(True, the task or None if unknown) when the caches answer, else (False, None)."""
+        """(True, the task or None if unknown) when memory answers, else (False, None)."""
         now = time.monotonic()
         with self._lock:
             cached = self._tasks.get(task_id)
             if cached is not None and now - cached[0] < _TASK_CACHE_S:
                 return True, cached[1]
-            unknown_since = self._unknown_tasks.get(task_id)
-        if unknown_since is not None and now - unknown_since < self.settings.unknown_id_cache_s:
-            return True, None
+            if self._task_ids_fresh(now) and task_id not in self._task_ids:
+                return True, None
         return False, None
 
     def cached_task(self, task_id: str, role: str) -> Task | None:
@@ -433,9 +437,10 @@ class Aggregator:
         return task
 
     def forget_task(self, task_id: bytes) -> None:
+        """Drop what memory holds about the task (provisioned or deleted here)."""
         with self._lock:
             self._tasks.pop(task_id, None)
-            self._unknown_tasks.pop(task_id, None)
+            self._task_ids_loaded = float("-inf")
 
     def _load_keys(self) -> None:
         records = self.ds.hpke_keys()

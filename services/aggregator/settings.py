@@ -67,10 +67,8 @@ class AggregatorSettings(ServerLimits):
     upload_queue_max: int = Field(default=4096, ge=1)
     #: Seconds after which an upload refused with 503 may be tried again.
     upload_retry_after_s: int = Field(default=1, ge=1)
-    #: Unknown task ids remembered (per process, at most this many, for this long) so that a
-    #: flood of them costs a cache lookup, not a store query; unknown HPKE config ids likewise
-    #: wait this long before the key list is read again.
-    unknown_id_cache_size: int = Field(default=10_000, ge=1)
+    #: How long the set of provisioned task ids (which refuses unknown ones without a store
+    #: query) and, for unknown HPKE config ids, the key list are trusted before re-reading.
     unknown_id_cache_s: float = Field(default=5.0, ge=0)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
