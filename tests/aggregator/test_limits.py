@@ -73,8 +73,10 @@ def test_report_size_bounds_are_exact(vdaf: str, token: bool, binding: bool) -> 
         token=_any_token() if token else None,
     )
     measurement = [1, 0, 0, 0] if vdaf == "sumvec" else 1
-    largest = helpers.make_report(params, *configs, measurement, 1, extensions=extensions)
-    bare = helpers.make_report(params, *configs, measurement, 1)
+    largest = helpers.make_report(
+        params, configs[0], configs[1], measurement, 1, extensions=extensions
+    )
+    bare = helpers.make_report(params, configs[0], configs[1], measurement, 1)
     assert len(largest.encode()) == max_report_len(prio3, token=token, binding=binding)
     low, high = helper_ciphertext_bounds(prio3, token=token, binding=binding)
     assert len(largest.helper_encrypted_input_share.encode()) == high
@@ -252,8 +254,8 @@ def test_random_hpke_config_ids_do_not_reach_the_store(lookups: tuple[Env, list[
         )
         _problem(env.upload(moved), 400, ProblemType.OUTDATED_CONFIG, env.tid)
     # Only the refusal counts are written (`outdatedConfig`, by the group-commit writer).
-    lookups = [name for name in calls if name != "put_reports"]
-    assert lookups == [], f"unknown HPKE config ids cost {lookups}"
+    reads = [name for name in calls if name != "put_reports"]
+    assert reads == [], f"unknown HPKE config ids cost {reads}"
 
 
 # --- a token issuer that never answers ----------------------------------------------------------
@@ -291,9 +293,10 @@ class _IssuerRouter(httpx.Client):
         super().__init__(timeout=120)
         self.issuer = issuer
 
-    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:  # type: ignore[override]
+    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
         if str(url).startswith(ISSUER_URL):
-            return self.issuer.client.get(url)
+            response: httpx.Response = self.issuer.client.get(url)
+            return response
         return super().get(url, **kwargs)
 
 
