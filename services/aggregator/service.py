@@ -327,6 +327,21 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
     return DapProblemError(ProblemType.REPORT_REJECTED, _STORE_REFUSALS[outcome], task_id=task.b64)
 
 
+def _task_key(task_id: str) -> bytes:
+    try:
+        return TaskId.from_b64url(task_id).value
+    except DecodeError:
+        raise DapProblemError(
+            ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
+        ) from None
+
+
+def _in_role(task: Task | None, task_id: str, role: str | None) -> Task:
+    if task is None or (role is not None and task.role != role):
+        raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
+    return task
+
+
 class Aggregator:
     """One aggregator process's view of its store, clock and keys."""
 
@@ -372,16 +387,7 @@ class Aggregator:
 
     def task(self, task_id: str, role: str | None = None) -> Task:
         """The task named in the path, or `unrecognizedTask` (also when it has another role)."""
-        try:
-            tid = TaskId.from_b64url(task_id)
-        except DecodeError:
-            raise DapProblemError(
-                ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
-            ) from None
-        task = self.task_by_id(tid.value)
-        if task is None or (role is not None and task.role != role):
-            raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
-        return task
+        return _in_role(self.task_by_id(_task_key(task_id)), task_id, role)
 
     def task_by_id(self, task_id: bytes) -> Task | None:
         # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused for a few
@@ -421,20 +427,10 @@ class Aggregator:
         return False, None
 
     def cached_task(self, task_id: str, role: str) -> Task | None:
-        """`task` from the caches alone (no store query, so safe on the event loop); None
-        when only the store can tell."""
-        try:
-            tid = TaskId.from_b64url(task_id)
-        except DecodeError:
-            raise DapProblemError(
-                ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
-            ) from None
-        found, task = self.cached_task_by_id(tid.value)
-        if not found:
-            return None
-        if task is None or task.role != role:
-            raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
-        return task
+        """`task` from memory alone (no store query, so safe on the event loop); None when
+        only the store can tell."""
+        found, task = self.cached_task_by_id(_task_key(task_id))
+        return _in_role(task, task_id, role) if found else None
 
     def forget_task(self, task_id: bytes) -> None:
         """Drop what memory holds about the task (provisioned or deleted here)."""

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from services.common import entry as common_entry
+from services.common.limits import ServerLimits
 from services.recipe_server import __main__ as entry
 from services.recipe_server.settings import RecipeServerSettings
 
@@ -38,4 +39,7 @@ def test_main_serves_with_valid_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     served: list[dict[str, object]] = []
     monkeypatch.setattr(common_entry, "run_service", lambda app, **kw: served.append(kw))
     assert entry.main() == 0
-    assert served == [{"host": "127.0.0.1", "port": 8086, "log_level": "info"}]
+    (kw,) = served
+    limits = kw.pop("limits")
+    assert kw == {"host": "127.0.0.1", "port": 8086, "log_level": "info"}
+    assert isinstance(limits, ServerLimits) and limits.limit_concurrency == 1024
