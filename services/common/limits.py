@@ -18,9 +18,9 @@ concurrency cap and the header and body read timeouts) are in `services.common.s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import Response
 from pydantic import Field
 from pydantic_settings import BaseSettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -73,7 +73,9 @@ def declared_length(scope: Scope) -> tuple[int | None, bool]:
     return length, chunked and length is None
 
 
-def content_too_large(scope: Scope, limit: int, *, dap: bool, task_id: str | None = None) -> Any:
+def content_too_large(
+    scope: Scope, limit: int, *, dap: bool, task_id: str | None = None
+) -> Response:
     """The 413 problem response; ``Connection: close`` so the rest is never read."""
     detail = f"the request body is larger than {limit} bytes"
     headers = {"Connection": "close"}
