@@ -12,7 +12,9 @@ POST attacks). `TimedHttpToolsProtocol` adds the two timeouts uvicorn lacks:
   keeps trickling is cut off even though each byte arrives in time.
 
 When one expires before the answer has started, the client gets a 408 problem document and the
-connection is closed; after that, the connection is just closed. `server_options` gives the
+connection is closed; after that, the connection is just closed. Past ``limit_concurrency``
+uvicorn refuses requests with a bare 503; here it is a problem document with ``Retry-After``,
+like every other "try again later" of sagg. `server_options` gives the
 keyword arguments both entry points (`services.common.entry`, `services.aggregator.server`) pass
 to uvicorn.
 """
@@ -23,7 +25,9 @@ import asyncio
 import json
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from services.common.limits import ServerLimits
 from shared.constants import MEDIA_PROBLEM
@@ -31,11 +35,30 @@ from shared.constants import MEDIA_PROBLEM
 __all__ = ["TimedHttpToolsProtocol", "server_options"]
 
 
-def _timeout_response() -> bytes:
-    body = json.dumps(
-        {"type": "about:blank", "title": "Request Timeout", "status": 408},
-        separators=(",", ":"),
+def _problem(status: int, title: str) -> bytes:
+    return json.dumps(
+        {"type": "about:blank", "title": title, "status": status}, separators=(",", ":")
     ).encode()
+
+
+#: Seconds a client refused for the concurrency limit is told to wait.
+BUSY_RETRY_AFTER_S = 1
+
+
+async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
+    body = _problem(503, "Service Unavailable")
+    headers = [
+        (b"content-type", MEDIA_PROBLEM.encode()),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"%d" % BUSY_RETRY_AFTER_S),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _timeout_response() -> bytes:
+    body = _problem(408, "Request Timeout")
     head = (
         "HTTP/1.1 408 Request Timeout\r\n"
         f"content-type: {MEDIA_PROBLEM}\r\n"
@@ -100,6 +123,11 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._disarm()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # Uvicorn hands a request past `limit_concurrency` its own bare 503 app.
+        chosen: Any = _busy if app is service_unavailable else app
+        super()._start_asgi_task(cycle, chosen)
 
 
 def server_options(limits: ServerLimits) -> dict[str, Any]:

@@ -271,3 +271,19 @@ def test_entry_point_serves_with_the_limits(monkeypatch: pytest.MonkeyPatch) -> 
     protocol = seen["http"]
     assert issubclass(protocol, TimedHttpToolsProtocol)
     assert (protocol.header_timeout_s, protocol.body_timeout_s) == (1.5, 2.5)
+
+
+def test_past_the_concurrency_limit_the_answer_is_503_with_retry_after(tmp_path: Path) -> None:
+    """Connections held open up to `limit_concurrency`: the next request is refused at once
+    with a problem document and Retry-After, not queued."""
+    limits = ServerLimits(limit_concurrency=3)
+    with served(collector_app(tmp_path), limits) as port:
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+        try:
+            status, headers, body = _request(port, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        finally:
+            for sock in held:
+                sock.close()
+    assert status == 503, body
+    assert headers["retry-after"] == "1"
+    assert headers["content-type"].startswith(MEDIA_PROBLEM)
