@@ -50,8 +50,10 @@ REQUEST_TIMEOUT_S = 10.0
 #: The leader's read deadlines during the flood: short, so slowloris connections are cut
 #: (and counted) within the run.
 LEADER_ENV = {"HEADER_TIMEOUT_S": "2", "BODY_TIMEOUT_S": "2"}
-#: Honest reports built ahead (each is uploaded once: a second upload would be a replay).
+#: Honest reports built ahead (each is uploaded once: a second upload would be a replay);
+#: once they are used up, honest uploads are skipped (`NONE_LEFT`, not counted).
 HONEST_REPORTS = 6000
+NONE_LEFT = "none left"
 
 
 @dataclass
@@ -111,7 +113,7 @@ class _Attacker:
     def honest_upload(self) -> str:
         with self.lock:
             if not self.honest:
-                return "none left"
+                return NONE_LEFT
             body = self.honest.pop()
         return self._put(f"/tasks/{self.task_id}/reports", body)
 
@@ -218,7 +220,7 @@ def flood(
     samples: list[tuple[float, int]] = []
 
     def record(kind: str, status: str) -> None:
-        if time.monotonic() < measure_from:
+        if time.monotonic() < measure_from or status == NONE_LEFT:
             return
         with lock:
             summary.requests += 1
