@@ -45,13 +45,14 @@ from services.aggregator.datastore import Datastore
 from services.aggregator.metrics import aggregator_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
-from services.aggregator.upload_route import handle_upload, upload_task_id
+from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
 from services.common.auth import hash_token, require_bearer, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
 from services.common.http import http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
@@ -118,7 +119,8 @@ class _AggregatorApp(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task_id = upload_task_id(scope)
         if task_id is not None:
-            await handle_upload(self.state.aggregator, task_id, scope, receive, send)
+            state = self.state
+            await handle_upload(state.aggregator, state.upload_gate, task_id, scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -166,6 +168,9 @@ def create_app(
     app = _AggregatorApp(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.aggregator = agg
     app.state.settings = settings
+    app.state.upload_gate = UploadGate(settings.upload_pending_max)
+    # Uploads bypass this stack and cap their bodies at the task's largest report.
+    install_body_limit(app, settings.max_request_body_bytes, dap=True)
     install_problem_handlers(app)
     install_http_problem_handler(app)
 
@@ -271,6 +276,8 @@ def create_app(
         )
         if outcome == "conflict":
             raise HttpProblemError(409, "a different task with this id exists", task_id=task_id)
+        # Known now, though a lookup may just have cached it as unknown.
+        agg.forget_task(definition.id.value)
         return JSONResponse({"task_id": task_id}, status_code=201 if outcome == "created" else 200)
 
     @app.put("/internal/tasks/{task_id}")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 
-class AggregatorSettings(TlsSettings, BaseSettings):
+class AggregatorSettings(TlsSettings, ServerLimits):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.
@@ -61,6 +62,20 @@ class AggregatorSettings(TlsSettings, BaseSettings):
     pg_pool_size: int = Field(default=8, ge=1)
     #: Most uploads stored in one transaction by the group-commit writer.
     upload_group_max: int = Field(default=256, ge=1)
+
+    # --- bounded resources (`services.common.limits`) ---
+    #: Bodies of every route but uploads (which are capped at the task's largest report): the
+    #: helper's aggregation job requests carry up to `max_job_size` report shares.
+    max_request_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
+    #: Uploads being validated or waiting for it; more get 503 with Retry-After.
+    upload_pending_max: int = Field(default=1024, ge=1)
+    #: Validated uploads waiting for the group-commit writer; more get 503 with Retry-After.
+    upload_queue_max: int = Field(default=4096, ge=1)
+    #: Seconds after which an upload refused with 503 may be tried again.
+    upload_retry_after_s: int = Field(default=1, ge=1)
+    #: How long the set of provisioned task ids (which refuses unknown ones without a store
+    #: query) and, for unknown HPKE config ids, the key list are trusted before re-reading.
+    unknown_id_cache_s: float = Field(default=5.0, ge=0)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
     #: A token's window (of the report's time) must have ended no longer ago than this: at

@@ -46,6 +46,7 @@ from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.health import install_healthz
 from services.common.http import async_http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
@@ -174,6 +175,7 @@ def create_app(
         except (ValueError, RecursionError):
             raise HttpProblemError(400, "body is not JSON") from None
 
+    install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_http_problem_handler(app)
 

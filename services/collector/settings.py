@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 __all__ = ["CollectorSettings"]
 
 
-class CollectorSettings(TlsSettings, BaseSettings):
+class CollectorSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
     show up in a repr or a log line."""
 

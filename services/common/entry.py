@@ -10,7 +10,9 @@ from typing import Any, Protocol, TypeVar
 import uvicorn
 from pydantic import ValidationError
 
+from services.common.limits import ServerLimits
 from services.common.logs import configure_logging
+from services.common.serving import server_options
 
 __all__ = ["run_service", "service_main", "settings_from_env"]
 
@@ -25,6 +27,7 @@ def run_service(
     log_level: str,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
+    limits: ServerLimits | None = None,
 ) -> None:
     """Serve `app` until a signal; uvicorn finishes in-flight requests and runs lifespan exit.
 
@@ -41,6 +44,7 @@ def run_service(
         log_config=None,
         ssl_certfile=tls_cert_file,
         ssl_keyfile=tls_key_file,
+        **server_options(limits or ServerLimits()),
     )
 
 
@@ -67,6 +71,10 @@ class _Listening(Protocol):
     log_level: str
     tls_cert_file: str | None
     tls_key_file: str | None
+    max_request_body_bytes: int
+    limit_concurrency: int
+    header_timeout_s: float
+    body_timeout_s: float
 
 
 _L = TypeVar("_L", bound=_Listening)
@@ -88,5 +96,6 @@ def service_main(
         log_level=settings.log_level,
         tls_cert_file=settings.tls_cert_file,
         tls_key_file=settings.tls_key_file,
+        limits=ServerLimits.model_validate(settings, from_attributes=True),
     )
     return 0

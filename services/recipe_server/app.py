@@ -44,6 +44,7 @@ from services.common.clock import Clock, RealClock
 from services.common.db import Database
 from services.common.health import install_healthz
 from services.common.http import http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.recipe_server.keys import load_signer
@@ -168,6 +169,7 @@ def create_app(
     app = FastAPI(title="sagg recipe server", lifespan=lifespan, openapi_url=None)
     app.state.service = service
     app.state.metrics = metrics
+    install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_healthz(app, lambda: db.schema_version() > 0)
     install_metrics(

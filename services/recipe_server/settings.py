@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
 from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 __all__ = ["AnalystGrant", "RecipeServerSettings"]
 
@@ -31,7 +32,7 @@ class AnalystGrant(BaseModel):
     analysis_prefixes: tuple[str, ...] = ()
 
 
-class RecipeServerSettings(TlsSettings, BaseSettings):
+class RecipeServerSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.recipe_server` needs; secrets are `SecretStr`."""
 
     model_config = SettingsConfigDict(env_prefix="SAGG_RECIPE_SERVER_", extra="ignore")

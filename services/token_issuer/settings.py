@@ -6,16 +6,17 @@ from pathlib import Path
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 __all__ = ["TokenIssuerSettings"]
 
 
-class TokenIssuerSettings(TlsSettings, BaseSettings):
+class TokenIssuerSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.token_issuer` needs.
 
     `role` picks the deployment model of RFC 9576 §4: ``joint`` runs attester and issuer in one

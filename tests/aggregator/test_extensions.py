@@ -89,7 +89,9 @@ def test_recipe_binding_checked_at_upload(db_factory: DbFactory, clock: TestCloc
     collection = env.collect(_interval(env))
     assert collection.report_count == 2
     upload = task_stats(env.leader, env.tid)["rejections"]["upload"]
-    assert upload == {"binding_missing": 1, "binding_mismatch": 2, "invalid_extension": 3}
+    # The unknown and the repeated extension make reports longer than any of the task: 413
+    # before the body is read, so they never reach the store's counts.
+    assert upload == {"binding_missing": 1, "binding_mismatch": 2, "invalid_extension": 1}
     helper = task_stats(env.helper, env.tid)
     assert helper["rejections"]["aggregation"] == {}
     assert helper["report_aggregations"] == {"finished": 2}

@@ -10,6 +10,7 @@ import pytest
 
 from deploy.tls import ensure_local_tls
 from services.common import entry as common_entry
+from services.common.limits import ServerLimits
 from services.recipe_server import __main__ as entry
 from services.recipe_server.settings import RecipeServerSettings
 
@@ -46,15 +47,16 @@ def test_main_serves_with_valid_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     served: list[dict[str, object]] = []
     monkeypatch.setattr(common_entry, "run_service", lambda app, **kw: served.append(kw))
     assert entry.main() == 0
-    assert served == [
-        {
-            "host": "127.0.0.1",
-            "port": 8086,
-            "log_level": "info",
-            "tls_cert_file": None,
-            "tls_key_file": None,
-        }
-    ]
+    (kw,) = served
+    limits = kw.pop("limits")
+    assert kw == {
+        "host": "127.0.0.1",
+        "port": 8086,
+        "log_level": "info",
+        "tls_cert_file": None,
+        "tls_key_file": None,
+    }
+    assert isinstance(limits, ServerLimits) and limits.limit_concurrency == 1024
 
 
 def test_main_serves_https_with_a_configured_certificate(
