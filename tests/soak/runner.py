@@ -215,7 +215,7 @@ class Oracle(httpx.BaseTransport):
         if request.method != "PUT" or not request.url.path.endswith("/reports"):
             return self._inner.handle_request(request)
         try:
-            report_id = Report.decode(request.content).report_metadata.report_id.data
+            report_id = Report.decode(request.content).report_metadata.report_id.value
         except DecodeError:
             return self._inner.handle_request(request)
         try:
@@ -513,6 +513,7 @@ def _queue(
 ) -> Pending | None:
     """Steps 2-5 on one device, with the randomized measurement chosen here (the truth)."""
     device = owner.device
+    device.enroll(device.attester_url(verified.recipe))
     device.events.add(FIELD, {FIELD: rng.choice(EMOJI)}, report_time - 60)
     plan = device.plan(verified, report_time)
     if plan.status != "answer":
@@ -544,7 +545,7 @@ def _stored(item: Pending) -> tuple[str, bytes | None, str]:
 
 
 def _report_id(report: bytes | None) -> bytes:
-    return b"" if report is None else Report.decode(report).report_metadata.report_id.data
+    return b"" if report is None else Report.decode(report).report_metadata.report_id.value
 
 
 def _upload(fleet: Fleet, task_id: str, items: Sequence[Pending]) -> None:
@@ -712,7 +713,7 @@ def run_scenario(
         if armed.errors:
             raise SoakError("; ".join(armed.errors))
         outcome.verdict = "PASS"
-    except (InvariantError, SoakError, HarnessError, RecipeError, httpx.HTTPError) as exc:
+    except Exception as exc:  # any failure is this scenario's verdict, with its seed
         outcome.problem = f"{type(exc).__name__}: {exc}"
     finally:
         fleet.oracle.on_upload_answer = None
