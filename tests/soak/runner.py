@@ -9,7 +9,8 @@ attester identity) answer it, and uploads their reports: `main` reports into the
 
 - kill -9 of a service (leader API, leader drivers, helper, collector, token issuer) when the
   n-th upload is answered, when the n-th aggregation-job request of the task crosses the proxy,
-  or when the n-th aggregate-share request does (before it is forwarded, or after the helper
+  or when the n-th aggregate-share request does (before it is forwarded, a few milliseconds
+  into it while the helper may be inside its transaction, or after the helper answered); the
   answered); the service is started again after a drawn pause;
 - a crash of the PostgreSQL server holding the leader's and helper's stores (`pg_ctl stop -m
   immediate`, then start), at the same kinds of moments;
@@ -59,7 +60,7 @@ from client_sdk.simulator import permissive_policy
 from client_sdk.upload import Uploader
 from deploy.collect import CollectError, request_collection
 from deploy.keys import load_manufacturer_ca
-from deploy.recipes import RecipeError, publish_recipe
+from deploy.recipes import publish_recipe
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
@@ -91,6 +92,7 @@ EPSILON = 1.0
 UPLOAD_DEADLINE_S = 120.0
 COLLECT_DEADLINE_S = 120.0
 Phase = Literal["upload", "aggregation", "collection"]
+When = Literal["before", "mid", "after"]
 
 
 # --- drawing scenarios -------------------------------------------------------------------------
@@ -99,18 +101,22 @@ Phase = Literal["upload", "aggregation", "collection"]
 @dataclass(frozen=True)
 class Fault:
     """One fault: `target` (a service, or "postgres") killed at the `at`-th event of `phase`
-    (uploads answered; the task's aggregation-job or aggregate-share requests at the proxy,
-    `before` they are forwarded or after the helper answered), down for `down_s` seconds."""
+    (uploads answered; the task's aggregation-job or aggregate-share requests at the proxy:
+    `when` they reach it, `mid` up to 100 ms after they were forwarded, or `after` the helper
+    answered), down for `down_s` seconds."""
 
     target: str
     phase: Phase
     at: int
-    before: bool
+    when: When
+    mid_s: float
     down_s: float
 
     def describe(self) -> str:
         where = {"upload": "upload", "aggregation": "agg-job", "collection": "agg-share"}
-        side = "" if self.phase == "upload" else ("<" if self.before else ">")
+        side = (
+            "" if self.phase == "upload" else {"before": "<", "mid": "~", "after": ">"}[self.when]
+        )
         kind = "crash" if self.target == "postgres" else "kill"
         return f"{kind} {self.target}@{where[self.phase]}#{self.at}{side} {self.down_s:.1f}s"
 
@@ -190,7 +196,8 @@ def _fault(rng: random.Random, target: str, main: int) -> Fault:
     phase = rng.choice(_PHASES[target])
     at = {"upload": rng.randint(1, main), "aggregation": rng.randint(1, 2), "collection": 1}[phase]
     down = rng.uniform(0.0, 2.5) if target != "postgres" else rng.uniform(0.2, 2.0)
-    return Fault(target, phase, at, rng.random() < 0.5, down)
+    when: When = rng.choice(("before", "mid", "after"))
+    return Fault(target, phase, at, when, rng.uniform(0.0, 0.1), down)
 
 
 # --- what the runner sees on the wire ----------------------------------------------------------
@@ -415,32 +422,38 @@ class Armed:
     def upload_answered(self) -> None:
         self._tick("upload", None)
 
-    def crossing(self, before: bool) -> Callable[[Crossing], Action | None]:
+    def crossing(self, side: When) -> Callable[[Crossing], Action | None]:
         def hook(crossing: Crossing) -> Action | None:
             if self.task_id not in crossing.path:
                 return None
             phase: Phase = "collection" if crossing.kind == "aggregate_share" else "aggregation"
-            self._tick(phase, before)
+            self._tick(phase, side)
             return None
 
         return hook
 
-    def _tick(self, phase: Phase, before: bool | None) -> None:
+    def _tick(self, phase: Phase, side: When | None) -> None:
         due: list[Fault] = []
         with self._lock:
             # A crossing is seen twice (before and after); count it once, on the "before" side.
-            if before is not False:
+            if side != "after":
                 self._counts[phase] += 1
             n = self._counts[phase]
             for i, fault in enumerate(self.faults):
                 if i in self._done or fault.phase != phase or fault.at != n:
                     continue
-                if before is not None and fault.before != before:
+                if side is not None and (fault.when == "after") != (side == "after"):
                     continue
                 self._done.add(i)
                 due.append(fault)
         for fault in due:
-            self._fire(fault)
+            if fault.when == "mid":
+                timer = threading.Timer(fault.mid_s, self._fire, (fault,))
+                timer.daemon = True
+                self._restarts.append(timer)
+                timer.start()
+            else:
+                self._fire(fault)
 
     def _fire(self, fault: Fault) -> None:
         try:
@@ -661,8 +674,8 @@ def run_scenario(
         weights=scenario.link or {Action.PASS: 1.0},
         delay_s=(0.05, 1.0),
     )
-    dep.proxy.before_hooks[:] = [armed.crossing(before=True)]
-    dep.proxy.hooks[:] = [armed.crossing(before=False)]
+    dep.proxy.before_hooks[:] = [armed.crossing("before")]
+    dep.proxy.hooks[:] = [armed.crossing("after")]
     fleet.oracle.on_upload_answer = armed.upload_answered
     try:
         now = int(time.time())
