@@ -416,29 +416,36 @@ class Armed:
         self.errors: list[str] = []
         self._counts: dict[Phase, int] = {"upload": 0, "aggregation": 0, "collection": 0}
         self._done: set[int] = set()
+        #: Proxy crossing index -> its rank among this task's requests of its phase.
+        self._ranks: dict[int, int] = {}
         self._lock = threading.Lock()
         self._restarts: list[threading.Thread] = []
 
     def upload_answered(self) -> None:
-        self._tick("upload", None)
+        with self._lock:
+            self._counts["upload"] += 1
+            n = self._counts["upload"]
+        self._tick("upload", n, None)
 
     def crossing(self, side: When) -> Callable[[Crossing], Action | None]:
         def hook(crossing: Crossing) -> Action | None:
             if self.task_id not in crossing.path:
                 return None
             phase: Phase = "collection" if crossing.kind == "aggregate_share" else "aggregation"
-            self._tick(phase, side)
+            with self._lock:
+                # Each crossing is seen twice, before and after: its rank is fixed on arrival.
+                if crossing.index not in self._ranks:
+                    self._counts[phase] += 1
+                    self._ranks[crossing.index] = self._counts[phase]
+                n = self._ranks[crossing.index]
+            self._tick(phase, n, side)
             return None
 
         return hook
 
-    def _tick(self, phase: Phase, side: When | None) -> None:
+    def _tick(self, phase: Phase, n: int, side: When | None) -> None:
         due: list[Fault] = []
         with self._lock:
-            # A crossing is seen twice (before and after); count it once, on the "before" side.
-            if side != "after":
-                self._counts[phase] += 1
-            n = self._counts[phase]
             for i, fault in enumerate(self.faults):
                 if i in self._done or fault.phase != phase or fault.at != n:
                     continue
@@ -534,7 +541,9 @@ def _queue(
         return None
     assert plan.index is not None
     noise = np.random.default_rng(rng.getrandbits(64))
-    measurement = [int(x) for x in randomize_indices(verified.recipe, [plan.index], noise)[0]]
+    (randomized,) = randomize_indices(verified.recipe, [plan.index], noise)
+    assert isinstance(randomized, list)  # one-hot: a vector
+    measurement = [int(x) for x in randomized]
     outcome = device.commit(plan, measurement)
     if outcome.status != "queued":
         return None
@@ -643,7 +652,7 @@ def _aggregated(dep: SoakDeployment, task_id: str, expected: int) -> Callable[[]
             return False
         states = leader["report_aggregations"]
         jobs = leader["aggregation_jobs"]
-        return (
+        return bool(
             leader["reports"].get("waiting", 0) == 0
             and sum(states.values()) == states.get("finished", 0) >= expected
             and sum(jobs.values()) == jobs.get("finished", 0)
