@@ -170,6 +170,16 @@ class SoakDeployment:
         assert self.pg is not None
         self.pg.crash()
 
+    def restart(self, name: str) -> None:
+        """Start `name` ("postgres" for the database server) again if it is down."""
+        with self._restart_lock:
+            assert self.pg is not None
+            if name == "postgres":
+                if not self.database_up():
+                    self.pg.start()
+            elif not self.services[name].running:
+                self.services[name].start()
+
     def revive(self) -> list[str]:
         """Start whatever is down (the database first); the names of what was started."""
         started: list[str] = []

@@ -481,7 +481,7 @@ class Armed:
         deadline = time.monotonic() + 90
         while True:
             try:
-                self.dep.revive()
+                self.dep.restart(fault.target)
                 return
             except HarnessError as exc:
                 # A service started while the database is still down may exit at start-up.
@@ -641,8 +641,8 @@ def _wait(what: str, predicate: Callable[[], bool], deadline: float) -> None:
 
 
 def _aggregated(dep: SoakDeployment, task_id: str, expected: int) -> Callable[[], bool]:
-    """Both aggregators have finished exactly `expected` report aggregations and nothing is
-    left waiting or in flight at the leader."""
+    """Both aggregators have finished at least `expected` report aggregations and nothing is
+    left waiting or in flight at the leader (`_check_agreement` then wants exactly)."""
 
     def done() -> bool:
         try:
@@ -668,25 +668,28 @@ def run_scenario(
     rng = random.Random(scenario.rng_seed)
     outcome = Outcome("FAIL")
     started = time.monotonic()
-    assert dep.proxy is not None
-    summary = publish_recipe(
-        dep.urls["recipe-server"],
-        dep.keys.analyst_token,
-        _recipe_draft(scenario, tag),
-        http=dep.http,
-    )
-    task_id = str(summary["task_id"])
-    verified = fleet.verify(str(summary["recipe_id"]))
-    armed = Armed(dep, scenario, task_id)
-    dep.proxy.schedule = Schedule(
-        _derive(scenario.seed, scenario.index, "link"),
-        weights=scenario.link or {Action.PASS: 1.0},
-        delay_s=(0.05, 1.0),
-    )
-    dep.proxy.before_hooks[:] = [armed.crossing("before")]
-    dep.proxy.hooks[:] = [armed.crossing("after")]
-    fleet.oracle.on_upload_answer = armed.upload_answered
+    proxy = dep.proxy
+    assert proxy is not None
+    task_id: str | None = None
+    armed: Armed | None = None
     try:
+        summary = publish_recipe(
+            dep.urls["recipe-server"],
+            dep.keys.analyst_token,
+            _recipe_draft(scenario, tag),
+            http=dep.http,
+        )
+        task_id = str(summary["task_id"])
+        verified = fleet.verify(str(summary["recipe_id"]))
+        armed = Armed(dep, scenario, task_id)
+        proxy.schedule = Schedule(
+            _derive(scenario.seed, scenario.index, "link"),
+            weights=scenario.link or {Action.PASS: 1.0},
+            delay_s=(0.05, 1.0),
+        )
+        proxy.before_hooks[:] = [armed.crossing("before")]
+        proxy.hooks[:] = [armed.crossing("after")]
+        fleet.oracle.on_upload_answer = armed.upload_answered
         now = int(time.time())
         main_time, small_time = _hour(now), _hour(now) - PRECISION
         fresh, spent = fleet.pick(rng, scenario.main + scenario.small, scenario.exhausted)
@@ -739,15 +742,18 @@ def run_scenario(
         outcome.problem = f"{type(exc).__name__}: {exc}"
     finally:
         fleet.oracle.on_upload_answer = None
-        dep.proxy.before_hooks.clear()
-        dep.proxy.hooks.clear()
-        dep.proxy.schedule = Schedule(0)
-        armed.settle()
-        outcome.fired = armed.fired
+        proxy.before_hooks.clear()
+        proxy.hooks.clear()
+        proxy.schedule = Schedule(0)
+        if armed is not None:
+            armed.settle()
+            outcome.fired = armed.fired
         with contextlib.suppress(Exception):
             dep.revive()
-        with contextlib.suppress(Exception):
-            dep.delete_task(task_id)
+        if task_id is not None:
+            # Stops the leader answering the withheld batch's collection, polled forever.
+            with contextlib.suppress(Exception):
+                dep.delete_task(task_id)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -832,6 +838,10 @@ class Summary:
     passed: int = 0
     failed: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    drawn: int = 0
+    fired: int = 0
+    lossy: int = 0
+    accepted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -870,6 +880,10 @@ def run(
                 f"{result.seconds:5.1f}s {result.verdict}"
             )
             print(line, file=out, flush=True)
+            summary.drawn += len(scenario.faults)
+            summary.fired += len(result.fired)
+            summary.lossy += scenario.link is not None
+            summary.accepted += result.accepted_main + result.accepted_small
             if result.verdict == "PASS":
                 summary.passed += 1
             else:
@@ -882,7 +896,9 @@ def run(
     verdict = "all passed" if summary.ok else f"{len(summary.failed)} FAILED"
     print(
         f"soak seed={seed}: {summary.passed + len(summary.failed)} scenarios, "
-        f"{summary.passed} passed, {verdict} in {summary.seconds:.0f} s",
+        f"{summary.passed} passed, {verdict} in {summary.seconds:.0f} s; "
+        f"{summary.fired} of {summary.drawn} kills and crashes fired, {summary.lossy} lossy "
+        f"links, {summary.accepted} reports accepted",
         file=out,
     )
     for index in summary.failed:

@@ -39,7 +39,7 @@ def test_two_seeded_scenarios_pass(deployment: SoakDeployment) -> None:
     lines = [line for line in text.splitlines() if line.startswith(f"seed={SEED} scenario=")]
     assert len(lines) == 2 and all(line.endswith("PASS") for line in lines), text
     assert "fired=0/" not in text, text  # the faults drawn did fire
-    assert f"soak seed={SEED}: 2 scenarios, 2 passed, all passed" in text
+    assert f"soak seed={SEED}: 2 scenarios, 2 passed, all passed in" in text
 
 
 @needs_postgres
