@@ -220,7 +220,7 @@ class Action(Enum):
     DROP_RESPONSE = "drop_response"  # forward; the helper answers; the leader hears nothing
     DELAY = "delay"  # forward after a pause (below the leader's helper timeout)
     UNAVAILABLE = "503"  # answer 503 without forwarding
-    DUPLICATE = "duplicate"  # forward twice in a row; the leader gets the second answer
+    DUPLICATE = "duplicate"  # forward two copies at once; the leader gets one answer
 
 
 @dataclass(frozen=True)
@@ -340,13 +340,22 @@ class FaultProxy:
         if action is Action.DELAY:
             time.sleep(delay)
         if action in (Action.PASS, Action.DELAY, Action.DROP_RESPONSE, Action.DUPLICATE):
-            for _ in range(2 if action is Action.DUPLICATE else 1):
+
+            def send() -> httpx.Response | None:
                 try:
-                    upstream = self._upstream.request(
+                    return self._upstream.request(
                         method, self.target + path, headers=headers, content=body
                     )
                 except httpx.HTTPError:
-                    upstream = None
+                    return None
+
+            if action is Action.DUPLICATE:
+                # Both copies in flight at once, as a retry after a timeout races the original.
+                with ThreadPoolExecutor(2) as pool:
+                    first, second = pool.submit(send), pool.submit(send)
+                    upstream = second.result() or first.result()
+            else:
+                upstream = send()
         if faultable:
             crossing = Crossing(
                 index, method, path, action, None if upstream is None else upstream.status_code
