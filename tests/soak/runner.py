@@ -32,6 +32,11 @@ the services say about themselves:
    accepted reports) or its token quota (the attester's persisted charge and the tokens the
    device holds); a device asked again after its budget is spent refuses.
 
+The invariants are the promises of DAP-09 §4.4.2 (a report is accepted once, replays are
+refused), §4.5-§4.6 (leader and helper aggregate the same reports; a batch is collected only
+with at least min_batch_size of them), 001 §4.3 and §4.6 (B), 000 §4.3 (the device's budget)
+and RFC 9576 §3 with 001 §4.8 (the attester's per-device token quota).
+
 Each scenario prints one line; a failure prints the command that replays it.
 """
 
