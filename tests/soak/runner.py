@@ -28,7 +28,8 @@ the services say about themselves:
 2. no batch is released below B: the collection of the B-1 reports stays pending;
 3. leader and helper agree: the collection completed (the leader checks the helper's count and
    checksum), and both aggregated exactly the accepted reports of both batches;
-4. no device exceeds its privacy budget (its budget store, and the runner's own count of its
+4. no honest report is refused (each carries a valid token and arrives before the collection);
+5. no device exceeds its privacy budget (its budget store, and the runner's own count of its
    accepted reports) or its token quota (the attester's persisted charge and the tokens the
    device holds); a device asked again after its budget is spent refuses.
 
@@ -221,6 +222,8 @@ class Oracle(httpx.BaseTransport):
         self._lock = threading.Lock()
         #: report id -> one entry per PUT: "accepted", "replayed", "refused" or "unknown".
         self.answers: dict[bytes, list[str]] = {}
+        #: report id -> the leader's last refusal (status and problem document).
+        self.refusals: dict[bytes, str] = {}
         self.on_upload_answer: Callable[[], None] | None = None
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -242,6 +245,8 @@ class Oracle(httpx.BaseTransport):
             answer = "replayed"  # an earlier send was stored, its answer lost
         elif 400 <= response.status_code < 500:
             answer = "refused"
+            with self._lock:
+                self.refusals[report_id] = f"{response.status_code} {text[:300]}"
         else:
             answer = "unknown"  # 5xx: stored or not, the device must send again
         self._record(report_id, answer)
@@ -715,6 +720,12 @@ def run_scenario(
         main = [i.measurement for i in items if i.batch == "main" and fates[id(i)] == "counted"]
         small = [i.measurement for i in items if i.batch == "small" and fates[id(i)] == "counted"]
         outcome.refused = sum(1 for f in fates.values() if f == "refused")
+        if outcome.refused:
+            # Every device here is honest, with its own token, and every upload comes before
+            # the collection: a refusal is a report lost to a fault.
+            refused = next(i for i in items if fates[id(i)] == "refused")
+            why = fleet.oracle.refusals.get(_report_id(_stored(refused)[1]), "?")
+            raise InvariantError(f"{outcome.refused} honest report(s) refused, e.g. {why}")
         outcome.accepted_main, outcome.accepted_small = len(main), len(small)
         for item in items:
             if fates[id(item)] == "counted":
