@@ -168,7 +168,8 @@ class SoakDeployment:
 
     def crash_database(self) -> None:
         assert self.pg is not None
-        self.pg.crash()
+        with self._restart_lock:  # not while a restart is starting it
+            self.pg.crash()
 
     def restart(self, name: str) -> None:
         """Start `name` ("postgres" for the database server) again if it is down."""

@@ -117,7 +117,10 @@ class PostgresInstance:
         )
 
     def crash(self) -> None:
-        """Stop at once, as a crash would: no checkpoint, clients cut off mid-transaction."""
+        """Stop at once, as a crash would: no checkpoint, clients cut off mid-transaction.
+        Nothing to do when it is down already (two faults may fall on one moment)."""
+        if not (self.data / "postmaster.pid").exists():
+            return
         self._run("pg_ctl", "stop", "-m", "immediate", "-w", "-D", str(self.data))
 
     def restart(self) -> None:
