@@ -108,8 +108,9 @@ When = Literal["before", "mid", "after"]
 class Fault:
     """One fault: `target` (a service, or "postgres") killed at the `at`-th event of `phase`
     (uploads answered; the task's aggregation-job or aggregate-share requests at the proxy:
-    `when` they reach it, `mid` up to 100 ms after they were forwarded, or `after` the helper
-    answered), down for `down_s` seconds."""
+    `before` they are forwarded, `mid` `mid_s` (up to 100 ms) after they reached the proxy, or
+    `after` the helper answered), down for `down_s` seconds. Printed as
+    ``kill helper@agg-job#2~ 1.2s`` (``<`` before, ``~`` mid, ``>`` after)."""
 
     target: str
     phase: Phase
@@ -503,9 +504,6 @@ class Armed:
     def settle(self) -> None:
         for thread in self._restarts:
             thread.join(120)
-
-    def unfired(self) -> list[str]:
-        return [f.describe() for i, f in enumerate(self.faults) if i not in self._done]
 
 
 def _hour(now: int) -> int:
