@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench up demo clean
+.PHONY: install test lint bench soak up demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Seeded fault scenarios on a real deployment (tests/soak; not part of `make test`).
+# SOAK_SEED=S replays a run, SOAK_ONLY=n one scenario of it, SOAK_SCENARIOS=N sets how many.
+SOAK_SCENARIOS ?= 100
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak --scenarios $(SOAK_SCENARIOS) \
+		$(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(if $(SOAK_ONLY),--scenario $(SOAK_ONLY))
 
 # Every service as a local process on SQLite (UP_ARGS="--store postgres" for PostgreSQL).
 up: $(STAMP)

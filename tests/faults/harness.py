@@ -6,8 +6,9 @@ loopback ports with its own store (SQLite files in a temporary directory, or fre
 databases that are dropped afterwards). Between leader and helper sits a `FaultProxy`: the
 task's helper endpoint is the proxy's URL, so every aggregation-job and aggregate-share request
 crosses it, and a seeded `Schedule` decides per request whether to pass it, drop it, forward it
-but drop the answer (the helper did the work, the leader never hears back), delay it, or answer
-503. A hook can also kill -9 a process at the moment a chosen request crosses the proxy.
+but drop the answer (the helper did the work, the leader never hears back), delay it, deliver it
+twice, or answer 503. A hook can also kill -9 a process at the moment a chosen request crosses
+the proxy.
 
 The client side (`Uploader`) builds every report once and keeps its bytes, so a report whose
 upload got no answer is re-sent identically; it records what the leader said about each one.
@@ -219,6 +220,7 @@ class Action(Enum):
     DROP_RESPONSE = "drop_response"  # forward; the helper answers; the leader hears nothing
     DELAY = "delay"  # forward after a pause (below the leader's helper timeout)
     UNAVAILABLE = "503"  # answer 503 without forwarding
+    DUPLICATE = "duplicate"  # forward two copies at once; the leader gets one answer
 
 
 @dataclass(frozen=True)
@@ -337,13 +339,23 @@ class FaultProxy:
         upstream: httpx.Response | None = None
         if action is Action.DELAY:
             time.sleep(delay)
-        if action in (Action.PASS, Action.DELAY, Action.DROP_RESPONSE):
-            try:
-                upstream = self._upstream.request(
-                    method, self.target + path, headers=headers, content=body
-                )
-            except httpx.HTTPError:
-                upstream = None
+        if action in (Action.PASS, Action.DELAY, Action.DROP_RESPONSE, Action.DUPLICATE):
+
+            def send() -> httpx.Response | None:
+                try:
+                    return self._upstream.request(
+                        method, self.target + path, headers=headers, content=body
+                    )
+                except httpx.HTTPError:
+                    return None
+
+            if action is Action.DUPLICATE:
+                # Both copies in flight at once, as a retry after a timeout races the original.
+                with ThreadPoolExecutor(2) as pool:
+                    first, second = pool.submit(send), pool.submit(send)
+                    upstream = second.result() or first.result()
+            else:
+                upstream = send()
         if faultable:
             crossing = Crossing(
                 index, method, path, action, None if upstream is None else upstream.status_code
