@@ -391,20 +391,33 @@ class Aggregator:
         """The task named in the path, or `unrecognizedTask` (also when it has another role)."""
         return _in_role(self.task_by_id(_task_key(task_id)), task_id, role)
 
-    def task_by_id(self, task_id: bytes) -> Task | None:
-        # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused for a few
-        # seconds; a task deleted through another process stops answering within that time.
-        found, task = self.cached_task_by_id(task_id)
-        if found:
-            return task
-        with self._lock:
-            ids_fresh = self._task_ids_fresh(time.monotonic())
-        if not ids_fresh:
-            ids = self.ds.task_ids()
+    def task_by_id(self, task_id: bytes, *, listed_only: bool = True) -> Task | None:
+        """The task, from memory when it can. Tasks are immutable, so a parsed copy (with its
+        Prio3 instance) is reused for a few seconds; a task deleted through another process
+        stops answering within that time.
+
+        With `listed_only` an id missing from the recently read id set is unknown without a
+        store query (a flood of random ids costs a set lookup); a task provisioned through
+        another process is then seen within ``unknown_id_cache_s``. The job drivers pass
+        False: a job row names a task that was provisioned, and must not fail for want of a
+        fresh id set."""
+        if listed_only:
+            found, task = self.cached_task_by_id(task_id)
+            if found:
+                return task
             with self._lock:
-                self._task_ids, self._task_ids_loaded = ids, time.monotonic()
-            if task_id not in ids:
-                return None
+                ids_fresh = self._task_ids_fresh(time.monotonic())
+            if not ids_fresh:
+                ids = self.ds.task_ids()
+                with self._lock:
+                    self._task_ids, self._task_ids_loaded = ids, time.monotonic()
+                if task_id not in ids:
+                    return None
+        else:
+            with self._lock:
+                cached = self._tasks.get(task_id)
+            if cached is not None and time.monotonic() - cached[0] < _TASK_CACHE_S:
+                return cached[1]
         record = self.ds.get_task(task_id)
         if record is None:
             self.forget_task(task_id)

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
+from services.aggregator.app import create_app
 from services.aggregator.service import Aggregator, Answer
 from services.common.clock import TestClock
 from services.common.problems import DapProblemError
@@ -21,7 +23,7 @@ from shared import hpke
 from shared.constants import BLIND_RSA_NK, MEDIA_REPORT
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeCiphertext, HpkeConfig, Report, Role
+from shared.dap.messages import HpkeCiphertext, HpkeConfig, Interval, Query, Report, Role
 from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.privacypass.messages import Token
@@ -360,3 +362,38 @@ def test_a_hung_token_issuer_stalls_only_its_own_task(
         thread.join(60)
         assert [r.status_code for r in out] == [503]
     router.close()
+
+
+def test_drivers_find_a_task_provisioned_after_their_id_set_was_read(
+    sqlite_factory: Callable[[], str], clock: TestClock
+) -> None:
+    """Scale-out: an API process provisions a task and takes its uploads while a driver
+    process still holds an id set read before the task existed. The id set may refuse the
+    task's *requests* for ``unknown_id_cache_s``, but a job row names a provisioned task: the
+    drivers must aggregate and collect it, never fail the collection as unrecognizedTask."""
+    env = make_env(sqlite_factory, clock, helpers.TaskParams(), unknown_id_cache_s=3600)
+    stale = env.leader_agg
+    assert stale.task_by_id(TaskId.random().value) is None  # the id set is read now
+    api = TestClient(
+        create_app(
+            helpers.settings(stale.settings.database_url, unknown_id_cache_s=3600), clock=clock
+        )
+    )
+    params = helpers.TaskParams(min_batch_size=3)
+    helpers.provision(api, params, "leader")
+    helpers.provision(env.helper, params, "helper")
+    assert stale.task_by_id(params.task_id.value) is None  # requests: the id set's answer
+    late = Env(
+        params,
+        clock,
+        api,
+        env.helper,
+        env.runner,  # the stale process's drivers
+        helpers.hpke_config(api, params.task_id),
+        helpers.hpke_config(env.helper, params.task_id),
+    )
+    for measurement in (1, 0, 1):
+        assert late.upload(late.report(measurement)).status_code == 201
+    start = clock.now() - clock.now() % params.time_precision
+    collection = late.collect(Query.time_interval(Interval(start, params.time_precision)))
+    assert collection.report_count == 3

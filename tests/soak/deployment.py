@@ -205,13 +205,14 @@ class SoakDeployment:
 
     # --- reads for the invariants ---
 
-    def admin_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.keys.admin_token}"}
+    def admin_headers(self, service: str) -> dict[str, str]:
+        """The operator's credentials of `service` (each service has its own)."""
+        return {"Authorization": f"Bearer {self.keys.admin_tokens[service]}"}
 
     def task_stats(self, role: str, task_id: str) -> dict[str, Any]:
         service = self.services[role]
         response = self.http.get(
-            f"{service.url}/internal/tasks/{task_id}/stats", headers=self.admin_headers()
+            f"{service.url}/internal/tasks/{task_id}/stats", headers=self.admin_headers(role)
         )
         response.raise_for_status()
         body: dict[str, Any] = response.json()
@@ -220,7 +221,8 @@ class SoakDeployment:
     def delete_task(self, task_id: str) -> None:
         for role in ("leader", "helper"):
             self.http.delete(
-                f"{self.services[role].url}/internal/tasks/{task_id}", headers=self.admin_headers()
+                f"{self.services[role].url}/internal/tasks/{task_id}",
+                headers=self.admin_headers(role),
             )
 
     def attester_charges(self) -> dict[bytes, int]:

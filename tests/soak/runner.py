@@ -619,7 +619,7 @@ def _collection(dep: SoakDeployment, task_id: str, start: int, deadline: float) 
             return request_collection(
                 dep.http,
                 dep.services["collector"].url,
-                dep.keys.admin_token,
+                dep.keys.admin_tokens["collector"],
                 task_id,
                 {"type": "time_interval", "start": start, "duration": PRECISION},
             )
@@ -632,7 +632,8 @@ def _collection(dep: SoakDeployment, task_id: str, start: int, deadline: float) 
 def _job(dep: SoakDeployment, job_id: str) -> dict[str, Any]:
     try:
         response = dep.http.get(
-            f"{dep.services['collector'].url}/collections/{job_id}", headers=dep.admin_headers()
+            f"{dep.services['collector'].url}/collections/{job_id}",
+            headers=dep.admin_headers("collector"),
         )
         response.raise_for_status()
     except httpx.HTTPError:

@@ -52,7 +52,7 @@ def create_jobs(agg: Aggregator) -> int:
     settings, now = agg.settings, agg.clock.now()
     created = 0
     for record in agg.ds.leader_tasks():
-        task = agg.task_by_id(record.task_id)
+        task = agg.task_by_id(record.task_id, listed_only=False)
         if task is None:
             continue
         created += agg.ds.create_aggregation_jobs(
@@ -104,7 +104,7 @@ class AggregationJobDriver:
 
     def step(self, lease: Lease) -> None:
         agg = self.agg
-        task = agg.task_by_id(lease.task_id)
+        task = agg.task_by_id(lease.task_id, listed_only=False)
         job, reports = agg.ds.leader_job(lease)
         if task is None:
             return

@@ -66,7 +66,7 @@ class CollectionJobDriver:
 
     def step(self, lease: Lease) -> None:
         agg, s = self.agg, self.agg.settings
-        task = agg.task_by_id(lease.task_id)
+        task = agg.task_by_id(lease.task_id, listed_only=False)
         if task is None:
             agg.ds.fail_collection(lease, ProblemType.UNRECOGNIZED_TASK.value)
             return
