@@ -625,8 +625,8 @@ _DEVICES_DEFAULT_RECIPE_SERVER = f"http://127.0.0.1:{DEFAULT_PORTS['recipe-serve
 
 def _devices_defaults(args: argparse.Namespace) -> None:
     """Fill what `sagg devices run` was not told from the deployment: the recipe server, its
-    public key (pinned, rather than trusted on first use from GET /keys) and the manufacturer
-    CA that certifies the simulated devices."""
+    public key (pinned, rather than trusted on first use from GET /keys), the leader, helper
+    and token issuer the devices trust, and the manufacturer CA that certifies them."""
     deployment = _deployment(args)
     server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
     args.recipe_server = server or _DEVICES_DEFAULT_RECIPE_SERVER
@@ -635,6 +635,14 @@ def _devices_defaults(args: argparse.Namespace) -> None:
     same_server = (deployment.recipe_server or "").rstrip("/") == args.recipe_server.rstrip("/")
     if args.recipe_key is None and same_server:
         args.recipe_key = deployment.recipe_server_public_key
+    if args.policy is None and same_server:
+        for name, url in (
+            ("leader", deployment.leader),
+            ("helper", deployment.helper),
+            ("token_issuer", deployment.token_issuer),
+        ):
+            if not getattr(args, name) and url:
+                setattr(args, name, [url])
     if (
         not args.no_tokens
         and args.manufacturer_ca is None

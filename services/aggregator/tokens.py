@@ -12,7 +12,11 @@ keys, which it learns from ``{issuer_url}/.well-known/private-token-issuer-direc
 - a key whose ``not-before`` is still ahead (beyond the clock skew) is not accepted yet;
 - when no usable directory can be had, `IssuerUnavailableError`: the caller answers 503 so the
   report (or the whole aggregation job) is tried again, rather than refusing honest reports
-  because the issuer had a hiccup.
+  because the issuer had a hiccup;
+- only the issuers of the aggregator's own configuration (`AggregatorSettings.token_issuers`)
+  are ever fetched: any other URL is `IssuerNotAllowedError` before a request is made, so a
+  task's definition cannot point the aggregator's requests at an address of its choosing
+  (SSRF) nor choose who vouches for clients.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import httpx
@@ -41,6 +45,10 @@ Fetch = Callable[[str], httpx.Response]
 
 class IssuerUnavailableError(Exception):
     """The issuer directory could not be fetched and no fresh copy is cached."""
+
+
+class IssuerNotAllowedError(Exception):
+    """The issuer is not one this aggregator is configured to trust; nothing was fetched."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class IssuerKeyCache:
         fetch: Fetch,
         clock: Clock,
         *,
+        allowed: Collection[str] = (),
         default_max_age_s: int = 300,
         max_age_cap_s: int = 86_400,
         min_refetch_s: int = 30,
@@ -80,6 +89,7 @@ class IssuerKeyCache:
     ) -> None:
         self._fetch = fetch
         self._clock = clock
+        self._allowed = frozenset(url.rstrip("/") for url in allowed)
         self._default_max_age = default_max_age_s
         self._cap = max_age_cap_s
         self._min_refetch = min_refetch_s
@@ -91,6 +101,8 @@ class IssuerKeyCache:
 
     def keys(self, issuer_url: str, token_key_id: bytes | None = None) -> list[TokenKey]:
         """The keys that verify tokens now; refetches as the module docstring says."""
+        if not self.allows(issuer_url):
+            raise IssuerNotAllowedError(issuer_url)
         now = self._clock.now()
         with self._lock:
             entry = self._entries.get(issuer_url)
@@ -105,6 +117,9 @@ class IssuerKeyCache:
                 with contextlib.suppress(IssuerUnavailableError):
                     entry = self._refresh(issuer_url, now)
         return [k for k, nb in entry.keys if nb is None or nb <= now + self._skew]
+
+    def allows(self, issuer_url: str) -> bool:
+        return issuer_url.rstrip("/") in self._allowed
 
     def _refresh(self, issuer_url: str, now: int) -> _Entry:
         url = directory_url(issuer_url)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["AnalystGrant", "RecipeServerSettings"]
+__all__ = ["AnalystGrant", "RecipeServerSettings", "TokenIssuerGrant"]
 
 _URL = re.compile(r"^https?://\S+$")
+#: A token key id: unpadded base64url of 32 bytes (RFC 9578 §6.5).
+_KEY_ID = r"^[A-Za-z0-9_-]{43}$"
 
 
 class AnalystGrant(BaseModel):
@@ -26,6 +28,24 @@ class AnalystGrant(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     analysis_prefixes: tuple[str, ...] = ()
+
+
+class TokenIssuerGrant(BaseModel):
+    """A token issuer recipes may name: its URL, its token challenges' issuer_name and token
+    window (unset: the URL's authority and a day), and the key ids pinned for it (at least
+    one: aggregators and devices accept tokens under these keys only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(pattern=_URL.pattern, max_length=2048)
+    issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
+    window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
+    key_ids: tuple[Annotated[str, Field(pattern=_KEY_ID)], ...] = Field(min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _bare(cls, value: str) -> str:
+        return value.rstrip("/")
 
 
 class RecipeServerSettings(BaseSettings):
@@ -49,7 +69,8 @@ class RecipeServerSettings(BaseSettings):
     analyst_token: SecretStr | None = Field(default=None, min_length=16)
     analysts: list[AnalystGrant] = Field(default_factory=list)
 
-    #: Where tasks are provisioned: the DAP parties and their common admin token.
+    #: Where tasks are provisioned: the DAP parties and their common admin token. These are
+    #: the only leader and helper a recipe of this server names (a draft cannot name any).
     leader_url: str = "http://127.0.0.1:8081"
     helper_url: str = "http://127.0.0.1:8082"
     collector_url: str = "http://127.0.0.1:8083"
@@ -59,13 +80,17 @@ class RecipeServerSettings(BaseSettings):
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
     metrics_token: SecretStr | None = Field(default=None, min_length=16)
 
-    #: The token issuer recipes name unless the analyst's draft names one.
-    token_issuer_url: str | None = None
-    token_key_ids: list[str] = Field(default_factory=list)
-    #: Its token challenges' issuer_name and the token window the recipe server provisions
-    #: tasks with; unset: the URL's authority and a day (`TokenIssuerRef.token_policy`).
+    #: The token issuer recipes name unless the analyst's draft names another allowed one,
+    #: with the key ids pinned for it (required with the URL: the only keys whose tokens
+    #: count), its token challenges' issuer_name and the token window the recipe server
+    #: provisions tasks with; unset: the URL's authority and a day.
+    token_issuer_url: str | None = Field(default=None, pattern=_URL.pattern)
+    token_key_ids: list[Annotated[str, Field(pattern=_KEY_ID)]] = Field(default_factory=list)
     token_issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
     token_window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
+    #: Further issuers a draft may name (JSON list of `TokenIssuerGrant`); a draft naming any
+    #: issuer not configured here or above is refused.
+    token_issuers: list[TokenIssuerGrant] = Field(default_factory=list)
 
     @field_validator("leader_url", "helper_url", "collector_url")
     @classmethod
@@ -79,3 +104,28 @@ class RecipeServerSettings(BaseSettings):
         if self.analyst_token is None and not self.analysts:
             raise ValueError("set analyst_token or analysts: nobody could publish")
         return self
+
+    @model_validator(mode="after")
+    def _issuer_keys_pinned(self) -> Self:
+        if self.token_issuer_url is not None and not self.token_key_ids:
+            raise ValueError("token_key_ids: pin the token issuer's key ids (at least one)")
+        if self.token_issuer_url is None and (
+            self.token_key_ids or self.token_issuer_name or self.token_window_seconds
+        ):
+            raise ValueError(
+                "token_key_ids, _issuer_name and _window_seconds need token_issuer_url"
+            )
+        return self
+
+    def allowed_token_issuers(self) -> list[TokenIssuerGrant]:
+        """Every issuer a recipe may name, the default (`token_issuer_url`) first."""
+        issuers = list(self.token_issuers)
+        if self.token_issuer_url is not None:
+            default = TokenIssuerGrant(
+                url=self.token_issuer_url,
+                issuer_name=self.token_issuer_name,
+                window_seconds=self.token_window_seconds,
+                key_ids=tuple(self.token_key_ids),
+            )
+            issuers.insert(0, default)
+        return issuers
