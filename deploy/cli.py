@@ -7,6 +7,7 @@
                                                                 --database-url U]
     sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
                             --recipe-server U]
+    sagg keys pin-issuer --dir D --token-issuer U   (its key ids, for the recipe server)
     sagg task create --vdaf JSON [--query-type ...] ... [--expected-reports-per-bucket R
                      [--max-multiple M]] [--aggregator-noise JSON]
                      [--leader U --helper U --collector U]
@@ -63,7 +64,13 @@ from deploy.config import (
 )
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
-from deploy.keys import DATASTORE_KEY_SERVICES, KeysError, datastore_key_file, ensure_keys
+from deploy.keys import (
+    DATASTORE_KEY_SERVICES,
+    KeysError,
+    datastore_key_file,
+    ensure_keys,
+    pin_issuer_keys,
+)
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
     RecipeError,
@@ -519,6 +526,18 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_pin_issuer(args: argparse.Namespace) -> int:
+    """Write the running token issuer's key ids to `<dir>/token-key-ids` (the compose
+    `token-keys` step: the recipe server pins them into every recipe)."""
+    try:
+        with httpx.Client(timeout=10.0) as http:
+            ids = pin_issuer_keys(Path(args.dir), args.token_issuer, http)
+    except (OSError, KeysError) as exc:
+        raise CliError(f"pinning the issuer's keys: {exc}") from None
+    print(f"{args.dir}: token-key-ids pins {len(ids)} key(s) of {args.token_issuer}")
+    return 0
+
+
 # --- sagg privacy -----------------------------------------------------------------------------
 
 
@@ -778,6 +797,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name in DEFAULT_PORTS:
         init.add_argument(f"--{name}", metavar="URL", help=f"{name} URL for deployment.json")
     init.set_defaults(func=cmd_keys_init)
+    pin = keys_sub.add_parser("pin-issuer", help="pin the token issuer's current key ids")
+    pin.add_argument("--dir", required=True, help="the keys directory")
+    pin.add_argument("--token-issuer", required=True, metavar="URL")
+    pin.set_defaults(func=cmd_keys_pin_issuer)
 
     priv = sub.add_parser("privacy", help="privacy accounting (shared.dp)")
     priv_sub = priv.add_subparsers(dest="privacy_command", required=True, parser_class=_Parser)

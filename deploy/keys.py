@@ -16,6 +16,13 @@ Files (all written owner-only, 0600):
 - ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
   that service's secrets at rest (`services.common.crypter`), one per service so that no
   party's key opens another's store.
+
+Once the token issuer runs, `pin_issuer_keys` writes ``token-key-ids``: the key ids of its
+directory (RFC 9578 §4), one per line, which the recipe server pins into every recipe and
+task (`SAGG_RECIPE_SERVER_TOKEN_KEY_IDS_FILE`); aggregators and devices then accept tokens
+under those keys only. It is rewritten at each start (`sagg up`, the compose `token-keys`
+step), so a deployment restarted after the issuer rotated pins the new keys; recipes
+published before keep their pins, and their tokens stop once those keys expire.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -32,15 +40,20 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
+from shared.constants import ISSUER_DIRECTORY_PATH
+from shared.privacypass.directory import DirectoryError, IssuerDirectory
+from shared.privacypass.keys import InvalidKeyError
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [
     "DATASTORE_KEY_SERVICES",
+    "TOKEN_KEY_IDS_FILE",
     "DeploymentKeys",
     "KeysError",
     "datastore_key_file",
     "ensure_keys",
     "load_manufacturer_ca",
+    "pin_issuer_keys",
 ]
 
 ADMIN_TOKEN_FILE = "admin_token"
@@ -48,6 +61,7 @@ ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
+TOKEN_KEY_IDS_FILE = "token-key-ids"
 #: The services whose stores hold secrets, each with its own datastore key.
 DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
 #: Below this a token is not one `ensure_keys` wrote; the services ask for at least 16 characters.
@@ -183,3 +197,24 @@ def ensure_keys(
             for service in DATASTORE_KEY_SERVICES
         },
     )
+
+
+def pin_issuer_keys(directory: Path, issuer_url: str, http: httpx.Client) -> list[str]:
+    """Fetch the issuer's directory and write the ids of its token keys (unpadded base64url
+    SHA-256 of each key, RFC 9578 §6.5) to `directory`/token-key-ids; returns them."""
+    url = issuer_url.rstrip("/") + ISSUER_DIRECTORY_PATH
+    try:
+        response = http.get(url)
+        response.raise_for_status()
+        keys = IssuerDirectory.decode(response.content).keys_of_type()
+        ids = [b64url_encode(k.token_key_object().token_key_id) for k in keys]
+    except (httpx.HTTPError, DirectoryError, InvalidKeyError) as exc:
+        raise KeysError(f"token issuer directory {url}: {type(exc).__name__}") from None
+    if not ids:
+        raise KeysError(f"token issuer directory {url} lists no token key")
+    path = directory / TOKEN_KEY_IDS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    _write_new(tmp, "".join(f"{i}\n" for i in ids))
+    os.replace(tmp, path)
+    return ids

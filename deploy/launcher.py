@@ -5,7 +5,9 @@ attester and issuer in one process, each with its own store) and recipe-server, 
 configured only through its `SAGG_<SERVICE>_*` environment (`service_env` below; the compose
 file sets the same names), with its own store: SQLite files under the data dir, or one
 PostgreSQL database per store (the leader and helper never share one, as two real aggregators
-would not). Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
+would not). The aggregators trust that token issuer only, and the recipe server starts
+once the issuer's key ids are pinned from its directory (`deploy.keys.pin_issuer_keys`).
+Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
 `<data dir>/logs/`. Once every `/healthz` answers, URLs, tokens and the recipe server's public
 key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
 """
@@ -30,7 +32,13 @@ import psycopg
 from psycopg import sql
 
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
-from deploy.keys import DeploymentKeys, KeysError, ensure_keys
+from deploy.keys import (
+    TOKEN_KEY_IDS_FILE,
+    DeploymentKeys,
+    KeysError,
+    ensure_keys,
+    pin_issuer_keys,
+)
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -170,6 +178,8 @@ def service_env(
             "DATABASE_URL": databases[name],
             "ADMIN_TOKEN": keys.admin_token,
             "DATASTORE_KEYS": keys.datastore_keys[name],
+            # The only issuer whose directory the aggregator fetches and whose tasks it takes.
+            "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
         }
     elif name == "collector":
         env = {
@@ -202,6 +212,8 @@ def service_env(
             "HELPER_URL": urls["helper"],
             "COLLECTOR_URL": urls["collector"],
             "TOKEN_ISSUER_URL": urls["token-issuer"],
+            # Written from the running issuer's directory before the recipe server starts.
+            "TOKEN_KEY_IDS_FILE": str(keys.directory / TOKEN_KEY_IDS_FILE),
         }
     else:
         raise LaunchError(f"unknown service {name!r}")
@@ -267,8 +279,11 @@ class Cluster:
         (self.data_dir / "logs").mkdir(exist_ok=True)
         keys = self._keys()
         self.services = self.plan(keys, self._database_urls())
+        deadline = time.monotonic() + self.options.startup_timeout
         try:
             for service in self.services:
+                if service.name == "recipe-server":
+                    self._pin_issuer_keys(keys, deadline)
                 env = {**os.environ, **service.env, **self.options.extra_env}
                 log = service.log_path.open("ab")
                 # A new session: Ctrl-C in the terminal reaches only `sagg up`, which then
@@ -282,7 +297,6 @@ class Cluster:
                     start_new_session=True,
                 )
                 log.close()
-            deadline = time.monotonic() + self.options.startup_timeout
             for service in self.services:
                 self._wait_healthy(service, deadline)
             by_name = {s.name: s for s in self.services}
@@ -310,6 +324,17 @@ class Cluster:
         pids = {s.name: s.process.pid for s in self.services if s.process is not None}
         (self.data_dir / "pids.json").write_text(json.dumps(pids) + "\n")
         return deployment
+
+    def _pin_issuer_keys(self, keys: DeploymentKeys, deadline: float) -> None:
+        """The recipe server pins the issuer's key ids into every recipe, so they must be
+        known before it starts: read them from the running issuer's directory."""
+        issuer = next(s for s in self.services if s.name == "token-issuer")
+        self._wait_healthy(issuer, deadline)
+        try:
+            with httpx.Client(timeout=5.0) as http:
+                pin_issuer_keys(keys.directory, issuer.url, http)
+        except KeysError as exc:
+            raise LaunchError(str(exc)) from None
 
     @staticmethod
     def _check_recipe_key(service: _Service, keys: DeploymentKeys) -> None:

@@ -86,6 +86,8 @@ class RecipeServerSettings(BaseSettings):
     #: provisions tasks with; unset: the URL's authority and a day.
     token_issuer_url: str | None = Field(default=None, pattern=_URL.pattern)
     token_key_ids: list[Annotated[str, Field(pattern=_KEY_ID)]] = Field(default_factory=list)
+    #: Or a file holding them, one per line (what `sagg keys pin-issuer` writes).
+    token_key_ids_file: Path | None = None
     token_issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
     token_window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
     #: Further issuers a draft may name (JSON list of `TokenIssuerGrant`); a draft naming any
@@ -107,6 +109,16 @@ class RecipeServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _issuer_keys_pinned(self) -> Self:
+        if self.token_key_ids_file is not None:
+            if self.token_key_ids:
+                raise ValueError("set token_key_ids or token_key_ids_file, not both")
+            try:
+                lines = self.token_key_ids_file.read_text().split()
+            except OSError as exc:
+                raise ValueError(f"token_key_ids_file: cannot read it: {exc.strerror}") from None
+            if not all(re.fullmatch(_KEY_ID, line) for line in lines):
+                raise ValueError("token_key_ids_file: one base64url key id per line")
+            self.token_key_ids = lines
         if self.token_issuer_url is not None and not self.token_key_ids:
             raise ValueError("token_key_ids: pin the token issuer's key ids (at least one)")
         if self.token_issuer_url is None and (
