@@ -32,6 +32,9 @@ KEYBOARD_TOKEN = "keyboard-team-token-0123456789"
 SEED = b64url_encode(bytes(range(32)))
 LEADER = "https://leader.test"
 HELPER = "https://helper.test"
+ISSUER = "https://issuer.test"
+#: The key id the operator pins for ISSUER (any 32 bytes: no token is verified here).
+ISSUER_KEY_ID = b64url_encode(hashlib.sha256(b"issuer.test key").digest())
 
 
 def auth(token: str = ANALYST_TOKEN) -> dict[str, str]:
@@ -54,7 +57,8 @@ def make_settings(tmp_path: Path, **overrides: Any) -> RecipeServerSettings:
         "helper_url": HELPER,
         "collector_url": "https://collector.test",
         "admin_token": "admin-token-0123456789abcdef",
-        "token_issuer_url": "https://issuer.test",
+        "token_issuer_url": ISSUER,
+        "token_key_ids": [ISSUER_KEY_ID],
     }
     values.update(overrides)
     return RecipeServerSettings(**values)
