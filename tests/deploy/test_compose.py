@@ -140,9 +140,15 @@ def test_healthchecks_and_start_order(compose: dict[str, Any]) -> None:
         depends = service["depends_on"]
         assert depends["init"]["condition"] == "service_completed_successfully"
         for db in depends:
-            if db != "init":
+            if db not in ("init", "token-keys"):
                 assert depends[db]["condition"] == "service_healthy"
                 assert "healthcheck" in compose[db]
+    # The recipe server starts once the running issuer's key ids are pinned for it.
+    assert compose["recipe-server"]["depends_on"]["token-keys"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert compose["token-keys"]["command"][:2] == ["keys", "pin-issuer"]
+    assert compose["token-keys"]["depends_on"] == {"token-issuer": {"condition": "service_healthy"}}
     provision = compose["provision"]["depends_on"]
     assert set(provision) == set(SERVICES)
     assert all(d["condition"] == "service_healthy" for d in provision.values())
