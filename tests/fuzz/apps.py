@@ -116,6 +116,7 @@ def recipe_server_app(tmp: Path) -> FastAPI:
         collector_url="https://collector.test",
         admin_token=RECIPE_ADMIN,  # type: ignore[arg-type]
         token_issuer_url="https://issuer.test",
+        token_key_ids=[b64url_encode(bytes(32))],
     )
     return create_recipe_server(settings, provisioner=FakeProvisioner(), clock=TestClock(NOW))
 
