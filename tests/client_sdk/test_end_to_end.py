@@ -112,7 +112,7 @@ def test_bound_and_tokened_reports_aggregate(tmp_path: Path) -> None:
     world.router.apps["leader.test"] = leader
     world.router.apps["helper.test"] = helper
     configs = [HpkeConfigList.decode(c.get("/hpke_config").content) for c in apps]
-    world.recipe_server = world.make_recipe_server("strict.sqlite3", *configs)
+    world.recipe_server = world.make_recipe_server("strict.sqlite3", configs[0], configs[1])
     world.router.apps["recipes.test"] = world.recipe_server
     world.publish()
     recipe = verified(world, world.device(None, tokens=False)).recipe

@@ -142,7 +142,7 @@ def _put_task(parties: dict[str, TestClient], recipe: Recipe, **changes: Any) ->
         ("leader.test", {"role": "leader", "collector_auth_token": "collector-token-012345"}),
         ("helper.test", {"role": "helper"}),
     ):
-        body = TaskDefinition(**common, **extra).model_dump_json()
+        body = TaskDefinition.model_validate({**common, **extra}).model_dump_json()
         r = parties[host].put(f"/internal/tasks/{task_id}", content=body, headers=admin)
         assert r.status_code == 201, r.text
     return task_id
