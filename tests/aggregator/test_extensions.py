@@ -292,6 +292,43 @@ def test_tokens_under_unpinned_keys_are_refused_by_both_aggregators(
     assert trusting.upload(trusting.report(1, extensions=_with_token(token))).status_code == 201
 
 
+def test_a_stored_task_of_an_issuer_no_longer_trusted_fetches_nothing(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    """The operator drops the issuer from `token_issuers` after a task naming it was stored:
+    its reports are refused with a counted reason and its directory is not fetched."""
+    env = _token_env(db_factory, clock, issuer)
+    token = issuer.token(env.params.task_id, clock.now())
+    requests: list[str] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(str(request.url))
+        return httpx.Response(503)
+
+    leader_db = env.leader.app.state.settings.database_url  # type: ignore[attr-defined]
+    narrowed = create_app(
+        helpers.settings(leader_db, token_issuers=[]),
+        clock=clock,
+        issuer_http=httpx.Client(transport=httpx.MockTransport(record)),
+    )
+    aggregator: Aggregator = narrowed.state.aggregator
+    answers: list[Answer | Exception] = []
+    answered = threading.Event()
+
+    def done(answer: Answer | Exception) -> None:
+        answers.append(answer)
+        answered.set()
+
+    aggregator.upload(env.tid, env.report(1, extensions=_with_token(token)).encode(), done)
+    assert answered.wait(10)
+    [answer] = answers
+    assert isinstance(answer, DapProblemError) and answer.problem.value == "reportRejected"
+    assert requests == []
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {
+        "token_issuer_not_allowed": 1
+    }
+
+
 def test_racing_uploads_spend_a_token_once(
     db_factory: DbFactory, clock: TestClock, issuer: Issuer
 ) -> None:
