@@ -339,7 +339,14 @@ class Device:
         return recipe.token_issuer.token_policy()
 
     def attester_url(self, recipe: Recipe) -> str:
-        return self.config.attester_url or recipe.token_issuer.url
+        """The configured attester, else the recipe's issuer (joint mode) if the policy pins
+        it: enrolling presents the device's certificate, so never to a party it distrusts."""
+        if self.config.attester_url is not None:
+            return self.config.attester_url
+        url = recipe.token_issuer.url
+        if url.rstrip("/") not in {p.rstrip("/") for p in self.policy.trusted.token_issuers}:
+            raise TokenError(f"token issuer {url} is not pinned by the device policy")
+        return url
 
     def enroll(self, attester_url: str) -> None:
         self.tokens.enroll(attester_url)

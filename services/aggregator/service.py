@@ -17,8 +17,8 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   refused by the helper); a task with `tokens` needs a Privacy Pass token under one of the
   task's pinned issuer keys (`TokenPolicy.key_ids`: the same for every device, so no key tags
   a report) that verifies for the task and the report's time window and was not spent before
-  at this aggregator. A
-  failure is `reportRejected` at upload and `invalid_message` at the helper;
+  at this aggregator. A failure is `reportRejected` at upload and `invalid_message` at the
+  helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.

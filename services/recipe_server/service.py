@@ -249,9 +249,10 @@ class RecipeService:
         return problems
 
     def _issuer(self, draft: RecipeDraft) -> tuple[TokenIssuerRef | None, list[tuple[str, str]]]:
-        """The configured issuer the draft gets, or why it gets none (item 2 of the trust
-        model: the operator, not the analyst, decides whose tokens count). A draft may name
-        an allowed issuer by URL and repeat its settings, never change them."""
+        """The configured issuer the draft gets, or why it gets none. The operator, not the
+        analyst, decides whose tokens count (RFC 9576 §4: the origin picks the issuers it
+        trusts): a draft may name an allowed issuer by URL and repeat its settings, never
+        change them."""
         named = draft.token_issuer
         if named is None:
             default = next(iter(self.token_issuers.values()), None)

@@ -10,6 +10,7 @@ import pytest
 from client_sdk.device import Device
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.recipes import VerifiedRecipe
+from client_sdk.tokens import TokenError
 from shared import hpke
 from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
 from shared.dap.extensions import (
@@ -241,9 +242,11 @@ def test_device_refuses_recipes_naming_parties_its_policy_does_not_pin(tmp_path:
     outcome = device.run_query("emoji.daily")
     assert outcome.status == "refused"
     assert outcome.reason == f"trust: token issuer {evil} is not pinned by the device policy"
-    assert (
-        device.pending() == [] and device.budget.analysis_usage("emoji.popular").reports_used == 0
-    )
+    assert device.pending() == []
+    assert device.budget.analysis_usage("emoji.popular").reports_used == 0
+    # Nor does it enroll there (enrolling shows the device's certificate).
+    with pytest.raises(TokenError, match="is not pinned"):
+        device.attester_url(verified(world, device).recipe)
     # Likewise an aggregator the policy does not pin.
     narrow = policy().model_copy(
         update={"trusted": TRUSTED.model_copy(update={"helpers": ("http://other-helper.test",)})}
