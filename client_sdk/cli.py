@@ -114,6 +114,7 @@ def _trusted(args: argparse.Namespace) -> TrustedParties | None:
 
 
 def run_devices(args: argparse.Namespace) -> int:
+    trusted = _trusted(args)
     limits = httpx.Limits(
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency
     )
@@ -130,7 +131,7 @@ def run_devices(args: argparse.Namespace) -> int:
         simulator = Simulator(
             config,
             policy=load_policy(args.policy) if args.policy else None,
-            trusted=_trusted(args),
+            trusted=trusted,
             http=http,
             identities=identities,
             directory=args.store_dir,
