@@ -13,9 +13,9 @@ Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
    draft has some and it is stronger: the OAMC guarantee); if not, the error gives the B that
    would; a draft's noise must be accountable on its VDAF (`accounting.noise_problems`);
    the token issuer is one the operator allows (a draft names none, or one of them by URL;
-   RFC 9576 §4: the origin, not the client's counterpart, picks the issuers it trusts), and
-   the recipe gets the operator's pinned key ids for it (the leader and helper are the
-   operator's too: a draft cannot name any);
+   RFC 9576 §2: origins, here the aggregators, trust issuers), and the recipe gets the
+   operator's pinned key ids for it (the leader and helper are the operator's too: a draft
+   cannot name any);
 6. the task id is chosen and the aggregators' HPKE configs fetched; with them (and the token
    issuer with its name, window and keys spelled out) the recipe is final, and its digest is
    known;
@@ -250,9 +250,9 @@ class RecipeService:
 
     def _issuer(self, draft: RecipeDraft) -> tuple[TokenIssuerRef | None, list[tuple[str, str]]]:
         """The configured issuer the draft gets, or why it gets none. The operator, not the
-        analyst, decides whose tokens count (RFC 9576 §4: the origin picks the issuers it
-        trusts): a draft may name an allowed issuer by URL and repeat its settings, never
-        change them."""
+        analyst, decides whose tokens count (RFC 9576 §2: origins, here the aggregators,
+        trust issuers): a draft may name an allowed issuer by URL and repeat its settings,
+        never change them."""
         named = draft.token_issuer
         if named is None:
             default = next(iter(self.token_issuers.values()), None)

@@ -174,8 +174,9 @@ class TokenPolicy(BaseModel):
     `key_ids` pins the issuer keys (base64url token_key_id, SHA-256 of the public key, RFC 9578
     §6.5) whose tokens the aggregators accept: a token under any other key of the issuer's
     directory is refused. Without the pin a malicious issuer could sign each device's tokens
-    with a key of its own and so tag every report with its device (RFC 9576 §3.5 key
-    consistency). Empty pins nothing and accepts no token: `TaskDefinition` refuses it.
+    with a key of its own and so tag every report with its device (RFC 9576 §6.2: per-client
+    keys break unlinkability). Empty pins nothing and accepts no token: `TaskDefinition`
+    refuses it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

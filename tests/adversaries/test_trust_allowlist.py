@@ -2,8 +2,8 @@
 
 Privacy holds with one honest aggregator, and a batch of B reports holds about B devices only
 if the token issuer rate-limits them (001 §4.3, §4.6). So the operator, never a recipe's
-author, picks the token issuers, leaders and helpers (RFC 9576 §4: the origin decides which
-issuers it trusts):
+author, picks the token issuers, leaders and helpers (RFC 9576 §2: origins, here the
+aggregators, trust issuers):
 
 - a malicious analyst's draft naming their own issuer (or changing the allowed issuer's keys,
   name or window, or naming a leader or helper) is refused with 422 and the reason, before
