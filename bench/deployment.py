@@ -49,6 +49,7 @@ import psycopg
 from psycopg import sql
 
 from bench.common import Result, print_table
+from client_sdk.http import http_client
 from deploy.launcher import free_port
 from deploy.tasks import TaskParams, create_task
 from deploy.upload import (
@@ -60,6 +61,7 @@ from deploy.upload import (
 )
 from shared.constants import MEDIA_REPORT
 from shared.dap.ids import TaskId
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -173,7 +175,7 @@ def _clean_env() -> dict[str, str]:
 
 def _wait_healthy(spawned: Spawned, name: str, url: str, deadline: float) -> None:
     process = spawned.processes[name]
-    with httpx.Client(timeout=2.0) as http:
+    with http_client(TransportPolicy(), timeout=2.0) as http:
         while True:
             if process.poll() is not None:
                 raise RuntimeError(
@@ -450,7 +452,7 @@ def make_reports(
 ) -> tuple[list[bytes], float]:
     """Sharded, sealed and encoded reports, one per measurement, and the seconds that took."""
     task_id = TaskId.from_b64url(task.task_id)
-    with httpx.Client(timeout=10.0) as http:
+    with http_client(TransportPolicy(), timeout=10.0) as http:
         leader_config = fetch_hpke_config(http, task.leader, task_id)
         helper_config = fetch_hpke_config(http, task.helper, task_id)
     # The first call compiles and caches (numba kernels, HPKE suites): keep it out of the timing.
@@ -546,7 +548,7 @@ def bench_case(
         own = sum(cpu_seconds(spawned.pid(n)) for n in ("leader", "helper", "collector"))
         return own + time.process_time()
 
-    with httpx.Client(timeout=30.0) as http:
+    with http_client(TransportPolicy(), timeout=30.0) as http:
         job_id = request_collection(http, spawned, task.task_id, bucket)
         commits0 = upload_commits(http, spawned)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))

@@ -15,10 +15,9 @@ import argparse
 import time
 from typing import Any
 
-import httpx
-
 from bench.common import Result, print_table
 from client_sdk.device import DeviceConfig
+from client_sdk.http import http_client
 from client_sdk.policy import TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
@@ -31,6 +30,7 @@ from shared.dap.messages import HpkeConfig, HpkeConfigList
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import RecipeDraft, RecipeTask, TokenIssuerRef
 from shared.recipe.signing import recipe_bytes
+from shared.transport import TransportPolicy
 
 EMOJI = ["smile", "heart", "cry", "fire", "clap", "party", "think", "wink"]
 
@@ -84,7 +84,7 @@ def _recipe(randomizer: dict[str, Any]) -> VerifiedRecipe:
 
 def measure(case: str, devices: int) -> float:
     verified = _recipe(CASES[case]["randomizer"])
-    http = httpx.Client()
+    http = http_client(TransportPolicy())
     config = DeviceConfig(use_tokens=False, donation=DonationSchedule(1, 0))
     trusted = TrustedParties(
         leaders=("http://leader.bench",),

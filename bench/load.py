@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from bench.common import Result, print_table
 from bench.deployment import (
     PutStats,
@@ -45,11 +43,13 @@ from bench.deployment import (
     rss_kib,
     spawn_deployment,
 )
+from client_sdk.http import http_client
 from deploy.config import load_deployment
-from deploy.tasks import TaskParams, create_task
+from deploy.tasks import PartyTokens, TaskParams, create_task
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config, random_measurements
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["Interval", "LoadConfig", "LoadSummary", "generate_load", "run"]
@@ -288,7 +288,7 @@ def generate_load(config: LoadConfig, *, quiet: bool = False) -> LoadSummary:
     if config.duration <= 0 or config.max_reports <= 0:
         raise ValueError("duration and max_reports must be positive")
     task_id = TaskId.from_b64url(config.task.task_id)
-    with httpx.Client(timeout=10.0) as http:
+    with http_client(TransportPolicy(), timeout=10.0) as http:
         configs = (
             fetch_hpke_config(http, config.task.leader, task_id).encode(),
             fetch_hpke_config(http, config.task.helper, task_id).encode(),
@@ -326,7 +326,12 @@ def _task(args: argparse.Namespace) -> ClientTask:
         helper=args.helper or deployment.helper,
         collector=deployment.collector,
     )
-    info = create_task(params, deployment.admin_token)
+    leader, helper, collector = (
+        deployment.admin_token(p) for p in ("leader", "helper", "collector")
+    )
+    if leader is None or helper is None or collector is None:
+        raise SystemExit("the deployment file lacks an admin token of leader, helper or collector")
+    info = create_task(params, PartyTokens(leader, helper, collector))
     print(f"created task {info['task_id']} ({params.vdaf.describe()})", file=sys.stderr)
     return ClientTask.model_validate(info)
 

@@ -6,7 +6,8 @@
         --recipe-server http://127.0.0.1:8086 [--recipe-key B64URL] \\
         (--policy policy.toml | --leader URL --helper URL --token-issuer URL) \\
         [--manufacturer-ca ca.pem --manufacturer-key ca-key.pem | --no-tokens] \\
-        [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0]
+        [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0] \\
+        [--ca-file ca.pem] [--allow-insecure-http]
 
 Wiring: `add_devices_parser(subparsers)` adds ``devices`` with its ``run`` subcommand to an
 argparse parser; `main(argv)` runs it standalone (``python -m client_sdk.cli devices run ...``).
@@ -30,12 +31,14 @@ from pydantic import ValidationError
 
 from client_sdk.datagen import GENERATORS
 from client_sdk.device import DeviceConfig
+from client_sdk.http import http_client
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.tokens import DeviceIdentity
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.b64url import b64url_decode
+from shared.transport import TransportPolicy
 
 __all__ = ["add_devices_parser", "main", "manufactured_identities", "run_devices"]
 
@@ -67,6 +70,14 @@ def add_devices_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     run.add_argument("--slot-seconds", type=int, default=0)
     run.add_argument("--time-scale", type=float, default=float("inf"))
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--ca-file", default=None, help="PEM CAs to verify HTTPS with (default: the system's)"
+    )
+    run.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="also use plain http:// URLs of hosts other than loopback",
+    )
     run.set_defaults(func=run_devices)
 
 
@@ -118,7 +129,8 @@ def run_devices(args: argparse.Namespace) -> int:
     limits = httpx.Limits(
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency
     )
-    with httpx.Client(timeout=30.0, limits=limits) as http:
+    transport = TransportPolicy(args.ca_file, args.allow_insecure_http)
+    with http_client(transport, timeout=30.0, limits=limits) as http:
         tokens, identities = _identities(args)
         config = DeviceConfig(
             recipe_server_url=args.recipe_server,
@@ -127,6 +139,7 @@ def run_devices(args: argparse.Namespace) -> int:
             use_tokens=tokens,
             bind_recipe=not args.no_binding,
             donation=DonationSchedule(args.slots, args.slot_seconds),
+            transport=transport,
         )
         simulator = Simulator(
             config,

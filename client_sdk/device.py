@@ -13,13 +13,15 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
 5. in ONE transaction: consume the budget, record the pending upload (the randomized
    measurement and its times) and the audit entry. A device not sampled consumes the budget
    too (`client_sdk.sampling` says why) and records nothing to upload;
-6. at the token fetch time, obtain a Privacy Pass token for the task and window
-   (`client_sdk.tokens`);
-7. at the donation time: take the token, shard and seal the report with the recipe-binding
-   and token extensions (`client_sdk.reports`), store the sealed report in the pending row
-   (same transaction as marking the token used), then upload (`client_sdk.upload`); on
-   ``outdatedConfig`` refetch the aggregators' configs and send one fresh report; on success
-   mark the row sent and audit what left the device.
+6. at the token fetch time, obtain two Privacy Pass tokens for the task and window, one for
+   each aggregator's share (`client_sdk.tokens`);
+7. at the donation time: take the tokens, shard and seal the report with the recipe-binding
+   extension in both shares and each aggregator's token in its own share
+   (`client_sdk.reports`), store the sealed report in the pending row (same transaction as
+   marking the tokens used), then upload (`client_sdk.upload`); on ``outdatedConfig`` fetch
+   and verify the recipe again and send one fresh report sealed to the configs it now lists,
+   if they changed (never to a bare ``/hpke_config`` answer); on success mark the row sent
+   and audit what left the device.
 
 Crash safety: a pending row exists iff its budget was consumed (step 5 is one transaction), so
 no report ever leaves without budget and no budget is consumed twice for one report. After a
@@ -44,6 +46,7 @@ import numpy as np
 from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
+from client_sdk.http import http_client
 from client_sdk.policy import DevicePolicy
 from client_sdk.query import Answer, Measurement, NoDataError, encode_record, randomize_indices
 from client_sdk.query import select_record as _select_record
@@ -52,20 +55,25 @@ from client_sdk.reports import ReportInput, build_reports, choose_config
 from client_sdk.sampling import DonationSchedule, device_random, poisson_sample
 from client_sdk.storage import StateDb
 from client_sdk.tokens import DeviceIdentity, TokenError, TokenWallet
-from client_sdk.upload import ConfigFetchError, Uploader, UploadResult
+from client_sdk.upload import Uploader, UploadResult
 from shared.dap.extensions import (
+    TOKEN_ROLES,
     RecipeBinding,
     encode_extensions,
     recipe_digest,
 )
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
+from shared.dap.messages import HpkeConfig, Report
 from shared.dap.task import TokenPolicy
+from shared.files import create_private, private_dir
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
+from shared.transport import TransportPolicy
 
 __all__ = ["Device", "DeviceConfig", "Outcome", "PendingUpload", "Plan"]
+
+_ROLE_NAMES: tuple[Literal["leader"], Literal["helper"]] = ("leader", "helper")
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,8 @@ class DeviceConfig:
     donation: DonationSchedule = field(default_factory=DonationSchedule)
     #: run_due rounds after which a report that keeps failing is given up (and audited).
     max_upload_rounds: int = 5
+    #: The CAs the device trusts, and whether plain http:// off the host is allowed.
+    transport: TransportPolicy = field(default_factory=TransportPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +126,15 @@ class PendingUpload:
     donation_time: int
     token_fetch_at: int
     report: bytes | None
+    #: The tokens taken for the leader's and the helper's share (both or neither).
     token: bytes | None
     attempts: int
+    helper_token: bytes | None
 
 
 _PENDING_COLUMNS = (
     "id, recipe_id, version, task_id, measurement, donation_time, token_fetch_at, report, "
-    "token, attempts"
+    "token, attempts, helper_token"
 )
 
 
@@ -138,6 +150,7 @@ def _pending(row: tuple[Any, ...]) -> PendingUpload:
         None if row[7] is None else bytes(row[7]),
         None if row[8] is None else bytes(row[8]),
         int(row[9]),
+        None if row[10] is None else bytes(row[10]),
     )
 
 
@@ -159,15 +172,18 @@ class Device:
         the OS CSPRNG; tests pass a seeded one)."""
         self.policy = policy
         self.config = config
-        if directory is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
         base = None if directory is None else Path(directory)
+        if base is not None:
+            # The raw events and the budget ledger: owner-only, never through a planted link.
+            private_dir(base)
+            for store in ("state.sqlite3", "events.sqlite3"):
+                create_private(base / store, b"")
         self.db = StateDb(None if base is None else base / "state.sqlite3")
         self.events = EventStore(None if base is None else base / "events.sqlite3")
         self.audit = AuditLog(self.db)
         self.budget = BudgetAccountant(self.db, policy)
         self._own_http = http is None
-        self.http = http or httpx.Client(timeout=30.0)
+        self.http = http or http_client(config.transport, timeout=30.0)
         self.uploader = uploader or Uploader(self.http)
         self.tokens = TokenWallet(self.db, self.http, identity)
         self.clock = clock or (lambda: int(time.time()))
@@ -365,28 +381,63 @@ class Device:
         found = self._configs.get((recipe.task.task_id, role))
         return found if found is not None else choose_config(recipe.task.hpke_configs(role))
 
-    def _refetch_configs(self, recipe: Recipe) -> None:
-        task_id = recipe.task.task_id
-        for role, url in (("leader", recipe.task.leader), ("helper", recipe.task.helper)):
-            configs: HpkeConfigList = self.uploader.hpke_configs(url, task_id)
-            self._configs[(task_id, role)] = choose_config(configs)
+    def _follow_recipe(self, recipe: Recipe, refused: Report) -> UploadResult | None:
+        """After ``outdatedConfig``: adopt the HPKE configs that the recipe, fetched again and
+        verified as at first fetch (signature, log inclusion and consistency), now lists for
+        the same task and aggregators. A bare ``/hpke_config`` answer is never trusted: a
+        network attacker or a malicious aggregator would choose the key the shares are sealed
+        to. None when there are new configs to seal to, else the outcome: ``failed`` (tried
+        again in a later round: the recipe server may be down) when the recipe does not
+        verify, ``rejected`` (final: the leader and the signed recipe disagree) otherwise."""
+        why = "the leader answered outdatedConfig"
+        try:
+            latest = self.recipes.fetch(recipe.recipe_id).recipe.task
+        except RecipeRefusedError as exc:
+            return UploadResult(
+                "failed", f"{why} and the recipe could not be verified again: {exc.reason}"
+            )
+        task = recipe.task
+        if (latest.task_id, latest.leader, latest.helper) != (
+            task.task_id,
+            task.leader,
+            task.helper,
+        ):
+            return UploadResult(
+                "rejected", f"{why} and the latest signed recipe is for another task or aggregators"
+            )
+        try:
+            leader, helper = (choose_config(latest.hpke_configs(role)) for role in _ROLE_NAMES)
+        except ValueError as exc:
+            return UploadResult(
+                "rejected", f"{why} and the signed recipe lists no usable config: {exc}"
+            )
+        if leader.id == refused.leader_encrypted_input_share.config_id:
+            return UploadResult(
+                "rejected", f"{why} but the signed recipe still lists leader config {leader.id}"
+            )
+        self._configs[(task.task_id, "leader")] = leader
+        self._configs[(task.task_id, "helper")] = helper
+        return None
 
-    def _ensure_token(self, item: PendingUpload, recipe: Recipe, now: int) -> None:
+    def _ensure_tokens(self, item: PendingUpload, recipe: Recipe, now: int) -> None:
+        """A cached token for each aggregator's share, each from its own issuance."""
         task_id = TaskId.from_b64url(item.task_id)
         policy = self.token_policy(recipe)
-        if self.tokens.available(task_id, item.donation_time, policy) == 0:
-            self.tokens.fetch(
-                task_id,
-                item.donation_time,
-                policy,
-                self.attester_url(recipe),
-                now,
-                recipe.token_issuer.key_ids,
-            )
+        for role in TOKEN_ROLES:
+            if self.tokens.available(task_id, item.donation_time, policy, role) == 0:
+                self.tokens.fetch(
+                    task_id,
+                    item.donation_time,
+                    policy,
+                    role,
+                    self.attester_url(recipe),
+                    now,
+                    recipe.token_issuer.key_ids,
+                )
 
     def prefetch_tokens(self, now: int | None = None) -> int:
-        """Step 6 for every pending upload whose token fetch time has come; the number
-        fetched (failures are retried at upload time)."""
+        """Step 6 for every pending upload whose token fetch time has come; the number of
+        uploads whose two tokens are now cached (failures are retried at upload time)."""
         if not self.config.use_tokens:
             return 0
         now = self.clock() if now is None else now
@@ -394,35 +445,43 @@ class Device:
         for item in self.pending():
             if item.token is None and item.token_fetch_at <= now:
                 try:
-                    self._ensure_token(item, self.recipe(item.recipe_id, item.version), now)
+                    self._ensure_tokens(item, self.recipe(item.recipe_id, item.version), now)
                     fetched += 1
                 except TokenError:
                     continue
         return fetched
 
-    def report_input(self, item: PendingUpload, now: int) -> tuple[ReportInput, Token | None]:
-        """The report's measurement, time and extensions; takes (marks used) a token."""
+    def report_input(self, item: PendingUpload, now: int) -> ReportInput:
+        """The report's measurement, time and each share's extensions; takes (marks used) a
+        token for each aggregator's share."""
         recipe = self.recipe(item.recipe_id, item.version)
         binding = self._binding(item.recipe_id, item.version) if self.config.bind_recipe else None
-        token: Token | None = None
-        if item.token is not None:
-            token = Token.decode(item.token)
+        leader: Token | None = None
+        helper: Token | None = None
+        if item.token is not None and item.helper_token is not None:
+            leader, helper = Token.decode(item.token), Token.decode(item.helper_token)
         elif self.config.use_tokens:
-            self._ensure_token(item, recipe, now)
+            self._ensure_tokens(item, recipe, now)
+            task_id = TaskId.from_b64url(item.task_id)
+            policy = self.token_policy(recipe)
             with self.db.transaction() as conn:
-                token = self.tokens.take(
-                    conn,
-                    TaskId.from_b64url(item.task_id),
-                    item.donation_time,
-                    self.token_policy(recipe),
+                leader, helper = (
+                    self.tokens.take(conn, task_id, item.donation_time, policy, role)
+                    for role in TOKEN_ROLES
                 )
-                if token is None:
+                if leader is None or helper is None:
+                    # The transaction rolls back: a token taken for one share stays unused.
                     raise TokenError("no token for this window")
                 conn.execute(
-                    "UPDATE pending_upload SET token = ? WHERE id = ?", (token.encode(), item.id)
+                    "UPDATE pending_upload SET token = ?, helper_token = ? WHERE id = ?",
+                    (leader.encode(), helper.encode(), item.id),
                 )
-        extensions = encode_extensions(binding, token)
-        return ReportInput(item.measurement, item.donation_time, extensions), token
+        return ReportInput(
+            item.measurement,
+            item.donation_time,
+            encode_extensions(binding, leader),
+            encode_extensions(binding, helper),
+        )
 
     def store_report(self, item: PendingUpload, report: Report) -> PendingUpload:
         """Persist the sealed report before it is sent: a resumed upload re-sends it."""
@@ -440,7 +499,7 @@ class Device:
     def seal(self, item: PendingUpload, now: int) -> PendingUpload:
         """Build, seal and store the report of one pending upload."""
         recipe = self.recipe(item.recipe_id, item.version)
-        report_input, _ = self.report_input(item, now)
+        report_input = self.report_input(item, now)
         (report,) = build_reports(
             recipe.task.vdaf.instance(),
             TaskId.from_b64url(recipe.task.task_id),
@@ -452,15 +511,16 @@ class Device:
         return self.store_report(item, report)
 
     def send(self, item: PendingUpload, now: int) -> UploadResult:
-        """Upload a stored report; one fresh report on outdatedConfig; audit the outcome."""
+        """Upload a stored report; on outdatedConfig one fresh report sealed to the configs
+        the signed recipe authenticates (`_follow_recipe`), if they changed; audit the
+        outcome."""
         assert item.report is not None
         recipe = self.recipe(item.recipe_id, item.version)
         result = self.uploader.put(recipe.task.leader, item.task_id, item.report)
         if result.status == "outdated_config":
-            try:
-                self._refetch_configs(recipe)
-            except (ConfigFetchError, ValueError) as exc:
-                result = UploadResult("failed", f"config refetch failed: {exc}")
+            refusal = self._follow_recipe(recipe, Report.decode(item.report))
+            if refusal is not None:
+                result = refusal
             else:
                 item = self.seal(item, now)
                 assert item.report is not None

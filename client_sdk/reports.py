@@ -2,10 +2,11 @@
 
 For each measurement: a fresh random report id (also the VDAF nonce), the report time rounded
 down to the task's time precision, Prio3 sharding (`shard_batch` over many reports: the
-simulator batches devices here), then each input share in a `PlaintextInputShare` carrying the
-report's extensions (`shared.dap.extensions`: the recipe binding and the token, in *both*
-shares so each aggregator checks them itself), HPKE-sealed to that aggregator's config with
-info "dap-09 input share" || client || role and aad = InputShareAad.
+simulator batches devices here), then each input share in a `PlaintextInputShare` carrying
+that share's extensions (`shared.dap.extensions`: the recipe binding in both shares, and in
+each share the token bound to that aggregator's role, so each aggregator checks its own and
+the leader never sees the helper's token), HPKE-sealed to that aggregator's config with info
+"dap-09 input share" || client || role and aad = InputShareAad.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def choose_config(configs: HpkeConfigList | Sequence[HpkeConfig]) -> HpkeConfig:
 class ReportInput:
     measurement: object
     time: int
-    extensions: tuple[Extension, ...] = ()
+    leader_extensions: tuple[Extension, ...] = ()
+    helper_extensions: tuple[Extension, ...] = ()
     report_id: ReportId | None = None
 
 
@@ -89,8 +91,8 @@ def build_reports(
             Report(
                 metadata,
                 public_share,
-                _seal(leader_config, Role.LEADER, aad, item.extensions, leader_share),
-                _seal(helper_config, Role.HELPER, aad, item.extensions, helper_share),
+                _seal(leader_config, Role.LEADER, aad, item.leader_extensions, leader_share),
+                _seal(helper_config, Role.HELPER, aad, item.helper_extensions, helper_share),
             )
         )
     return out

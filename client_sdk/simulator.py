@@ -44,6 +44,7 @@ import numpy as np
 
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
+from client_sdk.http import http_client
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.query import Answer, randomize_indices
 from client_sdk.recipes import VerifiedRecipe
@@ -166,7 +167,7 @@ class Simulator:
         self.policy = policy
         self.trusted = policy.trusted if policy is not None else trusted
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.http = http or httpx.Client(timeout=30.0, limits=limits)
+        self.http = http or http_client(config.transport, timeout=30.0, limits=limits)
         self.uploader = uploader or Uploader(self.http)
         self.identities = identities
         self.directory = directory
@@ -349,7 +350,7 @@ class Simulator:
             inputs: list[tuple[Device, PendingUpload, ReportInput]] = []
             for device, item in chunk:
                 try:
-                    report_input, _ = device.report_input(item, now)
+                    report_input = device.report_input(item, now)
                 except (TokenError, ValueError) as exc:
                     summary.failed[f"no token: {exc}"] += 1
                     bar.add()

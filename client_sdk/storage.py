@@ -31,19 +31,35 @@ CREATE TABLE IF NOT EXISTS pending_upload (
     recipe_id TEXT NOT NULL, version INTEGER NOT NULL, task_id TEXT NOT NULL,
     measurement TEXT NOT NULL, donation_time INTEGER NOT NULL, token_fetch_at INTEGER NOT NULL,
     report_id TEXT, report BLOB, token BLOB, attempts INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL DEFAULT 'pending');
+    state TEXT NOT NULL DEFAULT 'pending', helper_token BLOB);
 CREATE INDEX IF NOT EXISTS pending_due ON pending_upload (state, donation_time);
 CREATE TABLE IF NOT EXISTS recipe_cache (
     recipe_id TEXT NOT NULL, version INTEGER NOT NULL, canonical BLOB NOT NULL,
     PRIMARY KEY (recipe_id, version));
 CREATE TABLE IF NOT EXISTS token (
     id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, window_start INTEGER NOT NULL,
-    token BLOB NOT NULL, used INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS token_free ON token (task_id, window_start, used);
+    token BLOB NOT NULL, used INTEGER NOT NULL DEFAULT 0, role INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS token_free_by_role ON token (task_id, window_start, role, used);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, kind TEXT NOT NULL,
     recipe_id TEXT, version INTEGER, task_id TEXT, report_id TEXT, detail TEXT NOT NULL);
 """
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """State written before tokens were per aggregator role (`shared.dap.extensions`): its
+    cached tokens answer a challenge no aggregator accepts now, so they go; pending uploads
+    get a column for the helper's token (``token`` holds the leader's)."""
+    token = _columns(conn, "token")
+    if token and "role" not in token:
+        conn.execute("DROP TABLE token")
+    pending = _columns(conn, "pending_upload")
+    if pending and "helper_token" not in pending:
+        conn.execute("ALTER TABLE pending_upload ADD COLUMN helper_token BLOB")
 
 
 class StateDb:
@@ -62,6 +78,7 @@ class StateDb:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
         with self.lock:
+            _upgrade(self.conn)
             self.conn.executescript(_SCHEMA)
 
     @contextmanager

@@ -2,13 +2,17 @@
 
 The device enrolls once with the attester, presenting its manufacturer certificate
 (``POST /attester/enroll``). For each (task, window) it will report in, it obtains a token ahead
-of need, at a random time (`DonationSchedule.token_fetch_time`): ``POST /attester/challenge``
-for a single-use nonce, then the blinded TokenRequest for `token_challenge(task, time, policy)`
-signed with the device key (`shared.privacypass.attestation`). The attester learns that this
-device asked for a token, never for which task or report (the request is blinded and names
-the key by its truncated id only). Tokens are cached per (task, window) in the state
-database and each is used once: `take` marks it used in the caller's transaction, the one that
-stores the sealed report carrying it.
+of need, at a random time (`DonationSchedule.token_fetch_time`), one token per aggregator role
+(`shared.dap.extensions`: each input share carries a token only its aggregator can redeem),
+each by its own issuance: ``POST /attester/challenge`` for a single-use nonce, then the
+blinded TokenRequest for `token_challenge(task, time, policy, role)` signed with the device
+key (`shared.privacypass.attestation`). The attester learns that this device asked for a
+token, never for which task, report or role (the request is blinded and names the key by its
+truncated id only), and the two issuances of a report are two independent blindings, so
+neither the issuer nor the attester can link one to the other or either to its redemption.
+Tokens are cached per (task, window, role) in the state database and each is used once:
+`take` marks it used in the caller's transaction, the one that stores the sealed report
+carrying it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from shared import b64url
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge, token_window_start
 from shared.dap.ids import TaskId
+from shared.dap.messages import Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.attestation import (
     ATTESTER_CHALLENGE_PATH,
@@ -92,12 +97,13 @@ class TokenWallet:
             self._directories[issuer_url] = found
         return found
 
-    def available(self, task_id: TaskId, report_time: int, policy: TokenPolicy) -> int:
+    def available(self, task_id: TaskId, report_time: int, policy: TokenPolicy, role: Role) -> int:
         start = token_window_start(report_time, policy.window_seconds)
         with self._db.lock:
             row = self._db.conn.execute(
-                "SELECT COUNT(*) FROM token WHERE task_id = ? AND window_start = ? AND used = 0",
-                (task_id.to_b64url(), start),
+                "SELECT COUNT(*) FROM token "
+                "WHERE task_id = ? AND window_start = ? AND role = ? AND used = 0",
+                (task_id.to_b64url(), start, int(role)),
             ).fetchone()
         return int(row[0])
 
@@ -106,13 +112,15 @@ class TokenWallet:
         task_id: TaskId,
         report_time: int,
         policy: TokenPolicy,
+        role: Role,
         attester_url: str,
         now: int,
         key_ids: tuple[str, ...] = (),
     ) -> None:
-        """Obtain one token for the window of `report_time` and cache it, under one of the
-        recipe's pinned `key_ids` only (a key the issuer shows this device alone could tag its
-        reports; the aggregators refuse tokens under any other key)."""
+        """Obtain one token for `role`'s share of a report in the window of `report_time` (a
+        fresh attester nonce and blinding each time) and cache it, under one of the recipe's
+        pinned `key_ids` only (a key the issuer shows this device alone could tag its reports;
+        the aggregators refuse tokens under any other key)."""
         if self._identity is None:
             raise TokenError("this device has no identity for the attester")
         if not key_ids:
@@ -127,7 +135,7 @@ class TokenWallet:
         ]
         if not keys:
             raise TokenError("the issuer has no usable pinned key")
-        challenge = token_challenge(task_id, report_time, policy)
+        challenge = token_challenge(task_id, report_time, policy, role)
         request, state = create_token_request(challenge, keys[0].token_key_object())
         body = request.encode()
         base = attester_url.rstrip("/")
@@ -155,19 +163,26 @@ class TokenWallet:
         start = token_window_start(report_time, policy.window_seconds)
         with self._db.transaction() as conn:
             conn.execute(
-                "INSERT INTO token (task_id, window_start, token) VALUES (?, ?, ?)",
-                (task_id.to_b64url(), start, token.encode()),
+                "INSERT INTO token (task_id, window_start, role, token) VALUES (?, ?, ?, ?)",
+                (task_id.to_b64url(), start, int(role), token.encode()),
             )
 
     def take(
-        self, conn: sqlite3.Connection, task_id: TaskId, report_time: int, policy: TokenPolicy
+        self,
+        conn: sqlite3.Connection,
+        task_id: TaskId,
+        report_time: int,
+        policy: TokenPolicy,
+        role: Role,
     ) -> Token | None:
-        """Mark one cached token of the window used, on `conn` (the caller's transaction)."""
+        """Mark one cached token of the window and role used, on `conn` (the caller's
+        transaction)."""
         start = token_window_start(report_time, policy.window_seconds)
         row = conn.execute(
-            "SELECT id, token FROM token WHERE task_id = ? AND window_start = ? AND used = 0 "
+            "SELECT id, token FROM token "
+            "WHERE task_id = ? AND window_start = ? AND role = ? AND used = 0 "
             "ORDER BY id LIMIT 1",
-            (task_id.to_b64url(), start),
+            (task_id.to_b64url(), start, int(role)),
         ).fetchone()
         if row is None:
             return None

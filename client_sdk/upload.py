@@ -1,10 +1,11 @@
-"""Talking to the aggregators: HPKE configs (DAP-09 §4.4.1) and report upload (§4.4.2).
+"""Talking to the leader: report upload (DAP-09 §4.4.2).
 
 Uploads are ``PUT {leader}/tasks/{task_id}/reports`` with ``application/dap-report``. Network
 errors and 5xx answers are retried a bounded number of times with exponential backoff and
 jitter (so that thousands of simulated devices do not retry in lockstep); a 4xx is final, and
-``outdatedConfig`` is reported as such so the device can refetch the configs and send a fresh
-report once.
+``outdatedConfig`` is reported as such so the device can send a fresh report once. The HPKE
+configs (DAP-09 §4.4.1) are never fetched from the aggregators here: the device seals only to
+the configs of the signed, logged recipe (`client_sdk.device`).
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ from typing import Literal
 
 import httpx
 
-from shared.codec import DecodeError
-from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
-from shared.dap.messages import HpkeConfigList
+from shared.constants import MEDIA_REPORT
 from shared.dap.problems import ProblemType
 
-__all__ = ["ConfigFetchError", "UploadResult", "Uploader"]
-
-
-class ConfigFetchError(Exception):
-    """The aggregator's HPKE configs could not be fetched."""
+__all__ = ["UploadResult", "Uploader"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +45,6 @@ class Uploader:
         self.backoff = backoff
         self._sleep = sleep
         self._jitter = random.Random()  # timing only; nothing private depends on it
-
-    def hpke_configs(self, aggregator: str, task_id: str) -> HpkeConfigList:
-        url = f"{aggregator.rstrip('/')}/hpke_config"
-        try:
-            response = self.http.get(url, params={"task_id": task_id})
-        except httpx.HTTPError as exc:
-            raise ConfigFetchError(f"cannot reach {aggregator}: {type(exc).__name__}") from None
-        media = response.headers.get("Content-Type", "").split(";")[0].strip()
-        if response.status_code != 200 or media != MEDIA_HPKE_CONFIG_LIST:
-            raise ConfigFetchError(f"{aggregator} answered {response.status_code} ({media})")
-        try:
-            return HpkeConfigList.decode(response.content)
-        except DecodeError as exc:
-            raise ConfigFetchError(f"invalid HpkeConfigList: {exc}") from None
 
     def put(self, leader: str, task_id: str, body: bytes) -> UploadResult:
         url = f"{leader.rstrip('/')}/tasks/{task_id}/reports"

@@ -1,6 +1,7 @@
 """`sagg`: the command line (argparse, one subcommand per task).
 
-    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U]
+    sagg [--ca-file PEM] [--allow-insecure-http] COMMAND ...
+    sagg up [--data-dir D] [--leader-port P ...] [--store sqlite|postgres --postgres-url U] [--tls]
             [--demo [--demo-scale full|small] [--demo-out DIR] [--demo-seed N] [--demo-only A,B]
              [--exit-after-demo]]
     sagg serve aggregator|collector|token-issuer|recipe-server [--host H --port P
@@ -35,7 +36,9 @@ import json
 import math
 import os
 import random
+import re
 import runpy
+import ssl
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -47,6 +50,7 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
+from client_sdk.http import http_client, http_failure
 from deploy import privacy
 from deploy.collect import (
     CollectError,
@@ -65,11 +69,19 @@ from deploy.config import (
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
 from deploy.keys import (
+    ADMIN_TOKEN_SERVICES,
     DATASTORE_KEY_SERVICES,
+    PROVISIONED_PARTIES,
     KeysError,
+    admin_token_file,
     datastore_key_file,
+    db_password_file,
+    ensure_db_password,
     ensure_keys,
+    ensure_pinned_keys_placeholder,
+    pgpass_file,
     pin_issuer_keys,
+    provisioner_token_file,
 )
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
 from deploy.recipes import (
@@ -80,7 +92,7 @@ from deploy.recipes import (
     load_draft,
     publish_recipe,
 )
-from deploy.tasks import ProvisionError, TaskParams, create_task
+from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
     UploadError,
@@ -100,6 +112,7 @@ from services.collector.charts import write_chart
 from services.interop.cli import add_interop_parser
 from shared.dp.amplification import Analysis
 from shared.recipe.model import Recipe
+from shared.transport import TransportPolicy
 
 __all__ = ["main"]
 
@@ -135,11 +148,38 @@ def _deployment(args: argparse.Namespace) -> Deployment | None:
         raise CliError(str(exc)) from None
 
 
-def _admin_token(deployment: Deployment | None) -> str:
-    token = os.environ.get("SAGG_ADMIN_TOKEN") or (deployment.admin_token if deployment else None)
+def _admin_token(deployment: Deployment | None, service: str) -> str:
+    """The operator's token of `service`: SAGG_ADMIN_TOKEN, else the deployment file's."""
+    token = os.environ.get("SAGG_ADMIN_TOKEN") or (
+        deployment.admin_token(service) if deployment else None
+    )
     if not token:
-        raise CliError("no admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
+        raise CliError(f"no {service} admin token: set SAGG_ADMIN_TOKEN or run `sagg up` first")
     return token
+
+
+def _transport(args: argparse.Namespace, deployment: Deployment | None) -> TransportPolicy:
+    """The CAs this command trusts (`--ca-file`, `SAGG_CA_FILE`, the deployment file's
+    `tls_ca_file`, else the system's) and whether plain http:// off the host is allowed
+    (`--allow-insecure-http`, `SAGG_ALLOW_INSECURE_HTTP=1`)."""
+    ca_file = (
+        getattr(args, "global_ca_file", None)
+        or os.environ.get("SAGG_CA_FILE")
+        or (deployment.tls_ca_file if deployment else None)
+    )
+    insecure = getattr(args, "global_allow_insecure_http", False) or os.environ.get(
+        "SAGG_ALLOW_INSECURE_HTTP", ""
+    ).lower() in ("1", "true", "yes")
+    policy = TransportPolicy(ca_file, insecure)
+    try:
+        policy.ssl_context  # noqa: B018 - load the bundle now, for a one-line error
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot load the CA bundle {ca_file}: {exc}") from None
+    return policy
+
+
+def _http(args: argparse.Namespace, deployment: Deployment | None, timeout: float) -> httpx.Client:
+    return http_client(_transport(args, deployment), timeout=timeout)
 
 
 def _url(flag: str | None, env: str, deployment: Deployment | None, role: str) -> str | None:
@@ -225,9 +265,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
             "start": args.interval_start,
             "duration": args.interval_duration,
         }
-    token = _admin_token(deployment)
-    recipe = _collect_recipe(args, deployment)
-    with httpx.Client(timeout=30.0) as http:
+    token = _admin_token(deployment, "collector")
+    with _http(args, deployment, 30.0) as http:
+        recipe = _collect_recipe(args, deployment, http)
         task = fetch_task(http, collector, token, args.task)
         job_id = request_collection(http, collector, token, args.task, query)
         body = wait_for_collection(http, collector, token, job_id, args.wait)
@@ -249,7 +289,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collect_recipe(args: argparse.Namespace, deployment: Deployment | None) -> Recipe | None:
+def _collect_recipe(
+    args: argparse.Namespace, deployment: Deployment | None, http: httpx.Client
+) -> Recipe | None:
     """The verified recipe whose analysis `sagg collect --recipe` applies, if one was named."""
     if args.recipe is None:
         if args.chart is not None:
@@ -260,7 +302,7 @@ def _collect_recipe(args: argparse.Namespace, deployment: Deployment | None) -> 
     if server is None or key is None:
         raise CliError("--recipe needs the recipe server URL and key: run `sagg up` first")
     try:
-        recipe = fetch_recipe(server, args.recipe, key, version=args.recipe_version)
+        recipe = fetch_recipe(server, args.recipe, key, version=args.recipe_version, http=http)
     except RecipeError as exc:
         raise CliError(str(exc)) from None
     if recipe.task.task_id != args.task:
@@ -339,7 +381,9 @@ def cmd_task_create(args: argparse.Namespace) -> int:
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {_validation_message(exc)}") from None
-    info = create_task(params, _admin_token(deployment))
+    tokens = PartyTokens(*(_admin_token(deployment, p) for p in ("leader", "helper", "collector")))
+    with _http(args, deployment, 30.0) as http:
+        info = create_task(params, tokens, http=http)
     print(json.dumps(info, indent=2))
     return 0
 
@@ -366,7 +410,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
             raise CliError("--measurements must be a JSON array, e.g. [0,3,1]") from None
         if not isinstance(measurements, list) or not measurements:
             raise CliError("--measurements must be a non-empty JSON array")
-    result = upload_reports(task, measurements, report_time=args.time)
+    with _http(args, _deployment(args), 30.0) as http:
+        result = upload_reports(task, measurements, report_time=args.time, http=http)
     summary: dict[str, Any] = {
         "task_id": task.task_id,
         "uploaded": result.uploaded,
@@ -451,6 +496,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         store=args.store,
         postgres_url=args.postgres_url,
         startup_timeout=args.startup_timeout,
+        tls=args.tls,
     )
     cluster = Cluster(options)
     deployment = cluster.start()
@@ -461,6 +507,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"token-issuer   {deployment.token_issuer}")
         print(f"recipe-server  {deployment.recipe_server}")
         print(f"recipe key     {deployment.recipe_server_public_key}")
+        if deployment.tls_ca_file:
+            print(f"TLS CA         {deployment.tls_ca_file}")
         print(f"deployment     {cluster.deployment_path} (tokens inside; mode 0600)")
         print(f"logs           {cluster.data_dir / 'logs'}")
         if args.demo:
@@ -489,17 +537,28 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_keys_init(args: argparse.Namespace) -> int:
     """Create a deployment's tokens and keys in a directory (the compose `init` service).
 
-    With the service URLs, also write `deployment.json` there, so that `sagg --deployment
-    <dir>/deployment.json recipe publish ...` and device simulators find everything.
+    With the service URLs, also write the operator's `deployment.json` there, and two views
+    without the operator's tokens: `analyst.json` (plus the analyst token, for `sagg recipe
+    publish`) and `devices.json` (no secret: URLs and the pinned recipe key, for device
+    simulators). `--db-password` adds a generated PostgreSQL password per role; `--owner` and
+    `--db-owner` (an init container running as root) hand the files to the services' user and
+    the database servers' password files to PostgreSQL's.
     """
     directory = Path(args.dir)
     try:
         keys = ensure_keys(directory)
+        for role in args.db_password:
+            ensure_db_password(directory, role)
+        pinned = ensure_pinned_keys_placeholder(directory)
     except (OSError, KeysError) as exc:
         raise CliError(f"keys in {directory}: {exc}") from None
-    written = ["admin_token", "analyst_token", "recipe-server.key", "manufacturer-ca.pem"]
-    written.append("manufacturer-ca.key")
+    written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
+    written += [provisioner_token_file(directory, p).name for p in PROVISIONED_PARTIES]
+    written += ["analyst_token", "recipe-server.key", "manufacturer-ca.pem", "manufacturer-ca.key"]
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
+    for role in args.db_password:
+        written += [db_password_file(directory, role).name, pgpass_file(directory, role).name]
+    written.append(str(pinned.relative_to(directory)))
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
         missing = [r for r, u in urls.items() if not u]
@@ -511,7 +570,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             collector=urls["collector"],
             token_issuer=urls["token-issuer"],
             recipe_server=urls["recipe-server"],
-            admin_token=keys.admin_token,
+            admin_tokens=keys.admin_tokens,
             analyst_token=keys.analyst_token,
             recipe_server_public_key=keys.recipe_public_key,
             recipe_server_key_id=keys.recipe_key_id,
@@ -520,17 +579,49 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             data_dir=str(directory),
         )
         write_deployment(directory / "deployment.json", deployment)
-        written.append("deployment.json")
+        public = deployment.model_copy(
+            update={"admin_tokens": {}, "manufacturer_ca_cert": None, "manufacturer_ca_key": None}
+        )
+        write_deployment(directory / "analyst.json", public)
+        write_deployment(
+            directory / "devices.json", public.model_copy(update={"analyst_token": None})
+        )
+        written += ["deployment.json", "analyst.json", "devices.json"]
+    if args.owner is not None:
+        _hand_over(directory, args.owner, args.db_owner or args.owner)
     print(f"{directory}: {', '.join(written)} (secrets mode 0600)")
     print(f"recipe server public key {keys.recipe_public_key}")
     return 0
+
+
+def _owner(text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    try:
+        return int(uid), int(gid or uid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not UID[:GID]: {text!r}") from None
+
+
+def _hand_over(directory: Path, owner: tuple[int, int], db_owner: tuple[int, int]) -> None:
+    """chown the directory and its files: a database's password to the database server's user,
+    everything else to the services' (the files stay 0600, so only that user reads them)."""
+    try:
+        os.chown(directory, *owner)
+        directory.chmod(0o700)
+        for path in directory.iterdir():
+            os.chown(path, *(db_owner if path.name.endswith(".db_password") else owner))
+            if path.is_dir() and not path.is_symlink():  # the `token-keys` step's pins
+                for inner in path.iterdir():
+                    os.chown(inner, *owner)
+    except OSError as exc:
+        raise CliError(f"cannot hand {directory} over: {exc.strerror}") from None
 
 
 def cmd_keys_pin_issuer(args: argparse.Namespace) -> int:
     """Write the running token issuer's key ids to `<dir>/token-key-ids` (the compose
     `token-keys` step: the recipe server pins them into every recipe)."""
     try:
-        with httpx.Client(timeout=10.0) as http:
+        with _http(args, None, 10.0) as http:
             ids = pin_issuer_keys(Path(args.dir), args.token_issuer, http)
     except (OSError, KeysError) as exc:
         raise CliError(f"pinning the issuer's keys: {exc}") from None
@@ -615,13 +706,16 @@ def cmd_recipe_publish(args: argparse.Namespace) -> int:
         and server.rstrip("/") == deployment.recipe_server.rstrip("/")
     ):
         pinned = deployment.recipe_server_public_key
-    summary = publish_recipe(server, token, draft, public_key=pinned)
+    with _http(args, deployment, 60.0) as http:
+        summary = publish_recipe(server, token, draft, public_key=pinned, http=http)
     print(json.dumps(summary, indent=2))
     return 0
 
 
 def cmd_recipe_list(args: argparse.Namespace) -> int:
-    listing = list_recipes(_recipe_server(args, _deployment(args)))
+    deployment = _deployment(args)
+    with _http(args, deployment, 30.0) as http:
+        listing = list_recipes(_recipe_server(args, deployment), http=http)
     print(json.dumps(listing, indent=2) if args.json else format_listing(listing))
     return 0
 
@@ -649,6 +743,11 @@ def _devices_defaults(args: argparse.Namespace) -> None:
     deployment = _deployment(args)
     server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
     args.recipe_server = server or _DEVICES_DEFAULT_RECIPE_SERVER
+    # Its own --ca-file wins over `sagg --ca-file`, SAGG_CA_FILE and the deployment file.
+    policy = _transport(args, deployment)
+    if args.ca_file is None:
+        args.ca_file = policy.ca_file
+    args.allow_insecure_http = args.allow_insecure_http or policy.allow_insecure_http
     if deployment is None:
         return
     same_server = (deployment.recipe_server or "").rstrip("/") == args.recipe_server.rstrip("/")
@@ -676,6 +775,19 @@ def _devices_defaults(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sagg", description="sagg: private aggregation with DAP-09 and Prio3")
     parser.add_argument("--deployment", help="deployment file (default .data/deployment.json)")
+    parser.add_argument(
+        "--ca-file",
+        dest="global_ca_file",
+        metavar="PEM",
+        help="CAs to verify the services' HTTPS certificates with (default: SAGG_CA_FILE, "
+        "the deployment file's tls_ca_file, else the system's)",
+    )
+    parser.add_argument(
+        "--allow-insecure-http",
+        dest="global_allow_insecure_http",
+        action="store_true",
+        help="also use plain http:// URLs of hosts other than loopback",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     up = sub.add_parser(
@@ -688,6 +800,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     up.add_argument("--postgres-url", help="postgresql://user@host:port/basename")
     up.add_argument("--startup-timeout", type=_seconds, default=60.0)
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with certificates from a local CA (DATA_DIR/tls/ca.pem), which the "
+        "deployment file names for every client",
+    )
     up.add_argument(
         "--demo",
         action="store_true",
@@ -796,6 +914,17 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--dir", required=True, help="directory to keep them in")
     for name in DEFAULT_PORTS:
         init.add_argument(f"--{name}", metavar="URL", help=f"{name} URL for deployment.json")
+    init.add_argument(
+        "--db-password",
+        metavar="ROLE",
+        action="append",
+        default=[],
+        help="also generate a PostgreSQL password for ROLE (ROLE.db_password, ROLE.pgpass)",
+    )
+    init.add_argument("--owner", type=_owner, metavar="UID[:GID]", help="chown the files to")
+    init.add_argument(
+        "--db-owner", type=_owner, metavar="UID[:GID]", help="chown *.db_password files to"
+    )
     init.set_defaults(func=cmd_keys_init)
     pin = keys_sub.add_parser("pin-issuer", help="pin the token issuer's current key ids")
     pin.add_argument("--dir", required=True, help="the keys directory")
@@ -853,9 +982,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose value is a DAP id (32 bytes, 43 base64url characters): 1 in 64 ids begins
+#: with "-", which argparse would take for an option, so such a value is attached to its
+#: option (``--task=-AbC...``) before parsing.
+ID_OPTIONS = ("--task", "--batch-id")
+_DAP_ID = re.compile(r"[A-Za-z0-9_-]{43}")
+
+
+def attach_id_values(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in ID_OPTIONS and _DAP_ID.fullmatch(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_id_values(sys.argv[1:] if argv is None else argv))
     if (
         args.command == "collect"
         and (args.batch_id or args.current_batch)
@@ -878,6 +1024,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DemoError,
     ) as exc:
         print(f"sagg: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:  # `sagg devices run` reaching no server, e.g. TLS refused
+        print(f"sagg: HTTP request failed: {http_failure(exc)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("sagg: interrupted", file=sys.stderr)
         return 130

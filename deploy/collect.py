@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from client_sdk.http import http_failure
 from shared.dap.task import CollectorTaskInfo
 
 __all__ = [
@@ -52,7 +53,7 @@ def fetch_task(http: httpx.Client, collector: str, token: str, task_id: str) -> 
         )
     except httpx.HTTPError as exc:
         raise CollectError(
-            f"cannot reach the collector at {collector}: {type(exc).__name__}"
+            f"cannot reach the collector at {collector}: {http_failure(exc)}"
         ) from None
     if response.status_code == 404:
         raise CollectError(f"unknown task {task_id}: the collector has no such task")
@@ -78,7 +79,7 @@ def request_collection(
         )
     except httpx.HTTPError as exc:
         raise CollectError(
-            f"cannot reach the collector at {collector}: {type(exc).__name__}"
+            f"cannot reach the collector at {collector}: {http_failure(exc)}"
         ) from None
     if response.status_code != 201:
         raise CollectError(f"the collector refused the collection: {_detail(response)}")
@@ -99,7 +100,7 @@ def wait_for_collection(
             response = http.get(url, headers={"Authorization": f"Bearer {token}"})
         except httpx.HTTPError as exc:
             raise CollectError(
-                f"cannot reach the collector at {collector}: {type(exc).__name__}"
+                f"cannot reach the collector at {collector}: {http_failure(exc)}"
             ) from None
         if response.status_code != 200:
             raise CollectError(f"the collector answered {_detail(response)}")

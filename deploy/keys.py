@@ -1,13 +1,20 @@
 """Secrets and keys of a deployment, generated once and kept in one directory.
 
 `sagg up` keeps them in its data dir; the compose file's one-shot `init` service writes them to
-the shared config volume (`sagg keys init`). Each is reused when it already exists, so
-restarting a deployment keeps its tokens, its recipe signing key (devices pin it) and its
-manufacturer CA (enrolled devices hold certificates from it).
+./.secrets (`sagg keys init`), from where each container is given only its own. Each is reused
+when it already exists, so restarting a deployment keeps its tokens, its recipe signing key
+(devices pin it) and its manufacturer CA (enrolled devices hold certificates from it).
 
-Files (all written owner-only, 0600):
+Files (all written owner-only, 0600, in an owner-only directory; a symbolic link in place of
+any of them is refused, never followed or written through). Every service has credentials of its
+own, so that no process holds a token that opens another service (least privilege; one malicious
+party gains nothing at the others, 001 §4.3):
 
-- ``admin_token``: bearer token of the leader's, helper's and collector's admin APIs.
+- ``<service>.admin_token`` for leader, helper, collector, token-issuer and recipe-server: the
+  operator's bearer token of that service (the admin API and /metrics of a DAP party; /metrics
+  of the token issuer and the recipe server).
+- ``<party>.provisioner_token`` for leader, helper and collector: the token that party gives
+  the recipe server, which may only create tasks there and read back their public parameters.
 - ``analyst_token``: bearer token for publishing recipes.
 - ``recipe-server.key``: the recipe server's Ed25519 seed, unpadded base64url (the format
   `services.recipe_server.keys` reads).
@@ -16,6 +23,11 @@ Files (all written owner-only, 0600):
 - ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
   that service's secrets at rest (`services.common.crypter`), one per service so that no
   party's key opens another's store.
+- ``<role>.db_password`` and ``<role>.pgpass``, only for the database roles asked for
+  (`ensure_db_password`; the compose file's PostgreSQL servers): a generated password, raw
+  (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
+  (what a service's ``?passfile=`` database URL reads), so no database has a default password
+  and no URL carries one.
 
 Once the token issuer runs, `pin_issuer_keys` writes ``token-key-ids``: the key ids of its
 directory (RFC 9578 §4), one per line, which the recipe server pins into every recipe and
@@ -27,7 +39,6 @@ published before keep their pins, and their tokens stop once those keys expire.
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,35 +48,50 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from client_sdk.http import http_failure
+from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
 from shared.constants import ISSUER_DIRECTORY_PATH
+from shared.files import create_private, private_dir, read_private, write_private
 from shared.privacypass.directory import DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [
+    "ADMIN_TOKEN_SERVICES",
     "DATASTORE_KEY_SERVICES",
+    "PINNED_KEYS_DIR",
+    "PROVISIONED_PARTIES",
     "TOKEN_KEY_IDS_FILE",
     "DeploymentKeys",
     "KeysError",
+    "admin_token_file",
     "datastore_key_file",
+    "db_password_file",
+    "ensure_db_password",
     "ensure_keys",
+    "ensure_pinned_keys_placeholder",
     "load_manufacturer_ca",
+    "pgpass_file",
     "pin_issuer_keys",
+    "provisioner_token_file",
 ]
 
-ADMIN_TOKEN_FILE = "admin_token"
+#: Every service, each with an operator token of its own.
+ADMIN_TOKEN_SERVICES = ("leader", "helper", "collector", "token-issuer", "recipe-server")
+#: The DAP parties the recipe server provisions tasks on, each with a token for it.
+PROVISIONED_PARTIES = ("leader", "helper", "collector")
 ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
 TOKEN_KEY_IDS_FILE = "token-key-ids"
+#: The subdirectory of a compose secrets directory that the `token-keys` step alone mounts.
+PINNED_KEYS_DIR = "issuer"
 #: The services whose stores hold secrets, each with its own datastore key.
 DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
-#: Below this a token is not one `ensure_keys` wrote; the services ask for at least 16 characters.
-_MIN_TOKEN = 16
 
 
 class KeysError(Exception):
@@ -75,7 +101,10 @@ class KeysError(Exception):
 @dataclass(frozen=True, repr=False)
 class DeploymentKeys:
     directory: Path
-    admin_token: str
+    #: Per service of `ADMIN_TOKEN_SERVICES`: the operator's token of that service.
+    admin_tokens: dict[str, str]
+    #: Per party of `PROVISIONED_PARTIES`: the recipe server's token at that party.
+    provisioner_tokens: dict[str, str]
     analyst_token: str
     recipe_key_file: Path
     recipe_public_key: str  # unpadded base64url, raw Ed25519
@@ -91,31 +120,29 @@ class DeploymentKeys:
 
 def _write_new(path: Path, text: str) -> bool:
     """Create `path` 0600 with `text`; False if it already existed (another writer won)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    return True
+    return create_private(path, text.encode())
+
+
+def _read(path: Path) -> str:
+    # Never through a link: a planted one would make the deployment use a token or key that
+    # whoever planted it chose, or read one of theirs.
+    return read_private(path).decode()
 
 
 def _token(path: Path, given: str | None) -> str:
-    if given is not None and not path.exists():
+    if given is not None:
         _write_new(path, given + "\n")
-    if not path.exists():
-        _write_new(path, secrets.token_urlsafe(32) + "\n")
-    token = path.read_text().strip()
-    if len(token) < _MIN_TOKEN:
-        raise KeysError(f"{path} holds a token shorter than {_MIN_TOKEN} characters")
+    _write_new(path, secrets.token_urlsafe(32) + "\n")
+    token = _read(path).strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise KeysError(f"{path} holds a token shorter than {MIN_TOKEN_LENGTH} characters")
     return token
 
 
 def _recipe_key(path: Path) -> RecipeSigner:
-    if not path.exists():
-        _write_new(path, b64url_encode(secrets.token_bytes(32)) + "\n")
+    _write_new(path, b64url_encode(secrets.token_bytes(32)) + "\n")
     try:
-        seed = b64url_decode(path.read_text().strip(), str(path))
+        seed = b64url_decode(_read(path).strip(), str(path))
     except ValueError as exc:
         raise KeysError(f"{path}: {exc}") from None
     if len(seed) != 32:
@@ -123,14 +150,21 @@ def _recipe_key(path: Path) -> RecipeSigner:
     return RecipeSigner.from_seed(seed)
 
 
+def admin_token_file(directory: Path, service: str) -> Path:
+    return directory / f"{service}.admin_token"
+
+
+def provisioner_token_file(directory: Path, party: str) -> Path:
+    return directory / f"{party}.provisioner_token"
+
+
 def datastore_key_file(directory: Path, service: str) -> Path:
     return directory / f"{service}.datastore_key"
 
 
 def _datastore_key(path: Path) -> str:
-    if not path.exists():
-        _write_new(path, generate_key() + "\n")
-    text = path.read_text().strip()
+    _write_new(path, generate_key() + "\n")
+    text = _read(path).strip()
     try:
         parse_keys(text)
     except CrypterError as exc:
@@ -138,11 +172,29 @@ def _datastore_key(path: Path) -> str:
     return text
 
 
+def db_password_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.db_password"
+
+
+def pgpass_file(directory: Path, role: str) -> Path:
+    return directory / f"{role}.pgpass"
+
+
+def ensure_db_password(directory: Path, role: str) -> None:
+    """A generated password of the database role `role`, in both files (kept on reruns)."""
+    password = _token(db_password_file(directory, role), None)
+    pgpass = pgpass_file(directory, role)
+    if not pgpass.exists():
+        # hostname:port:database:username:password (libpq); the URL names host, db and user.
+        # token_urlsafe never yields ':' or '\\', which this format would need escaped.
+        _write_new(pgpass, f"*:*:*:*:{password}\n")
+
+
 def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
     """The CA `ensure_keys` wrote (for a device simulator that certifies its devices)."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
-        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        cert = x509.load_pem_x509_certificate(read_private(cert_file))
+        key = serialization.load_pem_private_key(read_private(key_file), password=None)
     except (OSError, ValueError) as exc:
         raise KeysError(f"manufacturer CA {cert_file}: {exc}") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
@@ -152,6 +204,9 @@ def load_manufacturer_ca(cert_file: Path, key_file: Path) -> ManufacturerCA:
 
 
 def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
+    for path in (cert_file, key_file):
+        if path.is_symlink():  # named as such, not as "only one of the pair exists"
+            raise KeysError(f"{path} is a symbolic link; refusing to use it")
     if cert_file.exists() and key_file.exists():
         load_manufacturer_ca(cert_file, key_file)  # fail now, not when a device enrolls
         return
@@ -168,24 +223,26 @@ def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
     _write_new(cert_file, ca.certificate_pem())
 
 
-def ensure_keys(
-    directory: Path, *, admin_token: str | None = None, analyst_token: str | None = None
-) -> DeploymentKeys:
+def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> DeploymentKeys:
     """Create whatever is missing in `directory` and return it all.
 
-    `admin_token`/`analyst_token` seed new token files (an older deployment file's tokens,
-    so scripts holding them keep working); existing files win.
+    `analyst_token` seeds a new token file (an older deployment file's, so scripts holding it
+    keep working); existing files win. A shared ``admin_token`` file of an older layout is
+    left alone and unused: every service now has its own.
     """
-    # Owner-only for a new directory; an existing one (a compose volume) keeps its mode, and
-    # the files in it are 0600 either way.
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    admin = _token(directory / ADMIN_TOKEN_FILE, admin_token)
+    # Owner-only, an existing directory (a compose volume) tightened too; the files are 0600.
+    private_dir(directory)
+    admin = {s: _token(admin_token_file(directory, s), None) for s in ADMIN_TOKEN_SERVICES}
+    provisioner = {
+        p: _token(provisioner_token_file(directory, p), None) for p in PROVISIONED_PARTIES
+    }
     analyst = _token(directory / ANALYST_TOKEN_FILE, analyst_token)
     signer = _recipe_key(directory / RECIPE_KEY_FILE)
     _manufacturer_ca(directory / CA_CERT_FILE, directory / CA_KEY_FILE)
     return DeploymentKeys(
         directory=directory,
-        admin_token=admin,
+        admin_tokens=admin,
+        provisioner_tokens=provisioner,
         analyst_token=analyst,
         recipe_key_file=directory / RECIPE_KEY_FILE,
         recipe_public_key=b64url_encode(signer.public_key),
@@ -199,6 +256,18 @@ def ensure_keys(
     )
 
 
+def ensure_pinned_keys_placeholder(directory: Path) -> Path:
+    """`<directory>/issuer/token-key-ids`, created empty unless it exists: the compose file gives
+    it to the recipe server as a secret, and a secret's file must exist before its container
+    is created; the `token-keys` step (which mounts that subdirectory alone, never the other
+    secrets) replaces it with the running issuer's key ids. Empty, the recipe server refuses
+    to start (nothing pinned), so a skipped step fails closed."""
+    pinned = private_dir(directory / PINNED_KEYS_DIR)
+    path = pinned / TOKEN_KEY_IDS_FILE
+    create_private(path, b"")
+    return path
+
+
 def pin_issuer_keys(directory: Path, issuer_url: str, http: httpx.Client) -> list[str]:
     """Fetch the issuer's directory and write the ids of its token keys (unpadded base64url
     SHA-256 of each key, RFC 9578 §6.5) to `directory`/token-key-ids; returns them."""
@@ -208,13 +277,14 @@ def pin_issuer_keys(directory: Path, issuer_url: str, http: httpx.Client) -> lis
         response.raise_for_status()
         keys = IssuerDirectory.decode(response.content).keys_of_type()
         ids = [b64url_encode(k.token_key_object().token_key_id) for k in keys]
-    except (httpx.HTTPError, DirectoryError, InvalidKeyError) as exc:
+    except httpx.HTTPError as exc:
+        raise KeysError(f"token issuer directory {url}: {http_failure(exc)}") from None
+    except (DirectoryError, InvalidKeyError) as exc:
         raise KeysError(f"token issuer directory {url}: {type(exc).__name__}") from None
     if not ids:
         raise KeysError(f"token issuer directory {url} lists no token key")
-    path = directory / TOKEN_KEY_IDS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    _write_new(tmp, "".join(f"{i}\n" for i in ids))
-    os.replace(tmp, path)
+    # Owner-only and never through a planted link, like every other file here; replaced
+    # atomically so the recipe server never reads half a list.
+    private_dir(directory)
+    write_private(directory / TOKEN_KEY_IDS_FILE, "".join(f"{i}\n" for i in ids).encode())
     return ids

@@ -8,8 +8,15 @@ PostgreSQL database per store (the leader and helper never share one, as two rea
 would not). The aggregators trust that token issuer only, and the recipe server starts
 once the issuer's key ids are pinned from its directory (`deploy.keys.pin_issuer_keys`).
 Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
-`<data dir>/logs/`. Once every `/healthz` answers, URLs, tokens and the recipe server's public
-key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
+`<data dir>/logs/`. Each process gets only its own credentials: its operator token, a DAP
+party its provisioning token, the recipe server the three provisioning tokens and no admin
+token. Once every `/healthz` answers, URLs, the operator's tokens and the recipe server's
+public key are written to `<data dir>/deployment.json` (0600) for the other CLI commands.
+
+With `tls`, every service serves HTTPS with a certificate from a local CA (`deploy.tls`) and
+verifies its peers against that CA, whose file the deployment file names for the clients.
+The data dir and everything in it are owner-only (`shared.files`): directories 0700, stores,
+keys, logs and the deployment file 0600, none of them reached through a symbolic link.
 """
 
 from __future__ import annotations
@@ -25,20 +32,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
 from psycopg import sql
 
+from client_sdk.http import http_client
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
 from deploy.keys import (
+    PROVISIONED_PARTIES,
     TOKEN_KEY_IDS_FILE,
     DeploymentKeys,
     KeysError,
     ensure_keys,
     pin_issuer_keys,
 )
+from deploy.tls import LocalTls, TlsError, ensure_local_tls
+from services.common.auth import MIN_TOKEN_LENGTH
+from shared.files import private_dir, write_private
+from shared.transport import TransportPolicy
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -93,6 +107,8 @@ class UpOptions:
     startup_timeout: float = 60.0
     #: Extra environment for every service (tests use it to speed up the drivers).
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Serve HTTPS with certificates from a local CA in `<data dir>/tls/`.
+    tls: bool = False
 
     def ports(self) -> dict[str, int]:
         return {
@@ -148,17 +164,20 @@ def postgres_database_urls(base_url: str) -> dict[str, str]:
     return urls
 
 
-def _existing_tokens(path: Path) -> tuple[str | None, str | None]:
-    """Admin and analyst token of an earlier deployment file, if any."""
+def _existing_analyst_token(path: Path) -> str | None:
+    """The analyst token of an earlier deployment file, if any."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    found = [doc.get(name) for name in ("admin_token", "analyst_token")]
-    admin, analyst = (t if isinstance(t, str) and len(t) >= 16 else None for t in found)
-    return admin, analyst
+        return None
+    token = doc.get("analyst_token") if isinstance(doc, dict) else None
+    return token if isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH else None
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """`path` for appending, created 0600 (logs name tasks and jobs), never through a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), "ab")
 
 
 def service_env(
@@ -169,14 +188,24 @@ def service_env(
     databases: dict[str, str],
     keys: DeploymentKeys,
     urls: dict[str, str],
+    tls: LocalTls | None = None,
 ) -> dict[str, str]:
-    """The `SAGG_*` environment of one service (secrets included: it goes to that process only)."""
+    """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
+    and holds no credential of another service)."""
     common = {"HOST": host, "PORT": str(port)}
+    if tls is not None:
+        cert = tls.certs[name]
+        common.update(
+            TLS_CERT_FILE=str(cert.cert_file),
+            TLS_KEY_FILE=str(cert.key_file),
+            TLS_CA_FILE=str(tls.ca_file),
+        )
     if name in ("leader", "helper"):
         env = {
             **common,
             "DATABASE_URL": databases[name],
-            "ADMIN_TOKEN": keys.admin_token,
+            "ADMIN_TOKEN": keys.admin_tokens[name],
+            "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
             # The only issuer whose directory the aggregator fetches and whose tasks it takes.
             "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
@@ -185,7 +214,8 @@ def service_env(
         env = {
             **common,
             "DATABASE_URL": databases["collector"],
-            "ADMIN_TOKEN": keys.admin_token,
+            "ADMIN_TOKEN": keys.admin_tokens[name],
+            "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
     elif name == "token-issuer":
@@ -197,8 +227,7 @@ def service_env(
             "ATTESTER_DATABASE_URL": databases["token_attester"],
             # pydantic-settings reads a list from the environment as JSON.
             "MANUFACTURER_CA_FILES": json.dumps([str(keys.ca_cert_file)]),
-            # The operator's one admin token also reads every service's /metrics.
-            "METRICS_TOKEN": keys.admin_token,
+            "METRICS_TOKEN": keys.admin_tokens[name],
         }
     elif name == "recipe-server":
         env = {
@@ -206,8 +235,11 @@ def service_env(
             "DATABASE_URL": databases["recipe_server"],
             "SIGNING_KEY_FILE": str(keys.recipe_key_file),
             "ANALYST_TOKEN": keys.analyst_token,
-            "ADMIN_TOKEN": keys.admin_token,
-            "METRICS_TOKEN": keys.admin_token,
+            "METRICS_TOKEN": keys.admin_tokens[name],
+            **{
+                f"{party.upper()}_PROVISIONER_TOKEN": keys.provisioner_tokens[party]
+                for party in PROVISIONED_PARTIES
+            },
             "LEADER_URL": urls["leader"],
             "HELPER_URL": urls["helper"],
             "COLLECTOR_URL": urls["collector"],
@@ -230,6 +262,7 @@ class Cluster:
         self.deployment_path = self.data_dir / DEPLOYMENT_FILE
         self.keys_dir = self.data_dir / "keys"
         self.services: list[_Service] = []
+        self.transport = TransportPolicy()
 
     def _database_urls(self) -> dict[str, str]:
         if self.options.store == "postgres":
@@ -242,18 +275,21 @@ class Cluster:
         return {role: f"sqlite:///{path}" for role, path in files.items()}
 
     def _keys(self) -> DeploymentKeys:
-        # Tokens of a `sagg up` from before keys/ existed seed the new files, so tasks and
-        # scripts that already hold them keep working across the upgrade.
-        admin, analyst = _existing_tokens(self.deployment_path)
+        # The analyst token of a `sagg up` from before keys/ existed seeds the new file, so
+        # scripts that already hold it keep working across the upgrade.
+        analyst = _existing_analyst_token(self.deployment_path)
         try:
-            return ensure_keys(self.keys_dir, admin_token=admin, analyst_token=analyst)
+            return ensure_keys(self.keys_dir, analyst_token=analyst)
         except (OSError, KeysError) as exc:
             raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
 
-    def plan(self, keys: DeploymentKeys, databases: dict[str, str]) -> list[_Service]:
+    def plan(
+        self, keys: DeploymentKeys, databases: dict[str, str], tls: LocalTls | None = None
+    ) -> list[_Service]:
         """What would run: name, module, URL and environment of each service."""
         o = self.options
-        urls = {name: f"http://{o.host}:{port}" for name, port in o.ports().items()}
+        scheme = "https" if tls is not None else "http"
+        urls = {name: f"{scheme}://{o.host}:{port}" for name, port in o.ports().items()}
         logs = self.data_dir / "logs"
         return [
             _Service(
@@ -267,6 +303,7 @@ class Cluster:
                     databases=databases,
                     keys=keys,
                     urls=urls,
+                    tls=tls,
                 ),
                 logs / f"{name}.log",
             )
@@ -275,17 +312,22 @@ class Cluster:
 
     def start(self) -> Deployment:
         self._check_ports()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "logs").mkdir(exist_ok=True)
+        try:
+            private_dir(self.data_dir)
+            private_dir(self.data_dir / "logs")
+        except OSError as exc:
+            raise LaunchError(f"data dir {self.data_dir}: {exc}") from None
         keys = self._keys()
-        self.services = self.plan(keys, self._database_urls())
+        tls = self._tls()
+        self.transport = TransportPolicy(str(tls.ca_file) if tls else None)
+        self.services = self.plan(keys, self._database_urls(), tls)
         deadline = time.monotonic() + self.options.startup_timeout
         try:
             for service in self.services:
                 if service.name == "recipe-server":
                     self._pin_issuer_keys(keys, deadline)
                 env = {**os.environ, **service.env, **self.options.extra_env}
-                log = service.log_path.open("ab")
+                log = _open_log(service.log_path)
                 # A new session: Ctrl-C in the terminal reaches only `sagg up`, which then
                 # stops the services in order instead of all of them dying at once.
                 service.process = subprocess.Popen(
@@ -300,7 +342,7 @@ class Cluster:
             for service in self.services:
                 self._wait_healthy(service, deadline)
             by_name = {s.name: s for s in self.services}
-            self._check_recipe_key(by_name["recipe-server"], keys)
+            self._check_recipe_key(by_name["recipe-server"], keys, self.transport)
         except BaseException:
             self.stop()
             raise
@@ -310,7 +352,7 @@ class Cluster:
             collector=by_name["collector"].url,
             token_issuer=by_name["token-issuer"].url,
             recipe_server=by_name["recipe-server"].url,
-            admin_token=keys.admin_token,
+            admin_tokens=keys.admin_tokens,
             analyst_token=keys.analyst_token,
             recipe_server_public_key=keys.recipe_public_key,
             recipe_server_key_id=keys.recipe_key_id,
@@ -318,11 +360,16 @@ class Cluster:
             manufacturer_ca_key=str(keys.ca_key_file),
             data_dir=str(self.data_dir),
             store=self.options.store,
+            tls_ca_file=self.transport.ca_file,
         )
-        write_deployment(self.deployment_path, deployment)
-        # For tooling that must clean up after a `sagg up` that was itself killed hard.
-        pids = {s.name: s.process.pid for s in self.services if s.process is not None}
-        (self.data_dir / "pids.json").write_text(json.dumps(pids) + "\n")
+        try:
+            write_deployment(self.deployment_path, deployment)
+            # For tooling that must clean up after a `sagg up` that was itself killed hard.
+            pids = {s.name: s.process.pid for s in self.services if s.process is not None}
+            write_private(self.data_dir / "pids.json", (json.dumps(pids) + "\n").encode())
+        except OSError as exc:
+            self.stop()
+            raise LaunchError(f"cannot write the deployment file: {exc}") from None
         return deployment
 
     def _pin_issuer_keys(self, keys: DeploymentKeys, deadline: float) -> None:
@@ -331,17 +378,28 @@ class Cluster:
         issuer = next(s for s in self.services if s.name == "token-issuer")
         self._wait_healthy(issuer, deadline)
         try:
-            with httpx.Client(timeout=5.0) as http:
+            with http_client(self.transport, timeout=5.0) as http:
                 pin_issuer_keys(keys.directory, issuer.url, http)
         except KeysError as exc:
             raise LaunchError(str(exc)) from None
 
+    def _tls(self) -> LocalTls | None:
+        if not self.options.tls:
+            return None
+        try:
+            return ensure_local_tls(self.data_dir / "tls", SERVICES, [self.options.host])
+        except (OSError, TlsError) as exc:
+            raise LaunchError(f"local CA in {self.data_dir / 'tls'}: {exc}") from None
+
     @staticmethod
-    def _check_recipe_key(service: _Service, keys: DeploymentKeys) -> None:
+    def _check_recipe_key(
+        service: _Service, keys: DeploymentKeys, transport: TransportPolicy
+    ) -> None:
         """The key the server signs with must be the one the deployment file advertises (an
         inherited SAGG_RECIPE_SERVER_SIGNING_KEY would otherwise silently win)."""
         try:
-            body = httpx.get(f"{service.url}/keys", timeout=5.0).json()
+            with http_client(transport, timeout=5.0) as http:
+                body = http.get(f"{service.url}/keys").json()
             served = {k.get("key_id") for k in body.get("keys", [])}
         except (httpx.HTTPError, ValueError, AttributeError):
             raise LaunchError(f"the recipe server at {service.url} did not list its keys") from None
@@ -353,7 +411,7 @@ class Cluster:
 
     def _wait_healthy(self, service: _Service, deadline: float) -> None:
         assert service.process is not None
-        with httpx.Client(timeout=2.0) as http:
+        with http_client(self.transport, timeout=2.0) as http:
             while True:
                 code = service.process.poll()
                 if code is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
@@ -26,6 +27,7 @@ from shared.recipe.log import (
 )
 from shared.recipe.model import Recipe, RecipeDraft
 from shared.recipe.signing import RecipeVerificationError, verify_signed_recipe
+from shared.transport import TransportPolicy
 
 __all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
 
@@ -109,12 +111,12 @@ def publish_recipe(
     url = f"{server.rstrip('/')}/recipes"
     body = draft.model_dump_json(exclude_none=True)
     headers = {"Authorization": f"Bearer {analyst_token}", "Content-Type": "application/json"}
-    client = http or httpx.Client(timeout=60.0)
+    client = http or http_client(TransportPolicy(), timeout=60.0)
     try:
         response = client.post(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
         raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+            f"cannot reach the recipe server at {server}: {http_failure(exc)}"
         ) from None
     finally:
         if http is None:
@@ -152,12 +154,12 @@ def _get_json(
     http: httpx.Client | None = None,
 ) -> dict[str, Any]:
     """GET a JSON object from the recipe server; RecipeError with `refused` on a non-200."""
-    client = http or httpx.Client(timeout=30.0)
+    client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         response = client.get(f"{server.rstrip('/')}{path}", params=params)
     except httpx.HTTPError as exc:
         raise RecipeError(
-            f"cannot reach the recipe server at {server}: {type(exc).__name__}"
+            f"cannot reach the recipe server at {server}: {http_failure(exc)}"
         ) from None
     finally:
         if http is None:

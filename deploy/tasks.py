@@ -3,17 +3,21 @@
 Order matters: the collector is provisioned first because it generates the HPKE key pair the
 aggregators seal aggregate shares to; then the leader and the helper get their `TaskDefinition`
 through the admin API (`PUT /internal/tasks/{id}`: 201 created, 200 identical, 409 different).
+Each party takes its own credential (`PartyTokens`): the operator's admin token of that party,
+or the provisioning token it gave the recipe server.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
@@ -25,13 +29,31 @@ from shared.dap.task import (
     TaskDefinition,
     TokenPolicy,
 )
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["ProvisionError", "TaskParams", "create_task"]
+__all__ = ["PartyTokens", "ProvisionError", "TaskParams", "create_task"]
 
 
 class ProvisionError(Exception):
     """A party refused or could not be reached; the message is one line."""
+
+
+@dataclass(frozen=True, repr=False)
+class PartyTokens:
+    """The bearer token presented to each DAP party (no party ever sees another's)."""
+
+    leader: str
+    helper: str
+    collector: str
+
+    @classmethod
+    def shared(cls, token: str) -> PartyTokens:
+        """One token for all three (a test bench run by one operator)."""
+        return cls(token, token, token)
+
+    def __repr__(self) -> str:
+        return "PartyTokens(...)"
 
 
 class TaskParams(BaseModel):
@@ -76,7 +98,7 @@ def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, toke
     try:
         response = http.put(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
-        raise ProvisionError(f"cannot reach the {what} at {base}: {type(exc).__name__}") from None
+        raise ProvisionError(f"cannot reach the {what} at {base}: {http_failure(exc)}") from None
     if response.status_code in (200, 201):
         return response.json() if response.content else None
     detail = ""
@@ -93,7 +115,7 @@ def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, toke
 
 def create_task(
     params: TaskParams,
-    admin_token: str,
+    credentials: PartyTokens | str,
     *,
     http: httpx.Client | None = None,
     now: int | None = None,
@@ -107,7 +129,10 @@ def create_task(
     the recipe it binds with `recipe_digest` (b64url SHA-256 of the recipe's canonical bytes)
     names the task. `tokens` makes the aggregators require Privacy Pass tokens. With both,
     the aggregators accept only reports that carry a token and this recipe's binding.
+    `credentials` authenticate to each party (a string: the same token to all three).
     """
+    if isinstance(credentials, str):
+        credentials = PartyTokens.shared(credentials)
     if task_id is None:
         task_id = TaskId.random().to_b64url()
     else:
@@ -123,7 +148,7 @@ def create_task(
         expiration = (int(time.time()) if now is None else now) + params.expires_in
 
     own = http is None
-    client = http or httpx.Client(timeout=30.0)
+    client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         try:
             collector_task = CollectorTask(
@@ -144,7 +169,7 @@ def create_task(
             "collector",
             task_id,
             collector_task.model_dump_json(),
-            admin_token,
+            credentials.collector,
         )
         if not isinstance(answer, dict) or "collector_hpke_config" not in answer:
             raise ProvisionError("the collector did not return its HPKE config")
@@ -173,8 +198,8 @@ def create_task(
             helper = TaskDefinition(**common, role="helper")
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
-        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), admin_token)
-        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), admin_token)
+        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), credentials.leader)
+        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), credentials.helper)
     finally:
         if own:
             client.close()

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from client_sdk.http import http_client, http_failure
 from client_sdk.reports import NoUsableConfigError, ReportInput, choose_config
 from client_sdk.reports import build_reports as sdk_build_reports
 from shared.codec import DecodeError
@@ -28,6 +29,7 @@ from shared.dap.messages import (
     HpkeConfigList,
     Report,
 )
+from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -69,7 +71,7 @@ def fetch_hpke_config(http: httpx.Client, aggregator: str, task_id: TaskId) -> H
     try:
         response = http.get(url, params={"task_id": task_id.to_b64url()})
     except httpx.HTTPError as exc:
-        raise UploadError(f"cannot reach {aggregator}: {type(exc).__name__}") from None
+        raise UploadError(f"cannot reach {aggregator}: {http_failure(exc)}") from None
     if response.status_code != 200:
         raise UploadError(f"{aggregator} refused the HPKE config request: {response.status_code}")
     media = response.headers.get("Content-Type", "").split(";")[0].strip()
@@ -117,7 +119,7 @@ def upload_reports(
     range); reports the leader refuses one by one are listed in the result instead.
     """
     own = http is None
-    client = http or httpx.Client(timeout=30.0)
+    client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         task_id = TaskId.from_b64url(task.task_id)
         leader_config = fetch_hpke_config(client, task.leader, task_id)
@@ -140,7 +142,7 @@ def upload_reports(
                     url, content=report.encode(), headers={"Content-Type": MEDIA_REPORT}
                 )
             except httpx.HTTPError as exc:
-                return f"cannot reach the leader: {type(exc).__name__}"
+                return f"cannot reach the leader: {http_failure(exc)}"
             if response.is_success:
                 return None
             return f"leader answered {response.status_code}: {response.text[:200]}"

@@ -41,6 +41,8 @@ from shared.constants import (
 )
 
 __all__ = [
+    "ENC_SIZE",
+    "TAG_SIZE",
     "HpkeError",
     "HpkeKeyPair",
     "check_suite",
@@ -58,6 +60,11 @@ _N_SK: Final = 32
 _N_H: Final = 32
 _N_K: Final = 16
 _N_N: Final = 12
+#: AES-128-GCM's tag (RFC 9180 §7.3 table 5, Nt): what sealing adds to a plaintext.
+_N_T: Final = 16
+#: Public sizes for callers bounding ciphertexts (`shared.dap.sizes`).
+ENC_SIZE: Final = _N_ENC
+TAG_SIZE: Final = _N_T
 
 _MODE_BASE: Final = b"\x00"
 _HPKE_V1: Final = b"HPKE-v1"

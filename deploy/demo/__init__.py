@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-import httpx
-
+from client_sdk.http import http_client
 from deploy.collect import CollectError
 from deploy.config import Deployment
 from deploy.demo.compose import demo_recipe
@@ -54,7 +53,7 @@ def run_demo(
     reports: list[AnalysisReport] = []
     # Recipe ids are unique per run: a demo may run again against the same deployment.
     tag = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-    with httpx.Client(timeout=60.0) as http:
+    with http_client(deployment.transport, timeout=60.0) as http:
         ctx = DemoContext(deployment, out_dir, seed, SCALES[scale], tag, http, progress)
         for name in names:
             module = importlib.import_module(ANALYSES[name])

@@ -384,6 +384,7 @@ class DemoContext:
             recipe_server_key=b64url_decode(d.recipe_server_public_key, "recipe key"),
             use_tokens=identities is not None,
             donation=DonationSchedule(1, 0),
+            transport=d.transport,
         )
         return Simulator(
             config,
@@ -405,8 +406,11 @@ class DemoContext:
         start = int(since) // precision * precision
         end = (int(self.clock()) // precision + 1) * precision
         query = {"type": "time_interval", "start": start, "duration": end - start}
-        job = request_collection(self.http, d.collector, d.admin_token, recipe.task.task_id, query)
-        body = wait_for_collection(self.http, d.collector, d.admin_token, job, self.collect_wait)
+        token = d.admin_token("collector")
+        if token is None:
+            raise DemoError("the deployment file has no collector admin token")
+        job = request_collection(self.http, d.collector, token, recipe.task.task_id, query)
+        body = wait_for_collection(self.http, d.collector, token, job, self.collect_wait)
         return collection_from_body(body)
 
     def answer_and_collect(

@@ -8,11 +8,13 @@ DAP-09 routes (the task's role decides which ones answer; the other role gets
 - POST /tasks/{task_id}/aggregate_shares                 (helper)   §4.6.2
 - PUT|POST|DELETE /tasks/{task_id}/collection_jobs/{id}  (leader)   §4.6.1
 
-Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with a wrong one):
+Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with one not allowed
+for the route). The provisioning token (the recipe server's) may only call the first two:
 - PUT    /internal/tasks/{task_id}   TaskDefinition JSON -> 201 {"task_id"} created,
                                      200 identical exists, 409 a different one exists,
                                      400 invalid (e.g. a token issuer not in token_issuers)
-- GET    /internal/tasks/{task_id}   the definition without its secret tokens
+- GET    /internal/tasks/{task_id}   the definition's public parameters: never the VDAF verify
+                                     key or a token (no API hands out a task's secrets)
 - DELETE /internal/tasks/{task_id}   204
 - GET    /internal/tasks/{task_id}/stats  counts: reports, jobs and collections by state,
                                      refused reports by stage and reason, open batches
@@ -44,12 +46,14 @@ from services.aggregator.datastore import Datastore
 from services.aggregator.metrics import aggregator_metrics, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
-from services.aggregator.upload_route import handle_upload, upload_task_id
-from services.common.auth import hash_token, require_bearer
+from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
+from services.common.auth import hash_token, require_bearer, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
+from services.common.http import http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
@@ -79,6 +83,10 @@ log = logging.getLogger(__name__)
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
 #: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
 SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
+#: Stored (sealed) with the definition, but never in an answer: DAP-09 §4.2 gives the verify key
+#: to the aggregators only, and Prio3 derives its proof's query randomness from it, so a client
+#: that learned it could make an invalid measurement pass verification.
+UNSHOWN_FIELDS = ("vdaf_verify_key",)
 
 
 def _media_type(request: Request) -> str:
@@ -112,7 +120,8 @@ class _AggregatorApp(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task_id = upload_task_id(scope)
         if task_id is not None:
-            await handle_upload(self.state.aggregator, task_id, scope, receive, send)
+            state = self.state
+            await handle_upload(state.aggregator, state.upload_gate, task_id, scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -137,7 +146,7 @@ def open_aggregator(
     ds.add_hpke_key(clock.now(), only_if_none=True)
     # Opening every key now makes wrong datastore keys fail the start, not the first upload.
     ds.hpke_keys()
-    http = issuer_http or httpx.Client(timeout=settings.issuer_timeout_s)
+    http = issuer_http or http_client(settings.transport, timeout=settings.issuer_timeout_s)
     return Aggregator(ds, clock, settings, fetch=http.get, metrics=metrics)
 
 
@@ -160,6 +169,9 @@ def create_app(
     app = _AggregatorApp(title="sagg aggregator", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.aggregator = agg
     app.state.settings = settings
+    app.state.upload_gate = UploadGate(settings.upload_pending_max)
+    # Uploads bypass this stack and cap their bodies at the task's largest report.
+    install_body_limit(app, settings.max_request_body_bytes, dap=True)
     install_problem_handlers(app)
     install_http_problem_handler(app)
 
@@ -216,12 +228,14 @@ def create_app(
 
     # --- admin -------------------------------------------------------------------------------
 
-    admin_hash = (
-        hash_token(settings.admin_token.get_secret_value()) if settings.admin_token else None
-    )
+    admin_hash = token_hash(settings.admin_token)
+    provisioner_hash = token_hash(settings.provisioner_token)
 
     def check_admin(request: Request) -> None:
         require_bearer(request.headers, admin_hash)
+
+    def check_provisioning(request: Request) -> None:
+        require_bearer(request.headers, admin_hash, provisioner_hash)
 
     def put_task(task_id: str, raw: bytes) -> Response:
         try:
@@ -273,11 +287,13 @@ def create_app(
         )
         if outcome == "conflict":
             raise HttpProblemError(409, "a different task with this id exists", task_id=task_id)
+        # Known now, though a lookup may just have cached it as unknown.
+        agg.forget_task(definition.id.value)
         return JSONResponse({"task_id": task_id}, status_code=201 if outcome == "created" else 200)
 
     @app.put("/internal/tasks/{task_id}")
     async def admin_put_task(task_id: str, request: Request) -> Response:
-        check_admin(request)
+        check_provisioning(request)
         raw = await request.body()
         return await run_in_threadpool(put_task, task_id, raw)
 
@@ -289,11 +305,12 @@ def create_app(
 
     @app.get("/internal/tasks/{task_id}")
     async def admin_get_task(task_id: str, request: Request) -> Response:
-        check_admin(request)
+        check_provisioning(request)
         record = await run_in_threadpool(ds.get_task, task_key(task_id))
         if record is None:
             raise HttpProblemError(404, "unknown task", task_id=task_id)
-        return JSONResponse(record.definition)
+        shown = {k: v for k, v in record.definition.items() if k not in UNSHOWN_FIELDS}
+        return JSONResponse(shown)
 
     @app.delete("/internal/tasks/{task_id}")
     async def admin_delete_task(task_id: str, request: Request) -> Response:

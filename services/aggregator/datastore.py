@@ -521,6 +521,11 @@ class Datastore:
         )
         return None if row is None else self._task_record(row)
 
+    def task_ids(self) -> frozenset[bytes]:
+        """Every provisioned task's id (what an unknown id is checked against in memory)."""
+        rows = self.db.run("task_ids", lambda tx: tx.query("SELECT task_id FROM tasks"))
+        return frozenset(bytes(r["task_id"]) for r in rows)
+
     def leader_tasks(self) -> list[TaskRecord]:
         rows = self.db.run(
             "leader_tasks", lambda tx: tx.query("SELECT * FROM tasks WHERE role = 'leader'")

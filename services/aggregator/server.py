@@ -20,6 +20,7 @@ from services.aggregator.app import create_app, open_aggregator
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.settings import AggregatorSettings
 from services.common.logs import configure_logging
+from services.common.serving import server_options
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ def serve(settings: AggregatorSettings) -> None:
         access_log=False,
         log_config=None,
         log_level=settings.log_level.lower(),
+        ssl_certfile=settings.tls_cert_file,
+        ssl_keyfile=settings.tls_key_file,
+        **server_options(settings),
     )
     server = _Server(config)
     try:

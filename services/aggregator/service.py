@@ -16,12 +16,21 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   task's min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report
   refused by the helper); a task with `tokens` needs a Privacy Pass token under one of the
   task's pinned issuer keys (`TokenPolicy.key_ids`: the same for every device, so no key tags
-  a report) that verifies for the task and the report's time window and was not spent before
-  at this aggregator. A failure is `reportRejected` at upload and `invalid_message` at the
-  helper;
+  a report) that verifies for the task, the report's time window and this aggregator's role (a
+  token of the leader's share never verifies at the helper, so a leader cannot reuse the
+  tokens it sees) and was not spent before at this aggregator. A failure is `reportRejected`
+  at upload and `invalid_message` at the helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
-- a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`.
+- a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`;
+- a helper ciphertext whose size no report of the task can have (its exact input share, with
+  at most the extensions the task takes: `shared.dap.sizes`) gets `invalidMessage`: the leader
+  would otherwise store it and re-send it to the helper in every aggregation job.
+
+Unknown task ids and HPKE config ids cost a lookup in memory, not a store query: the set of
+every provisioned task id is read at most once per `unknown_id_cache_s` (so a flood of random
+task ids costs one query per period, and memory holds the store's task ids, not the flood's),
+and the key list is read again for an unknown config id at most that often.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 import httpx
@@ -59,8 +69,13 @@ from services.aggregator.datastore import (
     TokenSpend,
 )
 from services.aggregator.settings import AggregatorSettings
-from services.aggregator.tokens import Fetch, IssuerKeyCache, IssuerUnavailableError
-from services.aggregator.uploads import UploadWriter
+from services.aggregator.tokens import (
+    Fetch,
+    IssuerKeyCache,
+    IssuerKeysPendingError,
+    IssuerUnavailableError,
+)
+from services.aggregator.uploads import QueueFullError, UploadWriter
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
 from services.common.metrics import Registry
@@ -99,6 +114,7 @@ from shared.dap.messages import (
     Role,
 )
 from shared.dap.problems import ProblemType
+from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.dp.aggregator_noise import add_noise
 from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
@@ -158,6 +174,20 @@ class Task:
     @property
     def b64(self) -> str:
         return self.id.to_b64url()
+
+    @cached_property
+    def max_report_len(self) -> int:
+        """The largest upload body of this task (`shared.dap.sizes`)."""
+        return max_report_len(
+            self.vdaf, token=self.tokens is not None, binding=self.recipe_digest is not None
+        )
+
+    @cached_property
+    def helper_ciphertext_bounds(self) -> tuple[int, int]:
+        """The smallest and largest helper ciphertext of this task (`shared.dap.sizes`)."""
+        return helper_ciphertext_bounds(
+            self.vdaf, token=self.tokens is not None, binding=self.recipe_digest is not None
+        )
 
     def expired_report(self, report_time: int, now: int) -> bool:
         """Older than `report_expiry_age`: refused, since its replay record may be gone."""
@@ -304,6 +334,21 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
     return DapProblemError(ProblemType.REPORT_REJECTED, _STORE_REFUSALS[outcome], task_id=task.b64)
 
 
+def _task_key(task_id: str) -> bytes:
+    try:
+        return TaskId.from_b64url(task_id).value
+    except DecodeError:
+        raise DapProblemError(
+            ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
+        ) from None
+
+
+def _in_role(task: Task | None, task_id: str, role: str | None) -> Task:
+    if task is None or (role is not None and task.role != role):
+        raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
+    return task
+
+
 class Aggregator:
     """One aggregator process's view of its store, clock and keys."""
 
@@ -329,9 +374,17 @@ class Aggregator:
             not_before_skew_s=settings.clock_skew_s,
         )
         #: This process's group-commit writer of uploads.
-        self.uploads = UploadWriter(datastore, max_group=settings.upload_group_max, metrics=metrics)
+        self.uploads = UploadWriter(
+            datastore,
+            max_group=settings.upload_group_max,
+            max_queue=settings.upload_queue_max,
+            metrics=metrics,
+        )
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
+        #: Every provisioned task id and when it was read (unknown ids are refused by it).
+        self._task_ids: frozenset[bytes] = frozenset()
+        self._task_ids_loaded = float("-inf")
         self._keys: dict[int, hpke.HpkeKeyPair] = {}
         self._key_list: list[HpkeConfig] = []
         self._keys_loaded = 0.0
@@ -342,24 +395,22 @@ class Aggregator:
 
     def task(self, task_id: str, role: str | None = None) -> Task:
         """The task named in the path, or `unrecognizedTask` (also when it has another role)."""
-        try:
-            tid = TaskId.from_b64url(task_id)
-        except DecodeError:
-            raise DapProblemError(
-                ProblemType.UNRECOGNIZED_TASK, "not a task id", task_id=task_id
-            ) from None
-        task = self.task_by_id(tid.value)
-        if task is None or (role is not None and task.role != role):
-            raise DapProblemError(ProblemType.UNRECOGNIZED_TASK, "unknown task", task_id=task_id)
-        return task
+        return _in_role(self.task_by_id(_task_key(task_id)), task_id, role)
 
     def task_by_id(self, task_id: bytes) -> Task | None:
         # Tasks are immutable, so a parsed copy (with its Prio3 instance) is reused for a few
         # seconds; a task deleted through another process stops answering within that time.
+        found, task = self.cached_task_by_id(task_id)
+        if found:
+            return task
         with self._lock:
-            cached = self._tasks.get(task_id)
-        if cached is not None and time.monotonic() - cached[0] < _TASK_CACHE_S:
-            return cached[1]
+            ids_fresh = self._task_ids_fresh(time.monotonic())
+        if not ids_fresh:
+            ids = self.ds.task_ids()
+            with self._lock:
+                self._task_ids, self._task_ids_loaded = ids, time.monotonic()
+            if task_id not in ids:
+                return None
         record = self.ds.get_task(task_id)
         if record is None:
             self.forget_task(task_id)
@@ -369,9 +420,31 @@ class Aggregator:
             self._tasks[task_id] = (time.monotonic(), task)
         return task
 
+    def _task_ids_fresh(self, now: float) -> bool:
+        return now - self._task_ids_loaded < self.settings.unknown_id_cache_s
+
+    def cached_task_by_id(self, task_id: bytes) -> tuple[bool, Task | None]:
+        """(True, the task or None if unknown) when memory answers, else (False, None)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._tasks.get(task_id)
+            if cached is not None and now - cached[0] < _TASK_CACHE_S:
+                return True, cached[1]
+            if self._task_ids_fresh(now) and task_id not in self._task_ids:
+                return True, None
+        return False, None
+
+    def cached_task(self, task_id: str, role: str) -> Task | None:
+        """`task` from memory alone (no store query, so safe on the event loop); None when
+        only the store can tell."""
+        found, task = self.cached_task_by_id(_task_key(task_id))
+        return _in_role(task, task_id, role) if found else None
+
     def forget_task(self, task_id: bytes) -> None:
+        """Drop what memory holds about the task (provisioned or deleted here)."""
         with self._lock:
             self._tasks.pop(task_id, None)
+            self._task_ids_loaded = float("-inf")
 
     def _load_keys(self) -> None:
         records = self.ds.hpke_keys()
@@ -386,10 +459,11 @@ class Aggregator:
 
     def keypair(self, config_id: int) -> hpke.HpkeKeyPair | None:
         with self._lock:
-            fresh = time.monotonic() - self._keys_loaded < _KEY_CACHE_S
+            age = time.monotonic() - self._keys_loaded
             key = self._keys.get(config_id)
-        if key is None or not fresh:
-            # An unknown id may be a key another process just added: look before refusing.
+        # An unknown id may be a key another process just added: look before refusing, but at
+        # most once per `unknown_id_cache_s`, so random ids do not each cost a store query.
+        if age >= (_KEY_CACHE_S if key is not None else self.settings.unknown_id_cache_s):
             self._load_keys()
             with self._lock:
                 key = self._keys.get(config_id)
@@ -431,35 +505,71 @@ class Aggregator:
 
     # --- upload (leader, DAP-09 §4.4.2) ------------------------------------------------------
 
-    def upload(self, task_id: str, body: bytes, done: Callable[[Answer | Exception], None]) -> None:
+    def upload(
+        self,
+        task_id: str,
+        body: bytes,
+        done: Callable[[Answer | Exception], None],
+        *,
+        wait: bool = True,
+        fetch: bool = True,
+    ) -> None:
         """Validate one upload here and store it through the group-commit writer.
 
         `done` gets the 201 Answer, or the problem to answer, once the report (or the count of
-        its refusal) is committed; it may run in the writer thread. Errors come as exceptions."""
+        its refusal) is committed; it may run in the writer thread. Errors come as exceptions.
+        With `wait` False validation never waits for a token issuer: when the task's issuer
+        keys must be fetched first, `done` gets `IssuerKeysPendingError` and the caller calls
+        again, after the fetch, with `fetch` False."""
         try:
             task = self.task(task_id, "leader")
         except DapProblemError as exc:
             done(exc)
             return
+        full = HttpProblemError(
+            503,
+            "the upload queue is full",
+            task_id=task.b64,
+            retry_after=self.settings.upload_retry_after_s,
+        )
         try:
-            report = self._validate_upload(task, body)
+            report = self._validate_upload(task, body, wait=wait, fetch=fetch)
         except _RejectedError as exc:
             problem = DapProblemError(exc.problem, exc.detail, task_id=task.b64)
             # The refusal stands whether or not its count could be stored.
-            self.uploads.count_refusal(task.id.value, exc.reason, lambda _: done(problem))
+            try:
+                self.uploads.count_refusal(task.id.value, exc.reason, lambda _: done(problem))
+            except QueueFullError:
+                done(full)
+            return
+        except IssuerKeysPendingError as exc:
+            done(exc)
             return
         except IssuerUnavailableError:
             # Not the client's fault: 503 tells it to retry, the report is not refused.
             done(HttpProblemError(503, "the token issuer is unavailable", task_id=task.b64))
             return
-        self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
+        try:
+            self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
+        except QueueFullError:
+            done(full)
 
-    def _validate_upload(self, task: Task, body: bytes) -> NewReport:
+    def _validate_upload(self, task: Task, body: bytes, *, wait: bool, fetch: bool) -> NewReport:
         invalid, rejected = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
         try:
             report = Report.decode(body)
         except DecodeError:
             raise _RejectedError(invalid, "malformed Report", "invalid_message") from None
+        helper_share = report.helper_encrypted_input_share
+        smallest, largest = task.helper_ciphertext_bounds
+        # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
+        helper_len = 7 + len(helper_share.enc) + len(helper_share.payload)
+        if len(helper_share.enc) != hpke.ENC_SIZE or not smallest <= helper_len <= largest:
+            raise _RejectedError(
+                invalid,
+                f"the helper's input share must be {smallest} to {largest} bytes",
+                "helper_share_size",
+            )
         metadata = report.report_metadata
         now = self.clock.now()
         if task.task_expiration is not None and metadata.time > task.task_expiration:
@@ -498,7 +608,14 @@ class Aggregator:
         ):
             raise _RejectedError(invalid, "input or public share has the wrong size", INVALID)
         reason, spend = self.check_extensions(
-            task, metadata, share.extensions, now, self.settings.token_upload_grace_s
+            task,
+            Role.LEADER,
+            metadata,
+            share.extensions,
+            now,
+            self.settings.token_upload_grace_s,
+            wait=wait,
+            fetch=fetch,
         )
         if reason == REASON_EXTENSION:
             raise _RejectedError(invalid, "unrecognized or repeated report extension", reason)
@@ -524,16 +641,22 @@ class Aggregator:
     def check_extensions(
         self,
         task: Task,
+        role: Role,
         metadata: ReportMetadata,
         extensions: tuple[Extension, ...],
         now: int,
         grace_s: int,
+        *,
+        wait: bool = True,
+        fetch: bool = True,
     ) -> tuple[str | None, TokenSpend | None]:
-        """Check one input share's extensions against this aggregator's task definition.
+        """Check the extensions of the input share of `role` (the one this aggregator
+        decrypted) against this aggregator's task definition.
 
         (rejection reason, None) or (None, the token to spend, if the task takes tokens). The
         spend itself is the datastore's, in the transaction that accepts the report. Raises
-        `IssuerUnavailableError` when no issuer keys can be had."""
+        `IssuerUnavailableError` when no issuer keys can be had; `wait` and `fetch` are
+        `IssuerKeyCache.keys`'s."""
         parsed = decode_extensions(extensions)
         if not parsed.ok:
             return REASON_EXTENSION, None
@@ -561,8 +684,8 @@ class Aggregator:
             return REASON_TOKEN_KEY_NOT_PINNED, None
         if not self.issuer_keys.allows(policy.issuer_url):
             return REASON_TOKEN_ISSUER_NOT_ALLOWED, None
-        challenge = token_challenge(task.id, metadata.time, policy)
-        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id)
+        challenge = token_challenge(task.id, metadata.time, policy, role)
+        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
         try:
             verify_token(token, keys, challenge.digest())
         except InvalidTokenError:
@@ -730,7 +853,12 @@ class Aggregator:
             # Its id may already have left the replay set (`drivers.garbage`).
             return _ShareCheck(PrepareError.REPORT_DROPPED)
         reason, spend = self.check_extensions(
-            task, metadata, share.extensions, now, self.settings.token_aggregation_grace_s
+            task,
+            Role.HELPER,
+            metadata,
+            share.extensions,
+            now,
+            self.settings.token_aggregation_grace_s,
         )
         if reason is not None:
             return _ShareCheck(PrepareError.INVALID_MESSAGE, reason=reason)

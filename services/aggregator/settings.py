@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 _URL = re.compile(r"^https?://[^\s/?#]+[^\s?#]*$")
 
 
-class AggregatorSettings(BaseSettings):
+class AggregatorSettings(TlsSettings, ServerLimits):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.
     database_url: str = "sqlite:///sagg-aggregator.db"
-    #: Bearer token of the admin API (/internal/...); unset disables it (every call 403).
-    admin_token: SecretStr | None = None
+    #: The operator's bearer token of the admin API (/internal/...) and /metrics; unset
+    #: disables them (every call 403).
+    admin_token: ServiceToken | None = None
+    #: The recipe server's bearer token: it may create a task and read back its public
+    #: parameters (``PUT``/``GET /internal/tasks/{id}``), nothing else; unset, only the admin may.
+    provisioner_token: ServiceToken | None = None
     #: Keys sealing the store's secrets (`services.common.crypter`): comma-separated base64url
     #: AES-128 keys, the first seals; unset stores them in the clear.
     datastore_keys: DatastoreKeys = None
@@ -59,6 +66,20 @@ class AggregatorSettings(BaseSettings):
     pg_pool_size: int = Field(default=8, ge=1)
     #: Most uploads stored in one transaction by the group-commit writer.
     upload_group_max: int = Field(default=256, ge=1)
+
+    # --- bounded resources (`services.common.limits`) ---
+    #: Bodies of every route but uploads (which are capped at the task's largest report): the
+    #: helper's aggregation job requests carry up to `max_job_size` report shares.
+    max_request_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
+    #: Uploads being validated or waiting for it; more get 503 with Retry-After.
+    upload_pending_max: int = Field(default=1024, ge=1)
+    #: Validated uploads waiting for the group-commit writer; more get 503 with Retry-After.
+    upload_queue_max: int = Field(default=4096, ge=1)
+    #: Seconds after which an upload refused with 503 may be tried again.
+    upload_retry_after_s: int = Field(default=1, ge=1)
+    #: How long the set of provisioned task ids (which refuses unknown ones without a store
+    #: query) and, for unknown HPKE config ids, the key list are trusted before re-reading.
+    unknown_id_cache_s: float = Field(default=5.0, ge=0)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
     #: The token issuers (base URLs) this aggregator trusts, as JSON in the environment: a

@@ -13,6 +13,11 @@ keys, which it learns from ``{issuer_url}/.well-known/private-token-issuer-direc
 - when no usable directory can be had, `IssuerUnavailableError`: the caller answers 503 so the
   report (or the whole aggregation job) is tried again, rather than refusing honest reports
   because the issuer had a hiccup;
+- one fetch per issuer at a time (single flight): concurrent callers wait for it rather than
+  stampede, and no lock is held across a fetch, so a slow or hung issuer delays only the
+  requests that need its keys, never those of other issuers. A caller that must not block (the
+  leader's uploads, validated in a small shared pool) gets `IssuerKeysPendingError` with the
+  fetch's future, waits for it off the pool, and asks again with ``fetch=False``.
 - only the issuers of the aggregator's own configuration (`AggregatorSettings.token_issuers`)
   are ever fetched: any other URL is `IssuerNotAllowedError` before a request is made, so a
   task's definition cannot point the aggregator's requests at an address of its choosing
@@ -21,11 +26,11 @@ keys, which it learns from ``{issuer_url}/.well-known/private-token-issuer-direc
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
 from collections.abc import Callable, Collection
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import httpx
@@ -49,6 +54,14 @@ class IssuerUnavailableError(Exception):
 
 class IssuerNotAllowedError(Exception):
     """The issuer is not one this aggregator is configured to trust; nothing was fetched."""
+
+
+class IssuerKeysPendingError(Exception):
+    """The issuer's directory is being fetched; `future` completes when the fetch ends."""
+
+    def __init__(self, issuer_url: str, future: Future[_Entry]) -> None:
+        super().__init__(issuer_url)
+        self.future = future
 
 
 @dataclass(frozen=True)
@@ -95,35 +108,93 @@ class IssuerKeyCache:
         self._min_refetch = min_refetch_s
         self._skew = not_before_skew_s
         self._entries: dict[str, _Entry] = {}
-        # One fetch at a time: concurrent requests wait for it instead of stampeding.
+        #: The fetch in flight per issuer URL (module docstring: single flight).
+        self._flights: dict[str, Future[_Entry]] = {}
+        # Guards the two dicts only; never held across a fetch.
         self._lock = threading.Lock()
         self.fetches = 0
 
-    def keys(self, issuer_url: str, token_key_id: bytes | None = None) -> list[TokenKey]:
-        """The keys that verify tokens now; refetches as the module docstring says."""
+    def keys(
+        self,
+        issuer_url: str,
+        token_key_id: bytes | None = None,
+        *,
+        wait: bool = True,
+        fetch: bool = True,
+    ) -> list[TokenKey]:
+        """The keys that verify tokens now; refetches as the module docstring says.
+
+        `wait` False: raise `IssuerKeysPendingError` rather than wait for a fetch. `fetch`
+        False: answer from the cache alone (after such a wait)."""
         if not self.allows(issuer_url):
             raise IssuerNotAllowedError(issuer_url)
         now = self._clock.now()
         with self._lock:
             entry = self._entries.get(issuer_url)
-            if entry is None or now >= entry.fresh_until:
-                entry = self._refresh(issuer_url, now)
-            elif (
-                token_key_id is not None
-                and all(k.token_key_id != token_key_id for k, _ in entry.keys)
-                and now - entry.fetched_at >= self._min_refetch
-            ):
-                # On failure the cached copy is still fresh: the token is refused by it.
-                with contextlib.suppress(IssuerUnavailableError):
-                    entry = self._refresh(issuer_url, now)
+        stale = entry is None or now >= entry.fresh_until
+        if not fetch:
+            # After waiting for a flight: its result counts even when it may not be reused
+            # (max-age 0); a failed flight leaves only an older copy, stale or not.
+            if entry is None or (stale and entry.fetched_at < now):
+                raise IssuerUnavailableError(directory_url(issuer_url))
+        elif stale or self._key_unknown(entry, token_key_id, now):
+            future = self._flight(issuer_url, now, inline=wait)
+            if not wait:
+                raise IssuerKeysPendingError(issuer_url, future)
+            try:
+                entry = future.result()
+            except IssuerUnavailableError:
+                if stale:
+                    raise
+                # The cached copy is still fresh: the token is refused by it.
+        assert entry is not None
         return [k for k, nb in entry.keys if nb is None or nb <= now + self._skew]
 
     def allows(self, issuer_url: str) -> bool:
         return issuer_url.rstrip("/") in self._allowed
 
+    def _key_unknown(self, entry: _Entry | None, token_key_id: bytes | None, now: int) -> bool:
+        """A fresh directory lacks the token's key id and may be refetched for it."""
+        return (
+            entry is not None
+            and token_key_id is not None
+            and all(k.token_key_id != token_key_id for k, _ in entry.keys)
+            and now - entry.fetched_at >= self._min_refetch
+        )
+
+    def _flight(self, issuer_url: str, now: int, *, inline: bool) -> Future[_Entry]:
+        """The issuer's fetch in flight, started here if there is none: in this thread when
+        `inline`, else in a thread of its own."""
+        with self._lock:
+            future = self._flights.get(issuer_url)
+            if future is not None:
+                return future
+            future = Future()
+            self._flights[issuer_url] = future
+            self.fetches += 1
+        if inline:
+            self._fly(issuer_url, now, future)
+        else:
+            threading.Thread(
+                target=self._fly, args=(issuer_url, now, future), name="issuer-fetch", daemon=True
+            ).start()
+        return future
+
+    def _fly(self, issuer_url: str, now: int, future: Future[_Entry]) -> None:
+        try:
+            entry = self._refresh(issuer_url, now)
+        except Exception as exc:
+            with self._lock:
+                del self._flights[issuer_url]
+            future.set_exception(exc)
+            return
+        with self._lock:
+            self._entries[issuer_url] = entry
+            del self._flights[issuer_url]
+        future.set_result(entry)
+
     def _refresh(self, issuer_url: str, now: int) -> _Entry:
         url = directory_url(issuer_url)
-        self.fetches += 1
         try:
             response = self._fetch(url)
         except httpx.HTTPError as exc:
@@ -142,6 +213,4 @@ class IssuerKeyCache:
             log.warning("issuer directory %s is malformed: %s", url, exc)
             raise IssuerUnavailableError(url) from None
         age = max_age(response.headers.get("cache-control"), self._default_max_age, self._cap)
-        entry = _Entry(keys, now + age, now)
-        self._entries[issuer_url] = entry
-        return entry
+        return _Entry(keys, now + age, now)

@@ -4,9 +4,21 @@ Uploads are the leader's hot path: FastAPI's middleware stack, routing, request 
 the thread-pool round trip cost more CPU than the upload's own work (decrypt, check, store).
 This route reads the body and writes the response itself, with the same media-type check and
 the same problem documents as every other route. Validation runs in a small thread pool (the
-task, key and issuer caches may need the store or the network) and the report is stored by the
-group-commit writer (`services.aggregator.uploads`). Other methods on the path get the 405
-FastAPI would give.
+task and key caches may need the store) and the report is stored by the group-commit writer
+(`services.aggregator.uploads`). Other methods on the path get the 405 FastAPI would give.
+
+Every resource an upload takes is bounded, as Janus bounds them:
+- the body is capped at the task's exact largest report (`shared.dap.sizes`): a longer
+  Content-Length, or a chunked body one byte past it, is answered 413 (a DAP problem with the
+  task id) and the rest is never read. The task is looked up before the body is read, from the
+  caches when they know it (unknown ids are cached too: `Aggregator.cached_task`);
+- at most `upload_pending_max` uploads are admitted at a time (validating, waiting for their
+  issuer or for the writer) and the writer queues at most `upload_queue_max`; past either the
+  answer is 503 with Retry-After, and every upload already admitted is still answered;
+- validation never waits for a token issuer in the pool: an upload whose issuer keys must be
+  fetched waits on the event loop (at most `issuer_timeout_s`) and is validated again, so a
+  slow issuer delays only its own task's uploads (`services.aggregator.tokens`).
+An answer given before the body is read carries ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -19,6 +31,8 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from services.aggregator.service import Aggregator, Answer
+from services.aggregator.tokens import IssuerKeysPendingError, IssuerUnavailableError
+from services.common.limits import content_too_large, declared_length
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
@@ -60,14 +74,32 @@ def _media_type(scope: Scope) -> str:
     return ""
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request body, or None if the client went away first."""
+class _BodyTooLargeError(Exception):
+    pass
+
+
+class UploadGate:
+    """The uploads admitted in one process; only touched on the event loop."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = 0
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request body, or None if the client went away first; `_BodyTooLargeError` as soon
+    as it is longer than `limit`."""
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLargeError
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
@@ -77,8 +109,27 @@ def _settle(future: asyncio.Future[Answer | Exception], result: Answer | Excepti
         future.set_result(result)
 
 
+async def _validate(agg: Aggregator, task_id: str, body: bytes, fetch: bool) -> Answer | Exception:
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Answer | Exception] = loop.create_future()
+
+    def done(result: Answer | Exception) -> None:
+        loop.call_soon_threadsafe(_settle, answer, result)
+
+    def validate_and_store() -> None:
+        try:
+            agg.upload(task_id, body, done, wait=False, fetch=fetch)
+        except Exception as exc:
+            done(exc)
+
+    # Fire and forget: `done` settles the answer once the writer has committed the report
+    # (loop.run_in_executor would chain a second future per upload for nothing).
+    _validators.submit(validate_and_store)
+    return await answer
+
+
 async def handle_upload(
-    agg: Aggregator, task_id: str, scope: Scope, receive: Receive, send: Send
+    agg: Aggregator, gate: UploadGate, task_id: str, scope: Scope, receive: Receive, send: Send
 ) -> None:
     """Answer one request to the upload resource."""
     if scope["method"] != "PUT":
@@ -87,7 +138,7 @@ async def handle_upload(
             title="Method Not Allowed",
             status=HTTP_METHOD_NOT_ALLOWED,
             task_id=task_id,
-            headers={"Allow": "PUT"},
+            headers={"Allow": "PUT", "Connection": "close"},
         )
         await response(scope, receive, send)
         return
@@ -98,30 +149,65 @@ async def handle_upload(
             task_id=task_id,
             status=HTTP_UNSUPPORTED_MEDIA_TYPE,
         )
-        await _respond(problem, scope, receive, send)
+        await _respond(problem, scope, receive, send, close=True)
         return
-    body = await _read_body(receive)
+    if gate.pending >= gate.limit:
+        busy = HttpProblemError(
+            503,
+            "too many uploads in progress",
+            task_id=task_id,
+            retry_after=agg.settings.upload_retry_after_s,
+        )
+        await _respond(busy, scope, receive, send, close=True)
+        return
+    gate.pending += 1
+    try:
+        await _upload(agg, task_id, scope, receive, send)
+    finally:
+        gate.pending -= 1
+
+
+async def _upload(
+    agg: Aggregator, task_id: str, scope: Scope, receive: Receive, send: Send
+) -> None:
+    try:
+        task = agg.cached_task(task_id, "leader")
+        if task is None:
+            loop = asyncio.get_running_loop()
+            task = await loop.run_in_executor(_validators, agg.task, task_id, "leader")
+    except DapProblemError as exc:
+        await _respond(exc, scope, receive, send, close=True)
+        return
+    limit = task.max_report_len
+    length, _ = declared_length(scope)
+    try:
+        if length is not None and length > limit:
+            raise _BodyTooLargeError
+        body = await _read_body(receive, limit)
+    except _BodyTooLargeError:
+        too_large = content_too_large(scope, limit, dap=True, task_id=task_id)
+        await too_large(scope, receive, send)
+        return
     if body is None:
         return
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[Answer | Exception] = loop.create_future()
-
-    def done(result: Answer | Exception) -> None:
-        loop.call_soon_threadsafe(_settle, answer, result)
-
-    def validate_and_store() -> None:
+    result = await _validate(agg, task_id, body, fetch=True)
+    if isinstance(result, IssuerKeysPendingError):
+        # Off the pool: other tasks' uploads go on while this one's issuer answers.
+        fetched = asyncio.shield(asyncio.wrap_future(result.future))
         try:
-            agg.upload(task_id, body, done)
-        except Exception as exc:
-            done(exc)
+            await asyncio.wait_for(fetched, agg.settings.issuer_timeout_s)
+        except TimeoutError:
+            result = HttpProblemError(503, "the token issuer is unavailable", task_id=task_id)
+        except IssuerUnavailableError:
+            pass  # validated again below: the cache alone answers (503 without keys)
+        if isinstance(result, IssuerKeysPendingError):
+            result = await _validate(agg, task_id, body, fetch=False)
+    await _respond(result, scope, receive, send)
 
-    # Fire and forget: `done` settles the answer once the writer has committed the report
-    # (loop.run_in_executor would chain a second future per upload for nothing).
-    _validators.submit(validate_and_store)
-    await _respond(await answer, scope, receive, send)
 
-
-async def _respond(result: Answer | Exception, scope: Scope, receive: Receive, send: Send) -> None:
+async def _respond(
+    result: Answer | Exception, scope: Scope, receive: Receive, send: Send, *, close: bool = False
+) -> None:
     if isinstance(result, Answer):
         headers: list[tuple[bytes, bytes]] = [(b"content-length", b"%d" % len(result.body))]
         if result.body and result.media_type:
@@ -134,11 +220,12 @@ async def _respond(result: Answer | Exception, scope: Scope, receive: Receive, s
         log.info("PUT %s -> %s", scope["path"], result.problem.value)
         response = dap_problem_response(result)
     elif isinstance(result, HttpProblemError):
-        response = problem_response(
-            type_="about:blank", title=result.title, status=result.status, task_id=result.task_id
-        )
+        response = result.response()
     else:
         # The exception text may quote request data; log only its type and the route.
         log.error("unhandled %s on PUT %s", type(result).__name__, scope["path"])
         response = problem_response(type_="about:blank", title="Internal Server Error", status=500)
+    if close:
+        # Answered before the body was read: the rest of it is never read.
+        response.headers["Connection"] = "close"
     await response(scope, receive, send)

@@ -12,6 +12,10 @@ is stored at once and a busy leader writes large groups. Refusals found before t
 counted in the same transaction. If a group's transaction fails on its data, its uploads are
 stored one by one, so one bad row fails only its own request; if the store stays busy or
 unreachable through the retries, every upload of the group gets that error at once.
+
+The queue is bounded (`max_queue`): when the store falls behind, a new upload is refused with
+`QueueFullError` (the route answers 503 with Retry-After) and everything already queued is
+still committed and answered.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ Done = Callable[[str | Exception], None]
 COUNTED = "counted"
 
 
+class QueueFullError(Exception):
+    """The writer already holds `max_queue` uploads: try again later."""
+
+
 @dataclass(frozen=True)
 class _Pending:
     report: NewReport | None
@@ -49,11 +57,13 @@ class UploadWriter:
         datastore: Datastore,
         *,
         max_group: int,
+        max_queue: int,
         idle_s: float = 2.0,
         metrics: Registry | None = None,
     ) -> None:
         self._ds = datastore
         self._max_group = max_group
+        self._max_queue = max_queue
         self._idle_s = idle_s
         self._queue: deque[_Pending] = deque()
         self._cond = threading.Condition()
@@ -73,7 +83,8 @@ class UploadWriter:
         )
 
     def store(self, report: NewReport, done: Done) -> None:
-        """Queue a validated report; `done` runs in the writer thread after the commit."""
+        """Queue a validated report; `done` runs in the writer thread after the commit.
+        Raises `QueueFullError` (and `done` never runs) when the queue is full."""
         self._submit(_Pending(report, None, done))
 
     def count_refusal(self, task_id: bytes, reason: str, done: Done) -> None:
@@ -84,6 +95,8 @@ class UploadWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the upload writer is closed")
+            if len(self._queue) >= self._max_queue:
+                raise QueueFullError
             self._queue.append(pending)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="upload-writer", daemon=True)

@@ -3,7 +3,8 @@
 API (all but /healthz require ``Authorization: Bearer <admin token>``):
 - ``PUT /internal/tasks/{task_id}``: provision a `CollectorTask` (DAP-09 §4.2). The collector
   generates its HPKE key pair for the task and answers ``{"collector_hpke_config": b64url}``:
-  201 when created, 200 when the identical task exists, 409 when a different one does.
+  201 when created, 200 when the identical task exists, 409 when a different one does. The
+  provisioning token (the recipe server's) may call this route and no other.
 - ``GET /internal/tasks/{task_id}``: the task without its secrets (`CollectorTaskInfo`: VDAF,
   query type, B, aggregator noise) plus the public ``collector_hpke_config``; never the leader
   token or the HPKE private key. `sagg collect` reads it to decode and account for the noise.
@@ -40,10 +41,12 @@ from services.collector.metrics import CollectorMetrics
 from services.collector.poller import CollectionPoller, PollerConfig, millis
 from services.collector.settings import CollectorSettings
 from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
-from services.common.auth import hash_token, require_bearer
+from services.common.auth import require_bearer, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.health import install_healthz
+from services.common.http import async_http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
@@ -113,7 +116,8 @@ def create_app(
     """Build the app. `transport` (an httpx transport) and `clock` exist for tests."""
     clock = clock or RealClock()
     # Only the hash is kept in memory beyond this point, as the aggregator does.
-    admin_hash = hash_token(settings.admin_token.get_secret_value())
+    admin_hash = token_hash(settings.admin_token)
+    provisioner_hash = token_hash(settings.provisioner_token)
     poller_config = PollerConfig(
         poll_interval=settings.poll_interval,
         max_backoff=settings.max_backoff,
@@ -138,8 +142,11 @@ def create_app(
         if db is None:
             crypter = crypter_from(settings.datastore_keys, "collector")
             db = await asyncio.to_thread(open_store, settings.database_url, crypter)
-        http = httpx.AsyncClient(
-            transport=transport, timeout=settings.request_timeout, follow_redirects=False
+        http = async_http_client(
+            settings.transport,
+            transport=transport,
+            timeout=settings.request_timeout,
+            follow_redirects=False,
         )
         poller = CollectionPoller(db, http, clock, poller_config, requests=metrics.leader_requests)
         state.update(store=db, poller=poller)
@@ -168,6 +175,7 @@ def create_app(
         except (ValueError, RecursionError):
             raise HttpProblemError(400, "body is not JSON") from None
 
+    install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_http_problem_handler(app)
 
@@ -191,7 +199,7 @@ def create_app(
 
     @app.put("/internal/tasks/{task_id}")
     async def put_task(task_id: str, request: Request) -> Response:
-        authorize(request)
+        require_bearer(request.headers, admin_hash, provisioner_hash)
         try:
             TaskId.from_b64url(task_id)
         except DecodeError as exc:

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 __all__ = ["CollectorSettings"]
 
 
-class CollectorSettings(BaseSettings):
+class CollectorSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
     show up in a repr or a log line."""
 
     model_config = SettingsConfigDict(env_prefix="SAGG_COLLECTOR_", extra="ignore")
 
     database_url: str = "sqlite:///.data/collector.sqlite3"
-    #: Bearer token of the collector's own API (tasks, collections).
-    admin_token: SecretStr = Field(min_length=16)
+    #: The operator's bearer token of the collector's own API (tasks, collections, metrics).
+    admin_token: ServiceToken
+    #: The recipe server's bearer token: it may only create tasks (``PUT /internal/tasks/{id}``);
+    #: unset, only the admin may.
+    provisioner_token: ServiceToken | None = None
     #: Keys sealing each task's HPKE private key and bearer token at rest
     #: (`services.common.crypter`); unset stores them in the clear.
     datastore_keys: DatastoreKeys = None

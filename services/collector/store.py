@@ -25,7 +25,6 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import TypeVar
 
 import psycopg
@@ -462,9 +461,6 @@ class Store:
 
 def open_store(url: str, crypter: Crypter | None = None) -> Store:
     """Open (creating if needed) and migrate the store at `url`."""
-    if url.startswith("sqlite:///"):
-        # SQLite creates the file but not its directory.
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         db = Database.open(url, pool_size=4)
     except ValueError as exc:

@@ -1,8 +1,13 @@
-"""Bearer-token authentication between DAP parties (DAP-09 §3.1).
+"""Bearer-token authentication between DAP parties (DAP-09 §3.1) and of the services' APIs.
 
 DAP leaves the scheme open; sagg accepts the interop draft's ``DAP-Auth-Token: <token>`` header
 and ``Authorization: Bearer <token>`` alike. Stored tokens are SHA-256 hashes, so a database
 leak does not hand out credentials, and comparison is constant-time.
+
+The services' own APIs take ``Authorization: Bearer`` credentials with a scope each (least
+privilege, RFC 9576 §4 keeps every party's powers apart): an operator's admin token opens a
+party's whole API, a provisioning token (the recipe server's) only creates and confirms tasks.
+Every configured token is at least `MIN_TOKEN_LENGTH` characters (`ServiceToken`).
 """
 
 from __future__ import annotations
@@ -10,11 +15,33 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import AfterValidator, SecretStr
 
 from services.common.problems import HttpProblemError
 from shared.constants import DAP_AUTH_HEADER
 
 _BEARER = "bearer "
+
+#: The least length of a configured bearer token: 16 characters of `secrets.token_urlsafe`
+#: are 96 bits, beyond online guessing.
+MIN_TOKEN_LENGTH = 16
+
+
+def _long_enough(token: SecretStr) -> SecretStr:
+    if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"must be at least {MIN_TOKEN_LENGTH} characters")
+    return token
+
+
+#: A bearer token setting; a shorter value fails the service's start with a one-line error.
+ServiceToken = Annotated[SecretStr, AfterValidator(_long_enough)]
+
+
+def token_hash(token: SecretStr | None) -> bytes | None:
+    """The hash a route checks against, None for an unset token (its surface is off)."""
+    return None if token is None else hash_token(token.get_secret_value())
 
 
 def hash_token(token: str) -> bytes:
@@ -41,16 +68,19 @@ def token_matches(stored_hash: bytes | None, token: str | None) -> bool:
     return hmac.compare_digest(hash_token(token), stored_hash)
 
 
-def require_bearer(headers: Mapping[str, str], expected_hash: bytes | None) -> None:
-    """The admin check of every service: ``Authorization: Bearer <token>`` matching
-    `expected_hash`. `HttpProblemError` 401 without a token, 403 with a wrong one or when no
-    token is configured (`expected_hash` None: the admin surface is off)."""
+def require_bearer(headers: Mapping[str, str], *allowed: bytes | None) -> None:
+    """The API check of every service: ``Authorization: Bearer <token>`` matching one of the
+    `allowed` hashes (the credentials whose scope covers the route). `HttpProblemError` 401
+    without a token, 403 with one that is not allowed here (None entries, unset tokens, match
+    nothing)."""
     auth = headers.get("authorization") or headers.get("Authorization") or ""
     token = auth[len(_BEARER) :].strip() if auth[: len(_BEARER)].lower() == _BEARER else ""
     if not token:
-        raise HttpProblemError(401, "admin token required")
-    if not token_matches(expected_hash, token):
-        raise HttpProblemError(403, "wrong admin token")
+        raise HttpProblemError(401, "bearer token required")
+    # Every hash is compared, so the time taken does not tell which credential came close.
+    matches = [token_matches(expected, token) for expected in allowed]
+    if not any(matches):
+        raise HttpProblemError(403, "this token may not do this")
 
 
 def auth_headers(token: str) -> dict[str, str]:

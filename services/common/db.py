@@ -26,11 +26,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
+
+from shared.files import create_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +131,23 @@ class _Engine(ABC):
     def close(self) -> None: ...
 
 
+def _create_store_file(path: Path) -> None:
+    """Create the store 0600 (in a new 0700 directory) before SQLite opens it: SQLite would
+    create it with the umask's mode, and follow a symbolic link planted in its place. Its
+    -wal and -shm files take the database file's mode."""
+    if not path.parent.exists():
+        private_dir(path.parent)
+    create_private(path, b"")
+
+
 class _SqliteEngine(_Engine):
     """One connection per thread; WAL lets readers run beside the single writer."""
 
     dialect = SQLITE
 
     def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        if path != ":memory:" and not path.startswith("file:"):
+            _create_store_file(Path(path))
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _TASK_PATH = re.compile(r"^/tasks/([A-Za-z0-9_-]+)(?:/|$)")
 
 
-def _path_task_id(path: str) -> str | None:
+def path_task_id(path: str) -> str | None:
     """The task id of a DAP resource path, for problems the framework raises (405, 404)."""
     match = _TASK_PATH.match(path)
     return match.group(1) if match else None
@@ -113,7 +113,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             title=str(exc.detail),
             status=exc.status_code,
             headers=dict(exc.headers) if exc.headers else None,
-            task_id=_path_task_id(request.url.path),
+            task_id=path_task_id(request.url.path),
         )
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
@@ -121,7 +121,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             type_="about:blank",
             title="Bad Request",
             status=400,
-            task_id=_path_task_id(request.url.path),
+            task_id=path_task_id(request.url.path),
         )
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
@@ -138,18 +138,35 @@ def install_problem_handlers(app: FastAPI) -> None:
 class HttpProblemError(Exception):
     """Abort with a plain HTTP problem (no DAP type), e.g. 404 for an unknown collection job."""
 
-    def __init__(self, status: int, title: str, *, task_id: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        *,
+        task_id: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(title)
         self.status = status
         self.title = title
         self.task_id = task_id
+        #: Seconds after which the client may try again (a 503 of a full queue).
+        self.retry_after = retry_after
+
+    def response(self) -> Response:
+        headers = None if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+        return problem_response(
+            type_="about:blank",
+            title=self.title,
+            status=self.status,
+            task_id=self.task_id,
+            headers=headers,
+        )
 
 
 def install_http_problem_handler(app: FastAPI) -> None:
     async def on_http_problem(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HttpProblemError)
-        return problem_response(
-            type_="about:blank", title=exc.title, status=exc.status, task_id=exc.task_id
-        )
+        return exc.response()
 
     app.add_exception_handler(HttpProblemError, on_http_problem)

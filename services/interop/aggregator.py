@@ -108,6 +108,8 @@ def aggregator_settings(data: Path, host: str, port: int) -> AggregatorSettings:
         admin_token=SecretStr(secrets.token_urlsafe(32)),
         host=host,
         port=port,
+        # The interop harness connects the parties by plain HTTP on a private network.
+        allow_insecure_http=True,
         run_drivers=True,
         min_job_size=1,
         max_report_wait_s=1,

@@ -14,11 +14,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from pydantic import Field
 
 from deploy.upload import ClientTask, UploadError, upload_reports
+from services.common.http import http_client
 from services.interop.common import (
     CommandBody,
     InteropError,
@@ -28,6 +28,7 @@ from services.interop.common import (
 )
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
+from shared.transport import TransportPolicy
 
 __all__ = ["build_client_app"]
 
@@ -49,7 +50,8 @@ class Upload(CommandBody):
 
 def build_client_app(timeout: float = 30.0) -> FastAPI:
     """The interop client's ASGI app; one HTTP client (and connection pool) for all uploads."""
-    http = httpx.Client(timeout=timeout)
+    # The interop harness names its aggregators by plain http:// URLs on a private network.
+    http = http_client(TransportPolicy(allow_insecure_http=True), timeout=timeout)
 
     def upload_one(task: ClientTask, measurement: int | list[int], when: int | None) -> None:
         try:

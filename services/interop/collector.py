@@ -102,6 +102,8 @@ def collector_settings(data: Path, host: str, port: int) -> CollectorSettings:
         admin_token=SecretStr(secrets.token_urlsafe(32)),
         host=host,
         port=port,
+        # The interop harness connects the parties by plain HTTP on a private network.
+        allow_insecure_http=True,
         poll_interval=0.5,
         max_backoff=2.0,
     )

@@ -45,11 +45,13 @@ from services.common.auth import hash_token, presented_token
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
 from services.common.health import install_healthz
+from services.common.http import http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.recipe_server.keys import load_signer
 from services.recipe_server.metrics import CountingProvisioner, RecipeServerMetrics
-from services.recipe_server.provision import DapProvisioner, Provisioner
+from services.recipe_server.provision import DapProvisioner, PartyTokens, Provisioner
 from services.recipe_server.service import (
     Analyst,
     BadRequestError,
@@ -113,6 +115,20 @@ def _int_param(request: Request, name: str) -> int | None:
     return int(raw)
 
 
+def _provisioning_tokens(settings: RecipeServerSettings) -> PartyTokens | None:
+    """The credentials the DAP parties gave the recipe server, if configured (all or none)."""
+    leader, helper, collector = (
+        settings.leader_provisioner_token,
+        settings.helper_provisioner_token,
+        settings.collector_provisioner_token,
+    )
+    if leader is None or helper is None or collector is None:
+        return None
+    return PartyTokens(
+        leader.get_secret_value(), helper.get_secret_value(), collector.get_secret_value()
+    )
+
+
 def create_app(
     settings: RecipeServerSettings,
     *,
@@ -129,12 +145,12 @@ def create_app(
     own_http: httpx.Client | None = None
     if provisioner is None:
         if http is None:
-            own_http = http = httpx.Client(timeout=settings.request_timeout)
+            own_http = http = http_client(settings.transport, timeout=settings.request_timeout)
         provisioner = DapProvisioner(
             settings.leader_url,
             settings.helper_url,
             settings.collector_url,
-            settings.admin_token.get_secret_value() if settings.admin_token else None,
+            _provisioning_tokens(settings),
             http,
         )
     store = RecipeStore(db)
@@ -156,6 +172,7 @@ def create_app(
     app = FastAPI(title="sagg recipe server", lifespan=lifespan, openapi_url=None)
     app.state.service = service
     app.state.metrics = metrics
+    install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_healthz(app, lambda: db.schema_version() > 0)
     install_metrics(

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 from services.recipe_server.settings import RecipeServerSettings
 from shared.b64url import b64url_decode, b64url_encode
+from shared.files import create_private, private_dir, read_private
 from shared.recipe.signing import RecipeSigner
 
 __all__ = ["load_signer"]
 
 
 def _read_or_create(path: Path) -> bytes:
-    if path.exists():
-        return b64url_decode(path.read_text().strip(), str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    seed = secrets.token_bytes(32)
+    if not path.parent.exists():
+        private_dir(path.parent)
     # O_EXCL: two processes starting at once must not both write a key; the loser reads it.
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return b64url_decode(path.read_text().strip(), str(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(b64url_encode(seed) + "\n")
-    return seed
+    # Neither creating nor reading follows a symbolic link (`shared.files`).
+    create_private(path, b64url_encode(secrets.token_bytes(32)).encode() + b"\n")
+    return b64url_decode(read_private(path).decode().strip(), str(path))
 
 
 def load_signer(settings: RecipeServerSettings) -> RecipeSigner:

@@ -7,9 +7,10 @@ service picks the task id and fetches the aggregators' HPKE config lists first (
 final recipe and its digest, and only then has `DapProvisioner.create` provision the task with
 that digest, the recipe's token policy, its rate validation (001 §4.8) and its aggregator noise
 (004 §5), if any (`deploy.tasks.create_task`: collector first, for its HPKE config, then leader
-and helper through their admin APIs). A device then needs no unauthenticated config fetch, the
-keys it encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without
-a token of the recipe's issuer or without its binding.
+and helper, each with the provisioning token that party gave the recipe server: it may create
+and read back a task's public parameters, never its secrets). A device then needs no
+unauthenticated config fetch, the keys it encrypts to are the logged ones (001 §4.1), and both
+aggregators refuse reports without a token of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
@@ -22,7 +23,7 @@ from typing import Literal, Protocol
 import httpx
 from pydantic import ValidationError
 
-from deploy.tasks import ProvisionError, TaskParams, create_task
+from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
@@ -34,6 +35,7 @@ __all__ = [
     "DapProvisioner",
     "ExistingTask",
     "NewTask",
+    "PartyTokens",
     "ProvisionError",
     "Provisioner",
     "TaskMismatchError",
@@ -126,19 +128,19 @@ class DapProvisioner:
         leader_url: str,
         helper_url: str,
         collector_url: str,
-        admin_token: str | None,
+        tokens: PartyTokens | None,
         http: httpx.Client,
     ) -> None:
         self.leader_url = leader_url
         self.helper_url = helper_url
         self.collector_url = collector_url
-        self._admin_token = admin_token
+        self._tokens = tokens
         self._http = http
 
-    def _token(self) -> str:
-        if self._admin_token is None:
-            raise ProvisionError("no admin token configured: cannot provision tasks")
-        return self._admin_token
+    def _credentials(self) -> PartyTokens:
+        if self._tokens is None:
+            raise ProvisionError("no provisioning tokens configured: cannot provision tasks")
+        return self._tokens
 
     def _hpke_configs(self, base: str, what: str, task_id: str | None = None) -> str:
         params = {} if task_id is None else {"task_id": task_id}
@@ -182,7 +184,7 @@ class DapProvisioner:
         )
         create_task(
             params,
-            self._token(),
+            self._credentials(),
             http=self._http,
             now=task.now,
             task_id=task.task_id,
@@ -193,11 +195,15 @@ class DapProvisioner:
     def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
         expiration: int | None = None
         bindings: list[tuple[str | None, TokenPolicy | None]] = []
-        for base, what in ((self.leader_url, "leader"), (self.helper_url, "helper")):
+        credentials = self._credentials()
+        for base, what, token in (
+            (self.leader_url, "leader", credentials.leader),
+            (self.helper_url, "helper", credentials.helper),
+        ):
             try:
                 response = self._http.get(
                     f"{base}/internal/tasks/{task_id}",
-                    headers={"Authorization": f"Bearer {self._token()}"},
+                    headers={"Authorization": f"Bearer {token}"},
                 )
             except httpx.HTTPError as exc:
                 raise ProvisionError(

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from services.common.auth import ServiceToken
+from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
+from shared.files import UnsafePathError, read_private
 
 __all__ = ["AnalystGrant", "RecipeServerSettings", "TokenIssuerGrant"]
 
@@ -48,7 +53,7 @@ class TokenIssuerGrant(BaseModel):
         return value.rstrip("/")
 
 
-class RecipeServerSettings(BaseSettings):
+class RecipeServerSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.recipe_server` needs; secrets are `SecretStr`."""
 
     model_config = SettingsConfigDict(env_prefix="SAGG_RECIPE_SERVER_", extra="ignore")
@@ -66,19 +71,23 @@ class RecipeServerSettings(BaseSettings):
 
     #: A single analyst token allowed to publish any analysis (name "analyst"), and/or
     #: per-analyst grants by token hash (JSON list in the environment).
-    analyst_token: SecretStr | None = Field(default=None, min_length=16)
+    analyst_token: ServiceToken | None = None
     analysts: list[AnalystGrant] = Field(default_factory=list)
 
-    #: Where tasks are provisioned: the DAP parties and their common admin token. These are
+    #: Where tasks are provisioned: the DAP parties, and the provisioning token each of them
+    #: gave the recipe server (it creates tasks with them, never reads their secrets or
+    #: manages them: no admin token of any party is held here). All three or none. These are
     #: the only leader and helper a recipe of this server names (a draft cannot name any).
     leader_url: str = "http://127.0.0.1:8081"
     helper_url: str = "http://127.0.0.1:8082"
     collector_url: str = "http://127.0.0.1:8083"
-    admin_token: SecretStr | None = Field(default=None, min_length=16)
+    leader_provisioner_token: ServiceToken | None = None
+    helper_provisioner_token: ServiceToken | None = None
+    collector_provisioner_token: ServiceToken | None = None
     request_timeout: float = Field(default=30.0, gt=0)
 
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
-    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    metrics_token: ServiceToken | None = None
 
     #: The token issuer recipes name unless the analyst's draft names another allowed one,
     #: with the key ids pinned for it (required with the URL: the only keys whose tokens
@@ -113,7 +122,9 @@ class RecipeServerSettings(BaseSettings):
             if self.token_key_ids:
                 raise ValueError("set token_key_ids or token_key_ids_file, not both")
             try:
-                lines = self.token_key_ids_file.read_text().split()
+                lines = read_private(self.token_key_ids_file).decode().split()
+            except UnsafePathError as exc:
+                raise ValueError(f"token_key_ids_file: {exc}") from None
             except OSError as exc:
                 raise ValueError(f"token_key_ids_file: cannot read it: {exc.strerror}") from None
             if not all(re.fullmatch(_KEY_ID, line) for line in lines):
@@ -141,3 +152,17 @@ class RecipeServerSettings(BaseSettings):
             )
             issuers.insert(0, default)
         return issuers
+
+    @model_validator(mode="after")
+    def _every_party_or_none(self) -> Self:
+        tokens = (
+            self.leader_provisioner_token,
+            self.helper_provisioner_token,
+            self.collector_provisioner_token,
+        )
+        if None in tokens and any(t is not None for t in tokens):
+            raise ValueError(
+                "set leader_, helper_ and collector_provisioner_token together: "
+                "a task needs all three parties"
+            )
+        return self

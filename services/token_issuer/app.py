@@ -45,6 +45,8 @@ from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
+from services.common.http import http_client as new_http_client
+from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
 from services.token_issuer.attester import (
@@ -175,7 +177,7 @@ def create_app(
                 issuer_channel = LocalIssuerChannel(issuer)
             else:
                 assert settings.issuer_url is not None and settings.attester_secret is not None
-                http_client = httpx.Client(timeout=settings.request_timeout)
+                http_client = new_http_client(settings.transport, timeout=settings.request_timeout)
                 issuer_channel = HttpIssuerChannel(
                     http_client, settings.issuer_url, settings.attester_secret.get_secret_value()
                 )
@@ -212,6 +214,7 @@ def create_app(
 
     app = FastAPI(title=f"sagg token issuer ({role})", lifespan=lifespan, openapi_url=None)
     app.state.metrics = metrics
+    install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_healthz(app, lambda: all(db.schema_version() > 0 for db in databases), {"role": role})
     install_metrics(

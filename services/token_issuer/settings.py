@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
+from services.common.http import TlsSettings
+from services.common.limits import ServerLimits
 
 __all__ = ["TokenIssuerSettings"]
 
 
-class TokenIssuerSettings(BaseSettings):
+class TokenIssuerSettings(TlsSettings, ServerLimits):
     """Everything `python -m services.token_issuer` needs.
 
     `role` picks the deployment model of RFC 9576 §4: ``joint`` runs attester and issuer in one
@@ -29,7 +32,7 @@ class TokenIssuerSettings(BaseSettings):
     port: int = Field(default=8090, ge=0, le=65535)
     log_level: str = "info"
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
-    metrics_token: SecretStr | None = Field(default=None, min_length=16)
+    metrics_token: ServiceToken | None = None
 
     # --- issuer ---
     issuer_database_url: str = "sqlite:///.data/token-issuer.sqlite3"
@@ -48,7 +51,7 @@ class TokenIssuerSettings(BaseSettings):
     directory_max_age: int = Field(default=86400, ge=0)
 
     #: Bearer secret of the attester-to-issuer channel (split model).
-    attester_secret: SecretStr | None = Field(default=None, min_length=16)
+    attester_secret: ServiceToken | None = None
 
     # --- attester ---
     attester_database_url: str = "sqlite:///.data/token-attester.sqlite3"
@@ -56,8 +59,9 @@ class TokenIssuerSettings(BaseSettings):
     issuer_url: str | None = None
     #: PEM files of the manufacturer CAs whose device certificates the attester trusts.
     manufacturer_ca_files: list[Path] = Field(default_factory=list)
-    #: N tokens per device per window.
-    quota_tokens: int = Field(default=16, ge=1)
+    #: N tokens per device per window. A report spends two (one per aggregator,
+    #: `shared.dap.extensions`), so the default lets a device send 16 reports a window.
+    quota_tokens: int = Field(default=32, ge=1)
     quota_window_seconds: int = Field(default=86400, gt=0)
     #: Lifetime of an attester challenge nonce.
     nonce_ttl_seconds: int = Field(default=60, gt=0)

@@ -2,7 +2,7 @@
 
 DAP-09 §4.4.2 lets a client attach `Extension`s to each `PlaintextInputShare`; the aggregators
 must reject a report whose extensions they do not recognize or that repeat (DAP-09 §4.5.1.4).
-sagg defines two, in the private-use range (`shared.constants`), both carried in *both* input
+sagg defines two, in the private-use range (`shared.constants`), each present in *both* input
 shares so that each aggregator checks them on its own:
 
 - ``EXTENSION_RECIPE_BINDING`` (0xFE01): a `RecipeBinding`, the SHA-256 of the recipe's
@@ -10,21 +10,34 @@ shares so that each aggregator checks them on its own:
   device's privacy check assumed (001 §4.8: the servers must enforce the B the device relied
   on, so a report of one recipe cannot be aggregated under another task configuration).
 - ``EXTENSION_PRIVACY_PASS_TOKEN`` (0xFE00): an RFC 9577 `Token` (type 2, RFC 9578) whose
-  challenge is `token_challenge(task_id, report_time, policy)`: the token is good for one task
-  and one time window, and each aggregator accepts each token nonce once (001 §4.1: only
-  attested devices contribute; a device can contribute at most its quota of tokens per window).
+  challenge is `token_challenge(task_id, report_time, policy, role)`: the token is good for one
+  task, one time window and one aggregator role, and each aggregator accepts each token nonce
+  once (001 §4.1: only attested devices contribute; a device can contribute at most its quota
+  of tokens per window).
+
+Unlike the binding, the token differs between the two shares: each share carries its own
+token, bound to that aggregator's role, and each aggregator verifies and spends only the token
+of the share it decrypts. A token the leader sees (in its own share) therefore never verifies
+at the helper: a malicious leader cannot copy an honest report's token into a helper share of
+its own making (HPKE is public-key, anyone can seal to the helper) and so cannot replace
+honest reports by its own. RFC 9577 §2.1.1.2 asks origins that share a redemption context to
+share double-spend state; the two aggregators share none, so they must not share a context. The
+device obtains the two tokens by two separate blind issuances, so the issuer and the attester
+see two ordinary token requests and never the role, which is inside the blinded challenge.
 
 The token challenge is never sent: both sides recompute it. Its fields:
 
-- ``token_type`` 2 (blind RSA, publicly verifiable, so both aggregators check it with the
-  issuer's public key);
+- ``token_type`` 2 (blind RSA, publicly verifiable, so each aggregator checks its token with
+  the issuer's public key);
 - ``issuer_name`` the policy's issuer name (RFC 9577 §2.1.1);
-- ``redemption_context = SHA-256("sagg token context v1" || task_id || uint64 window_start)``
-  with ``window_start = report_time - report_time % window_seconds``: binds the task and the
-  window without a per-report value, so tokens can be fetched ahead of need (000 §4.4, 001
-  appendix A: token fetches must not coincide with uploads);
-- ``origin_info`` empty: the token is not tied to an origin name, because the two aggregators
-  are two origins redeeming the same token; the task id in the context does that job.
+- ``redemption_context = SHA-256("sagg token context v2" || task_id || uint64 window_start ||
+  uint8 role)`` with ``window_start = report_time - report_time % window_seconds`` and ``role``
+  the DAP `Role` of the aggregator that redeems it (leader 2, helper 3): binds the task, the
+  window and the redeeming aggregator without a per-report value, so tokens can be fetched
+  ahead of need (000 §4.4, 001 appendix A: token fetches must not coincide with uploads). (v1
+  had no role: its tokens verify nowhere now.)
+- ``origin_info`` empty: the token is not tied to an origin name; the task id and the role in
+  the context do that job.
 
 `decode_extensions` is strict but does not decide: it reports duplicates and unknown types and
 leaves the verdict (DAP-09's ``invalid_message``) to the aggregator.
@@ -45,13 +58,14 @@ from shared.constants import (
     TOKEN_TYPE_BLIND_RSA,
 )
 from shared.dap.ids import TaskId
-from shared.dap.messages import Extension
+from shared.dap.messages import Extension, Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.messages import Token, TokenChallenge
 
 __all__ = [
     "KNOWN_EXTENSIONS",
     "TOKEN_CONTEXT_LABEL",
+    "TOKEN_ROLES",
     "ParsedExtensions",
     "RecipeBinding",
     "decode_extensions",
@@ -64,7 +78,8 @@ __all__ = [
     "token_window_start",
 ]
 
-TOKEN_CONTEXT_LABEL = b"sagg token context v1"
+TOKEN_CONTEXT_LABEL = b"sagg token context v2"
+TOKEN_ROLES = (Role.LEADER, Role.HELPER)
 DIGEST_SIZE = 32
 KNOWN_EXTENSIONS = frozenset({EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING})
 
@@ -109,11 +124,16 @@ def token_window_start(report_time: int, window_seconds: int) -> int:
     return report_time - report_time % window_seconds
 
 
-def token_challenge(task_id: TaskId, report_time: int, policy: TokenPolicy) -> TokenChallenge:
-    """The challenge a report's token answers (module docstring): task and window bound."""
+def token_challenge(
+    task_id: TaskId, report_time: int, policy: TokenPolicy, role: Role
+) -> TokenChallenge:
+    """The challenge the token of `role`'s input share answers (module docstring): task,
+    window and redeeming aggregator bound."""
+    if role not in TOKEN_ROLES:
+        raise ValueError("only the leader and the helper redeem tokens")
     start = token_window_start(report_time, policy.window_seconds)
     context = hashlib.sha256(
-        TOKEN_CONTEXT_LABEL + task_id.value + start.to_bytes(8, "big")
+        TOKEN_CONTEXT_LABEL + task_id.value + start.to_bytes(8, "big") + bytes([role])
     ).digest()
     return TokenChallenge(TOKEN_TYPE_BLIND_RSA, policy.issuer_name.encode(), context, b"")
 

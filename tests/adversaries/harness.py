@@ -218,8 +218,14 @@ class Deployment:
         public, shares = vdaf.shard(measurement, rid.value, secrets.token_bytes(vdaf.RAND_SIZE))
         return Sharded(rid, time, public, shares[0], shares[1])
 
-    def seal_report(self, s: Sharded, extensions: tuple[Extension, ...] = ()) -> Report:
-        """Encrypt like a client; `extensions` go into both input shares."""
+    def seal_report(
+        self,
+        s: Sharded,
+        extensions: tuple[Extension, ...] = (),
+        helper_extensions: tuple[Extension, ...] | None = None,
+    ) -> Report:
+        """Encrypt like a client; `extensions` go into both input shares unless
+        `helper_extensions` gives the helper's apart."""
         meta = ReportMetadata(s.report_id, s.time)
         tid = self.task.task_id
         return Report(
@@ -241,7 +247,7 @@ class Deployment:
                 meta,
                 s.public_share,
                 s.helper_share,
-                extensions,
+                extensions if helper_extensions is None else helper_extensions,
             ),
         )
 

@@ -21,6 +21,7 @@ from shared.b64url import b64url_encode
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
+from shared.dap.messages import Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.directory import IssuerDirectory
@@ -54,10 +55,13 @@ class Issuer:
             "key_ids": key_ids,
         }
 
-    def token(self, task_id: TaskId, report_time: int, window_seconds: int = 86_400) -> Token:
-        """A fresh token for the report's task and time window, as a device would hold."""
+    def token(
+        self, task_id: TaskId, report_time: int, role: Role, window_seconds: int = 86_400
+    ) -> Token:
+        """A fresh token for `role`'s share of a report of the task and time window, as a
+        device would hold."""
         policy = TokenPolicy.model_validate(self.policy(window_seconds))
-        return self.token_for(token_challenge(task_id, report_time, policy))
+        return self.token_for(token_challenge(task_id, report_time, policy, role))
 
     def token_for(self, challenge: Any) -> Token:
         directory = IssuerDirectory.decode(self.client.get(ISSUER_DIRECTORY_PATH).content)

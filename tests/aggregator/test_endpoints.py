@@ -62,7 +62,7 @@ def env(db_factory: Any, clock: TestClock) -> Env:
 
 
 def assert_problem(response: httpx.Response, problem: ProblemType, task_id: str | None) -> None:
-    assert response.status_code in (400, 403, 409, 415), response.text
+    assert response.status_code in (400, 403, 409, 413, 415), response.text
     assert response.headers["content-type"] == MEDIA_PROBLEM
     body = response.json()
     assert body["type"] == problem.urn, body

@@ -10,7 +10,7 @@ from services.aggregator.drivers.garbage import collect_garbage
 from services.aggregator.service import Aggregator
 from services.common.clock import TestClock
 from shared.dap.extensions import encode_extensions
-from shared.dap.messages import Interval, Query
+from shared.dap.messages import Interval, Query, Role
 from tests.aggregator import helpers
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import Env, make_env
@@ -110,7 +110,7 @@ def test_spent_tokens_go_once_no_aggregator_would_accept_them(
     params = helpers.TaskParams(tokens=issuer.policy())
     env = make_env(db_factory, clock, params, issuer_http=issuer.client)
     now = clock.now()
-    token = issuer.token(params.task_id, now)
+    token = issuer.token(params.task_id, now, Role.LEADER)
     assert env.upload(env.report(1, extensions=encode_extensions(token=token))).status_code == 201
     assert _rows(env.leader_agg, "spent_tokens") == 1
 

@@ -13,7 +13,7 @@ from services.common.clock import TestClock
 from services.common.logs import JsonFormatter
 from shared.b64url import b64url_encode
 from shared.dap.extensions import encode_extensions
-from shared.dap.messages import Interval, Query
+from shared.dap.messages import Interval, Query, Role
 from tests.aggregator import helpers
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import make_env
@@ -31,9 +31,14 @@ def test_upload_metrics_and_logs_hold_no_secrets(
     secrets: list[bytes] = [params.verify_key]
     reports = []
     for _ in range(3):
-        token = issuer.token(params.task_id, now)
-        secrets.append(token.encode())
-        report = env.report(1, extensions=encode_extensions(token=token))
+        token = issuer.token(params.task_id, now, Role.LEADER)
+        helper_token = issuer.token(params.task_id, now, Role.HELPER)
+        secrets += [token.encode(), helper_token.encode()]
+        report = env.report(
+            1,
+            extensions=encode_extensions(token=token),
+            helper_extensions=encode_extensions(token=helper_token),
+        )
         reports.append(report)
         assert env.upload(report).status_code == 201
     # The last token once more, in a new report: refused as spent.

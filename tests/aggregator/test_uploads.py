@@ -62,7 +62,7 @@ class _Answers:
 def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     ds: Datastore,
 ) -> None:
-    writer = UploadWriter(ds, max_group=16)
+    writer = UploadWriter(ds, max_group=16, max_queue=1024)
     n = 60
     answers = _Answers(ds, n + 2)
     # Keep the writer busy with a slow first group so that the rest queue up behind it.
@@ -109,7 +109,7 @@ def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
 
 
 def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
-    writer = UploadWriter(ds, max_group=64)
+    writer = UploadWriter(ds, max_group=64, max_queue=1024)
     answers = _Answers(ds, 5)
     gate, entered = threading.Event(), threading.Event()
     original = ds.put_reports
@@ -140,7 +140,7 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
 
 
 def test_close_commits_what_is_queued_and_refuses_more(ds: Datastore) -> None:
-    writer = UploadWriter(ds, max_group=8, idle_s=0.05)
+    writer = UploadWriter(ds, max_group=8, max_queue=1024, idle_s=0.05)
     answers = _Answers(ds, 20)
     for i in range(20):
         writer.store(_report(i), answers.callback(i))
@@ -152,7 +152,7 @@ def test_close_commits_what_is_queued_and_refuses_more(ds: Datastore) -> None:
 
 
 def test_the_writer_thread_ends_when_idle_and_comes_back(ds: Datastore) -> None:
-    writer = UploadWriter(ds, max_group=8, idle_s=0.05)
+    writer = UploadWriter(ds, max_group=8, max_queue=1024, idle_s=0.05)
     first = _Answers(ds, 1)
     writer.store(_report(1), first.callback(1))
     assert first.all_in.wait(5)
@@ -170,7 +170,7 @@ def test_the_writer_thread_ends_when_idle_and_comes_back(ds: Datastore) -> None:
 
 
 def test_a_store_that_stays_unavailable_fails_the_group_at_once(ds: Datastore) -> None:
-    writer = UploadWriter(ds, max_group=64)
+    writer = UploadWriter(ds, max_group=64, max_queue=1024)
     answers = _Answers(ds, 4)
     calls: list[int] = []
     gate, entered = threading.Event(), threading.Event()

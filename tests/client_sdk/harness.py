@@ -212,6 +212,8 @@ class World:
         self.router.apps["leader.test"] = self.leader
         self.router.apps["helper.test"] = self.helper
         self.signer = RecipeSigner.from_seed(SEED)
+        #: Each recipe server's provisioner, by database name (a test may change its configs).
+        self.provisioners: dict[str, StaticProvisioner] = {}
         self.ca = ManufacturerCA.generate(now=NOW)
         #: What the operator pins for the issuer: its directory's keys when it runs.
         self.issuer_key_ids = [NO_ISSUER_KEY_ID]
@@ -255,6 +257,7 @@ class World:
             token_key_ids=self.issuer_key_ids,
         )
         provisioner = StaticProvisioner(self.task_id.to_b64url(), leader, helper)
+        self.provisioners[db_name] = provisioner
         return TestClient(
             recipe_app(settings, clock=self.clock, provisioner=provisioner, signer=self.signer)
         )
@@ -276,9 +279,10 @@ class World:
         tokens: bool = True,
         enroll: bool = True,
         rng: random.Random | None = None,
+        identity: SimulatedDevice | None = None,
         **config: Any,
     ) -> Device:
-        identity = SimulatedDevice.manufacture(self.ca)
+        identity = identity or SimulatedDevice.manufacture(self.ca)
         cfg = DeviceConfig(
             recipe_server_url=RECIPES,
             recipe_server_key=self.signer.public_key,

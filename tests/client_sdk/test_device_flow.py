@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sqlite3
+import stat
 from pathlib import Path
 
 import httpx
 import pytest
 
-from client_sdk.device import Device
+from client_sdk.device import Device, DeviceConfig
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.tokens import TokenError
+from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
 from shared.dap.extensions import (
     decode_extensions,
@@ -44,7 +49,9 @@ def open_share(world: World, report: Report, role: Role) -> PlaintextInputShare:
     return PlaintextInputShare.decode(plain)
 
 
-def test_report_carries_binding_and_token_in_both_shares(world: World, tmp_path: Path) -> None:
+def test_report_carries_binding_in_both_shares_and_each_its_own_token(
+    world: World, tmp_path: Path
+) -> None:
     world.publish()
     device = world.device(tmp_path / "d")
     device.events.add("emoji", {"emoji": "fire"}, NOW - 60)
@@ -54,6 +61,7 @@ def test_report_carries_binding_and_token_in_both_shares(world: World, tmp_path:
     assert [r.status for r in results] == ["sent"]
     (report,) = world.leader.uploads
     recipe = device.recipe("emoji.daily", 1)
+    tokens = []
     for role in (Role.LEADER, Role.HELPER):
         share = open_share(world, report, role)
         kinds = [e.extension_type for e in share.extensions]
@@ -63,9 +71,11 @@ def test_report_carries_binding_and_token_in_both_shares(world: World, tmp_path:
         assert parsed.binding.recipe_digest == recipe_digest(recipe_bytes(recipe))
         assert parsed.binding.min_batch_size == 206
         expected = token_challenge(
-            world.task_id, report.report_metadata.time, token_policy_for_issuer(ISSUER)
+            world.task_id, report.report_metadata.time, token_policy_for_issuer(ISSUER), role
         )
         assert parsed.token.challenge_digest == expected.digest()
+        tokens.append(parsed.token)
+    assert tokens[0].nonce != tokens[1].nonce  # two issuances, nothing in common
     sent = device.audit.entries("sent")
     assert len(sent) == 1 and sent[0].report_id == report.report_metadata.report_id.to_b64url()
     assert sent[0].detail["measurement"] in ([0, 0, 0, 0, 0], sent[0].detail["measurement"])
@@ -155,18 +165,96 @@ def test_query_outside_the_class_is_refused_and_nothing_consumed(
     assert device.pending() == []
 
 
-def test_outdated_config_refetch_sends_one_fresh_report(world: World, tmp_path: Path) -> None:
+def _rotate_leader(world: World) -> hpke.HpkeKeyPair:
+    """The leader rotates its key: config 1 (the recipe's) is outdated; its bare
+    ``/hpke_config`` now serves config 9."""
+    world.leader.outdated.add(1)
+    world.leader.keys.append(hpke.generate_keypair(9))
+    return world.leader.key(9)
+
+
+def test_outdated_config_follows_the_republished_recipe(world: World, tmp_path: Path) -> None:
     world.publish()
     device = world.device(tmp_path / "d")
     device.answer(verified(world, device))
-    # The leader rotated: the config in the recipe is now outdated.
-    world.leader.outdated.add(1)
-    world.leader.keys.append(hpke.generate_keypair(9))
+    _rotate_leader(world)
+    # The recipe server publishes the rotation: a new version listing the leader's new key.
+    provisioner = world.provisioners["recipes.sqlite3"]
+    provisioner.task = dataclasses.replace(
+        provisioner.task, leader_hpke_configs=b64url_encode(world.leader.config_list().encode())
+    )
+    world.publish(version=2)
     (result,) = device.run_due()
     assert result.status == "sent"
     (report,) = world.leader.uploads
     assert report.leader_encrypted_input_share.config_id == 9
-    assert open_share(world, report, Role.LEADER).payload
+    share = open_share(world, report, Role.LEADER)
+    assert share.payload
+    # Still the answer to version 1, the recipe the device checked and spent budget on.
+    binding = decode_extensions(share.extensions).binding
+    assert binding is not None
+    assert binding.recipe_digest == recipe_digest(recipe_bytes(device.recipe("emoji.daily", 1)))
+
+
+def test_outdated_config_never_seals_to_a_bare_hpke_config_answer(
+    world: World, tmp_path: Path
+) -> None:
+    """A leader (or a network attacker in front of it) answers outdatedConfig and serves a
+    key of its choosing at ``/hpke_config``: the device re-seals only to configs the signed,
+    logged recipe lists, and these did not change, so nothing is re-sent."""
+    world.publish()
+    device = world.device(tmp_path / "d")
+    device.answer(verified(world, device))
+    _rotate_leader(world)
+    received: list[int] = []
+    leader = world.leader
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            report = Report.decode(request.read())
+            received.append(report.leader_encrypted_input_share.config_id)
+        return leader(request)
+
+    world.router.apps["leader.test"] = recording
+    (result,) = device.run_due()
+    assert result.status == "rejected"
+    assert received == [1]  # the one report, to the recipe's key, and no other
+    (entry,) = device.audit.entries("failed")
+    assert entry.detail["reason"] == (
+        "the leader answered outdatedConfig but the signed recipe still lists leader config 1"
+    )
+    assert device.pending() == []
+    assert device.run_due() == [] and received == [1]
+
+
+def test_outdated_config_with_a_recipe_that_no_longer_verifies(
+    world: World, tmp_path: Path
+) -> None:
+    world.publish()
+    device = world.device(tmp_path / "d", max_upload_rounds=2)
+    device.answer(verified(world, device))
+    _rotate_leader(world)
+    honest = world.recipe_server
+
+    def tamper(request: httpx.Request) -> httpx.Response:
+        response = honest.get(request.url.raw_path.decode())
+        body = response.json()
+        if request.url.path.startswith("/recipes/"):
+            configs = b64url_encode(world.leader.config_list().encode())
+            body["signed_recipe"]["recipe"]["task"]["leader_hpke_configs"] = configs
+        return httpx.Response(response.status_code, json=body)
+
+    world.router.apps["recipes.test"] = tamper
+    # Not final at once (the recipe server may only be down), final after the last round.
+    assert [r.status for r in device.run_due()] == ["failed"]
+    assert device.audit.entries("failed") == []
+    assert [r.status for r in device.run_due()] == ["failed"]
+    (entry,) = device.audit.entries("failed")
+    assert entry.detail["reason"].startswith(
+        "the leader answered outdatedConfig and the recipe could not be verified again"
+    )
+    assert "signature" in entry.detail["reason"]
+    assert world.leader.uploads == []
 
 
 def test_server_errors_are_retried_with_backoff(world: World, tmp_path: Path) -> None:
@@ -212,9 +300,7 @@ def test_policy_file_round_trip(tmp_path: Path) -> None:
 
 
 def test_event_store_retention(tmp_path: Path) -> None:
-    device = Device(
-        policy(), __import__("client_sdk").device.DeviceConfig(), directory=tmp_path / "e"
-    )
+    device = Device(policy(), DeviceConfig(), directory=tmp_path / "e")
     device.events.register_stream("emoji", 100)
     device.events.add("emoji", {"emoji": "fire"}, 1000)
     device.events.add("emoji", {"emoji": "cry"}, 1090)
@@ -279,3 +365,48 @@ def test_device_with_tokens_refuses_a_recipe_pinning_no_issuer_key(tmp_path: Pat
     )
     plan = device.plan(VerifiedRecipe(unpinned, recipe_bytes(unpinned), 0))
     assert (plan.status, plan.reason) == ("refused", "trust: the recipe pins no token issuer key")
+
+
+def test_state_from_before_per_role_tokens_is_upgraded(world: World, tmp_path: Path) -> None:
+    """A device's state written before tokens were per aggregator: its cached tokens (of a
+    challenge no aggregator accepts now) go, a pending report takes a fresh pair."""
+    world.publish()
+    identity = SimulatedDevice.manufacture(world.ca)
+    device = world.device(tmp_path / "d", identity=identity)
+    device.answer(verified(world, device))
+    device.close()
+    path = tmp_path / "d" / "state.sqlite3"
+    with sqlite3.connect(path) as conn:  # back to the old layout, with an old token cached
+        conn.executescript(
+            "DROP TABLE token; ALTER TABLE pending_upload DROP COLUMN helper_token;"
+            "CREATE TABLE token (id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,"
+            " window_start INTEGER NOT NULL, token BLOB NOT NULL, used INTEGER NOT NULL DEFAULT 0);"
+            "CREATE INDEX token_free ON token (task_id, window_start, used);"
+        )
+        conn.execute(
+            "INSERT INTO token (task_id, window_start, token) VALUES (?, 0, x'00')",
+            (world.task_id.to_b64url(),),
+        )
+    restarted = world.device(tmp_path / "d", enroll=False, identity=identity)
+    with restarted.db.lock:
+        assert restarted.db.conn.execute("SELECT COUNT(*) FROM token").fetchone() == (0,)
+    (item,) = restarted.pending()
+    assert item.token is None and item.helper_token is None
+    assert [r.status for r in restarted.run_due()] == ["sent"]
+    (report,) = world.leader.uploads
+    assert decode_extensions(open_share(world, report, Role.HELPER).extensions).token is not None
+
+
+def test_a_devices_stores_are_owner_only_and_never_a_planted_link(tmp_path: Path) -> None:
+    """The raw events and the budget ledger: 0600 in a 0700 directory; a link planted where
+    the events store goes (to read them, or to reset the ledger) is refused."""
+    config = DeviceConfig()
+    Device(policy(), config, directory=tmp_path / "d").close()
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o700
+    for store in (tmp_path / "d").iterdir():
+        assert stat.S_IMODE(store.lstat().st_mode) == 0o600, store.name
+    (tmp_path / "p").mkdir(mode=0o700)
+    (tmp_path / "p" / "events.sqlite3").symlink_to(tmp_path / "elsewhere.sqlite3")
+    with pytest.raises(OSError, match="symbolic link"):
+        Device(policy(), config, directory=tmp_path / "p")
+    assert not (tmp_path / "elsewhere.sqlite3").exists()

@@ -17,7 +17,7 @@ from shared.dap.extensions import (
     token_window_start,
 )
 from shared.dap.ids import TaskId
-from shared.dap.messages import Extension, PlaintextInputShare
+from shared.dap.messages import Extension, PlaintextInputShare, Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.messages import Token
 
@@ -40,26 +40,33 @@ def test_recipe_binding_known_encoding_and_round_trip() -> None:
 
 
 def test_token_challenge_known_value() -> None:
-    challenge = token_challenge(TASK, 1_700_000_123, POLICY)
+    challenge = token_challenge(TASK, 1_700_000_123, POLICY, Role.LEADER)
     # window start 1_699_999_200 = 0x6553EDE0, computed by hand from 1_700_000_123 - 923.
     assert token_window_start(1_700_000_123, 3600) == 1_699_999_200
     context = hashlib.sha256(
-        b"sagg token context v1" + bytes(range(32)) + bytes.fromhex("000000006553ede0")
+        b"sagg token context v2" + bytes(range(32)) + bytes.fromhex("000000006553ede0") + b"\x02"
     ).digest()
     assert challenge.redemption_context == context
     assert challenge.encode().hex() == (
         "0002000b" + b"issuer.test".hex() + "20" + context.hex() + "0000"
     )
-    assert context.hex() == "c47b22ea1f9c784f96dfeced8386d545afb1eb794e33cc935f6cacd26df20425"
+    assert context.hex() == "8caacd21afb591250f3e9a6428fdfbae4f5dec5d9897c2bfae718f6d4367af19"
+    helper = token_challenge(TASK, 1_700_000_123, POLICY, Role.HELPER).redemption_context
+    assert helper.hex() == "4e6562cded1b686972be98c5f55f9d17ce8981a6a2f78462f4fb791c819c4e73"
 
 
-def test_token_challenge_binds_task_and_window() -> None:
-    base = token_challenge(TASK, 1_699_999_200, POLICY)
-    assert token_challenge(TASK, 1_699_999_200 + 3599, POLICY) == base
-    assert token_challenge(TASK, 1_699_999_200 + 3600, POLICY) != base
-    assert token_challenge(TaskId(b"\x01" * 32), 1_699_999_200, POLICY) != base
+def test_token_challenge_binds_task_window_and_role() -> None:
+    base = token_challenge(TASK, 1_699_999_200, POLICY, Role.LEADER)
+    assert token_challenge(TASK, 1_699_999_200 + 3599, POLICY, Role.LEADER) == base
+    assert token_challenge(TASK, 1_699_999_200 + 3600, POLICY, Role.LEADER) != base
+    assert token_challenge(TaskId(b"\x01" * 32), 1_699_999_200, POLICY, Role.LEADER) != base
+    # The helper's token answers another challenge: the leader's never verifies there.
+    assert token_challenge(TASK, 1_699_999_200, POLICY, Role.HELPER) != base
+    for role in (Role.CLIENT, Role.COLLECTOR):
+        with pytest.raises(ValueError):
+            token_challenge(TASK, 1_699_999_200, POLICY, role)
     other = TokenPolicy(issuer_url="http://x", issuer_name="other", window_seconds=3600)
-    assert token_challenge(TASK, 1_699_999_200, other).issuer_name == b"other"
+    assert token_challenge(TASK, 1_699_999_200, other, Role.LEADER).issuer_name == b"other"
 
 
 def test_policy_from_issuer_url() -> None:

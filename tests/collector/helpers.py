@@ -13,7 +13,7 @@ from shared.dap.task import CollectorTask
 from shared.vdaf.spec import VdafSpec
 
 AUTH = "collector-token-0123456789abcdef"
-LEADER = "http://leader.test/dap"
+LEADER = "https://leader.test/dap"
 
 
 def make_task(

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from deploy.cli import CliError, main, secrets_from_files
-from deploy.config import Deployment
+from deploy.config import Deployment, load_deployment
 from deploy.demo import demo_recipe
-from deploy.keys import load_manufacturer_ca
+from deploy.keys import PROVISIONED_PARTIES, load_manufacturer_ca
 from deploy.launcher import Cluster, UpOptions
 from shared.dp import api
 
@@ -201,12 +201,21 @@ def test_keys_init_writes_owner_only_files_once(
     ]
     code, out, err = _run(capsys, "keys", "init", "--dir", str(target), *urls)
     assert code == 0, err
-    assert (target / "admin_token").read_text().strip() not in out  # no secret printed
+    tokens = {path.name: path.read_text().strip() for path in target.glob("*_token")}
+    assert len(tokens) == 5 + 3 + 1  # admin tokens, provisioning tokens, the analyst's
+    assert len(set(tokens.values())) == len(tokens)  # every credential its own
+    assert not any(token in out for token in tokens.values())  # no secret printed
     for path in target.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     first = Deployment.model_validate_json((target / "deployment.json").read_text())
     assert first.recipe_server == "http://recipe-server:8086"
-    assert first.admin_token == (target / "admin_token").read_text().strip()
+    assert first.admin_tokens == {
+        service: tokens[f"{service}.admin_token"]
+        for service in ("leader", "helper", "collector", "token-issuer", "recipe-server")
+    }
+    # The CLI needs no provisioning token: those are the recipe server's.
+    saved = (target / "deployment.json").read_text()
+    assert not any(tokens[f"{p}.provisioner_token"] in saved for p in PROVISIONED_PARTIES)
     assert first.recipe_server_public_key is not None and first.recipe_server_public_key in out
     ca = load_manufacturer_ca(target / "manufacturer-ca.pem", target / "manufacturer-ca.key")
     assert ca.certificate.subject == ca.certificate.issuer
@@ -238,16 +247,54 @@ def test_secret_files(tmp_path: Path) -> None:
         )
 
 
-def test_sagg_up_keeps_the_tokens_of_an_older_deployment_file(tmp_path: Path) -> None:
-    """A data dir from the three-service `sagg up` (tokens in deployment.json, no keys/)."""
+def test_sagg_up_replaces_the_shared_token_of_an_older_deployment_file(tmp_path: Path) -> None:
+    """A data dir from the three-service `sagg up` (one token in deployment.json, no keys/):
+    its analyst token is kept, its shared admin token is not spread over the services."""
     data = tmp_path / "data"
     data.mkdir()
     old = {"leader": "http://l", "helper": "http://h", "collector": "http://c"}
-    (data / "deployment.json").write_text(json.dumps({**old, "admin_token": "o" * 40}))
+    shared, analyst = "o" * 40, "a" * 40
+    (data / "deployment.json").write_text(
+        json.dumps({**old, "admin_token": shared, "analyst_token": analyst})
+    )
+    loaded = load_deployment(str(data / "deployment.json"))
+    assert loaded is not None and loaded.admin_token("helper") == shared  # still readable
     cluster = Cluster(UpOptions(data_dir=data))
     keys = cluster._keys()
-    assert keys.admin_token == "o" * 40 and keys.analyst_token != keys.admin_token
+    assert keys.analyst_token == analyst
+    assert shared not in keys.admin_tokens.values()
+    assert len(set(keys.admin_tokens.values()) | set(keys.provisioner_tokens.values())) == 8
     # Leader and helper never share a store; every store has its own file.
     plan = cluster.plan(keys, cluster._database_urls())
     urls = [v for s in plan for k, v in s.env.items() if k.endswith("DATABASE_URL")]
     assert len(urls) == len(set(urls)) == 6
+
+
+def test_each_process_gets_only_its_own_credentials(tmp_path: Path) -> None:
+    """What `sagg up` hands each process: its own tokens and datastore key, nothing that
+    opens another service; the recipe server provisioning tokens only, no admin token; the
+    manufacturer CA's key to none (only its certificate, to the attester)."""
+    cluster = Cluster(UpOptions(data_dir=tmp_path / "data"))
+    keys = cluster._keys()
+    secrets = {
+        **{f"{s} admin": t for s, t in keys.admin_tokens.items()},
+        **{f"{p} provisioner": t for p, t in keys.provisioner_tokens.items()},
+        **{f"{s} datastore key": k for s, k in keys.datastore_keys.items()},
+        "analyst": keys.analyst_token,
+    }
+    own = {
+        "leader": {"leader admin", "leader provisioner", "leader datastore key"},
+        "helper": {"helper admin", "helper provisioner", "helper datastore key"},
+        "collector": {"collector admin", "collector provisioner", "collector datastore key"},
+        "token-issuer": {"token-issuer admin", "token-issuer datastore key"},
+        "recipe-server": {
+            "recipe-server admin",
+            "analyst",
+            *(f"{p} provisioner" for p in PROVISIONED_PARTIES),
+        },
+    }
+    for service in cluster.plan(keys, cluster._database_urls()):
+        values = set(service.env.values())
+        held = {name for name, secret in secrets.items() if secret in values}
+        assert held == own[service.name], service.name
+        assert not any(str(keys.ca_key_file) in v for v in values), service.name

@@ -90,7 +90,10 @@ def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], a
 FAILURES = [
     (["collect", "--task", "t", "--current-batch"], "no collector URL"),
     (["collect", "--task", "t", "--collector", "http://127.0.0.1:1"], "interval-start"),
-    (["collect", "--task", "t", "--current-batch", "--collector", "http://x"], "no admin token"),
+    (
+        ["collect", "--task", "t", "--current-batch", "--collector", "http://x"],
+        "no collector admin token",
+    ),
     (["task", "create", "--vdaf", "{nope", *URLS, "--collector", "http://c"], "must be JSON"),
     (["task", "create", *URLS, "--collector", "http://c"], "--vdaf is required"),
     (["task", "create", "--vdaf", VDAF, "--leader", "http://a"], "no helper URL"),
@@ -273,3 +276,24 @@ def test_upload_checks_its_inputs(capsys: pytest.CaptureFixture[str], tmp_path: 
         assert code == 1 and "--measurements must be" in err
     code, err = _run(capsys, "upload", "--task-file", str(task), "--measurements", "[1]")
     assert code == 1 and "cannot reach http://127.0.0.1" in err
+
+
+DASH_ID = "-" + "A" * 42  # a 32-byte DAP id whose base64url begins with "-" (1 in 64 do)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["collect", "--task", DASH_ID, "--current-batch"],
+        ["collect", "--task", DASH_ID, "--batch-id", DASH_ID],
+        ["collect", "--batch-id", DASH_ID, "--task", DASH_ID],
+    ],
+    ids=["task", "task+batch-id", "batch-id+task"],
+)
+def test_ids_beginning_with_a_dash_are_values_not_options(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+):
+    # Parsed as ids, the command gets past argparse and fails only for want of a collector.
+    code, err = _run(capsys, *argv)
+    assert code == 1
+    assert err.startswith("sagg: no collector URL")

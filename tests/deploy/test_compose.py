@@ -3,14 +3,18 @@
 Same five services with the same ports and the same `SAGG_<SERVICE>_*` setting names (a
 `..._TOKEN_FILE` in compose stands for the `..._TOKEN` that `sagg serve` reads from it), every
 name a real field of that service's settings; each aggregator its own PostgreSQL server used
-by nothing else; a healthcheck on every long-running service. No Docker engine is needed:
+by nothing else; a healthcheck on every long-running service. Least privilege (issue 12): each
+container is given only its own secrets, the manufacturer CA's key only to the device
+simulator, and no database has a default or literal password. No Docker engine is needed:
 the file is parsed with PyYAML, and checked by `docker-compose config` when that is installed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic_settings import BaseSettings
 
-from deploy.cli import SECRET_FILE_SUFFIXES, SERVE_MODULES
+from deploy.cli import SECRET_FILE_SUFFIXES, SERVE_MODULES, main
 from deploy.demo import demo_recipe
 from deploy.keys import ensure_keys
 from deploy.launcher import DEFAULT_PORTS, MODULES, SERVICES, STORES, Cluster, UpOptions
@@ -84,7 +88,9 @@ def test_the_same_settings_names(
     for name in SERVICES:
         _, prefix = MODULES[name]
         env = _env(compose[name])
-        assert _setting_names(env) == set(launcher_env[name]), name
+        # The one difference: compose services talk plain HTTP on their private network.
+        insecure = {f"{prefix}ALLOW_INSECURE_HTTP"}
+        assert _setting_names(env) - insecure == set(launcher_env[name]), name
         fields = {prefix + f.upper() for f in SETTINGS[prefix].model_fields}
         assert _setting_names(env) <= fields, name
         # Secrets only through files: no token or secret value in the compose file.
@@ -182,3 +188,120 @@ def test_docker_compose_accepts_the_file() -> None:
         cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
+
+
+# --- secrets: each container only its own ------------------------------------------------------
+
+#: What each container may hold: its operator token, provisioning token (DAP parties),
+#: datastore key and database password; the recipe server the parties' provisioning tokens
+#: and no admin token of theirs; the attester only the CA's certificate.
+OWN_SECRETS = {
+    "leader": {"leader-admin-token", "leader-provisioner-token", "leader-datastore-key"}
+    | {"leader-pgpass"},
+    "helper": {"helper-admin-token", "helper-provisioner-token", "helper-datastore-key"}
+    | {"helper-pgpass"},
+    "collector": {"collector-admin-token", "collector-provisioner-token"}
+    | {"collector-datastore-key", "collector-pgpass"},
+    "token-issuer": {"token-issuer-admin-token", "token-issuer-datastore-key"}
+    | {"token-issuer-pgpass", "manufacturer-ca-cert"},
+    "recipe-server": {"recipe-server-admin-token", "recipe-server-signing-key", "analyst-token"}
+    | {"recipe-server-pgpass", "token-key-ids"}
+    | {f"{p}-provisioner-token" for p in ("leader", "helper", "collector")},
+    "leader-db": {"leader-db-password"},
+    "helper-db": {"helper-db-password"},
+    "services-db": {"services-db-password"}
+    | {f"{s}-db-password" for s in ("collector", "recipe-server", "token-issuer")},
+    "init": set(),
+    "token-keys": set(),
+    "provision": {"analyst-deployment"},
+    "devices": {"devices-deployment", "manufacturer-ca-cert", "manufacturer-ca-key"},
+}
+
+
+@pytest.fixture(scope="module")
+def secret_files() -> dict[str, str]:
+    doc: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return {name: spec["file"] for name, spec in doc["secrets"].items()}
+
+
+def _secrets(service: dict[str, Any]) -> set[str]:
+    given = service.get("secrets", [])
+    return {s if isinstance(s, str) else s["source"] for s in given}
+
+
+def test_each_container_gets_only_its_own_secrets(compose: dict[str, Any]) -> None:
+    assert set(compose) == set(OWN_SECRETS)
+    for name, service in compose.items():
+        assert _secrets(service) == OWN_SECRETS[name], name
+        # Nothing else reaches a container: only `init` mounts the secrets directory, and
+        # `token-keys` the subdirectory of the issuer's (public) key ids alone.
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
+            if name == "token-keys":
+                assert source == "./.secrets/issuer", source
+            else:
+                assert name == "init" or ".secrets" not in source, name
+
+
+def test_every_secret_reference_is_one_the_container_holds(compose: dict[str, Any]) -> None:
+    for name, service in compose.items():
+        held = _secrets(service)
+        for var, value in _env(service).items():
+            for ref in re.findall(r"/run/secrets/([\w.-]+)", value):
+                assert ref in held, (name, var, ref)
+        for arg in service.get("command", []):
+            for ref in re.findall(r"/run/secrets/([\w.-]+)", str(arg)):
+                assert ref in held, (name, arg, ref)
+
+
+def test_the_manufacturer_ca_key_is_in_no_service_container(
+    compose: dict[str, Any], secret_files: dict[str, str]
+) -> None:
+    ca_key = {name for name, path in secret_files.items() if path.endswith("manufacturer-ca.key")}
+    assert ca_key == {"manufacturer-ca-key"}
+    holders = {name for name, service in compose.items() if _secrets(service) & ca_key}
+    assert holders == {"devices"}  # the simulated devices' factory, not a service
+    assert "manufacturer-ca-cert" in _secrets(compose["token-issuer"])
+
+
+def test_no_database_has_a_default_or_literal_password(compose: dict[str, Any]) -> None:
+    servers = {
+        name for name, s in compose.items() if str(s.get("image", "")).startswith("postgres")
+    }
+    assert servers == {"leader-db", "helper-db", "services-db"}
+    for name in servers:
+        env = _env(compose[name])
+        assert "POSTGRES_PASSWORD" not in env, name
+        assert env["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/"), name
+    for name, service in compose.items():
+        for var, value in _env(service).items():
+            assert "PASSWORD:-" not in value and "${" not in value, (name, var)
+            if var.endswith("DATABASE_URL"):
+                url = urlsplit(value)
+                assert url.password is None, (name, var)
+                assert re.search(r"[?&]passfile=/run/secrets/", value), (name, var)
+
+
+def test_init_writes_every_secret_file(
+    compose: dict[str, Any],
+    secret_files: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`sagg keys init` with the compose init's own arguments (but the chown, which needs
+    root) writes every file the compose secrets name, each 0600."""
+    args = [a for a in compose["init"]["command"] if not a.startswith(("--owner", "--db-owner"))]
+    target = tmp_path / "secrets"
+    args = [f"--dir={target}" if a.startswith("--dir=") else a for a in args]
+    assert main(args) == 0, capsys.readouterr().err
+    for name, path in secret_files.items():
+        assert path.startswith("./.secrets/"), name
+        written = target / path.removeprefix("./.secrets/")
+        assert written.is_file(), name
+        assert stat.S_IMODE(written.stat().st_mode) == 0o600, name
+    # The views given to containers hold no operator token.
+    operator = json.loads((target / "deployment.json").read_text())["admin_tokens"]
+    for view in ("analyst.json", "devices.json"):
+        text = (target / view).read_text()
+        assert not any(token in text for token in operator.values()), view
+    assert json.loads((target / "devices.json").read_text())["analyst_token"] is None

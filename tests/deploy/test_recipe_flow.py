@@ -50,7 +50,7 @@ def _admin_get(deployment: Deployment, path: str) -> dict[str, Any]:
     with httpx.Client(timeout=10.0) as http:
         response = http.get(
             f"{deployment.leader}{path}",
-            headers={"Authorization": f"Bearer {deployment.admin_token}"},
+            headers={"Authorization": f"Bearer {deployment.admin_tokens['leader']}"},
         )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()

@@ -122,10 +122,10 @@ def test_five_services_healthy_and_recipe_publication(
 
     # The task exists on both aggregators with the recipe's VDAF and batch size.
     with httpx.Client(timeout=10.0) as http:
-        for party in (deployment.leader, deployment.helper):
+        for name, party in (("leader", deployment.leader), ("helper", deployment.helper)):
             task = http.get(
                 f"{party}/internal/tasks/{summary['task_id']}",
-                headers={"Authorization": f"Bearer {deployment.admin_token}"},
+                headers={"Authorization": f"Bearer {deployment.admin_tokens[name]}"},
             )
             assert task.status_code == 200, task.text
             body = task.json()
@@ -163,16 +163,23 @@ def test_five_services_healthy_and_recipe_publication(
     assert devices.returncode == 0, devices.stderr
     assert "uploaded 8" in devices.stdout
 
-    # Every service's /metrics, read with the deployment's admin token, shows that traffic.
+    # Every service's /metrics, read with that service's admin token, shows that traffic; no
+    # service's token opens another's.
     metrics: dict[str, Samples] = {}
+    assert len(set(deployment.admin_tokens.values())) == len(SERVICES)
     with httpx.Client(timeout=10.0) as http:
         for name in SERVICES:
             url = f"{_url(deployment, name)}/metrics"
             assert http.get(url).status_code == 401, name
-            scraped = http.get(url, headers={"Authorization": f"Bearer {deployment.admin_token}"})
+            token = deployment.admin_tokens[name]
+            scraped = http.get(url, headers={"Authorization": f"Bearer {token}"})
             assert scraped.status_code == 200, (name, scraped.text)
             metrics[name] = parse(scraped.text)
-            assert deployment.admin_token not in scraped.text
+            assert token not in scraped.text
+            for other in SERVICES:
+                if other != name:
+                    foreign = {"Authorization": f"Bearer {deployment.admin_tokens[other]}"}
+                    assert http.get(url, headers=foreign).status_code == 403, (name, other)
     task = summary["task_id"]
     assert value(metrics["leader"], "sagg_reports_received_total", task=task, role="leader") == 8
     assert value(metrics["leader"], "sagg_task_min_batch_size", task=task, role="leader") == (

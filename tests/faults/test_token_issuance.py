@@ -34,6 +34,7 @@ from shared import b64url
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
+from shared.dap.messages import Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.attestation import (
     ATTESTER_CHALLENGE_PATH,
@@ -57,6 +58,8 @@ KILLS = 4
 #: Pause between a device's fetches (the kills come every 0.05-0.6 s).
 PACE_S = 0.4
 TASK = TaskId(bytes(range(32)))
+#: The issuer never learns which aggregator a token is for: one role stands for both here.
+ROLE = Role.LEADER
 
 
 class Fleet:
@@ -92,6 +95,7 @@ class Fleet:
                     TASK,
                     self.report_time,
                     self.policy,
+                    ROLE,
                     self.issuer_url,
                     int(time.time()),
                     self.key_ids,
@@ -179,7 +183,7 @@ def test_issuer_killed_during_issuance(
         directory = _directory(service.url)
         assert {k.token_key for k in directory.token_keys} == keys_before
         token_keys = [k.token_key_object() for k in directory.token_keys]
-        digest = token_challenge(TASK, fleet.report_time, fleet.policy).digest()
+        digest = token_challenge(TASK, fleet.report_time, fleet.policy, ROLE).digest()
         held = [fleet.held(i) for i in range(DEVICES)]
         for tokens in held:
             for token in tokens:
@@ -215,7 +219,7 @@ def test_a_spent_nonce_stays_spent_across_a_restart(
         device_id = b64url_encode(device.device_id)
         key = _directory(service.url).token_keys[0].token_key_object()
         request, _ = create_token_request(
-            token_challenge(TASK, fleet.report_time, fleet.policy), key
+            token_challenge(TASK, fleet.report_time, fleet.policy, ROLE), key
         )
         body = request.encode()
         answer = httpx.post(

@@ -36,7 +36,7 @@ from tests.recipe.helpers import draft_json
 
 COLLECTOR_ADMIN = "fuzz-collector-admin-token-0123"
 ANALYST_TOKEN = "fuzz-analyst-token-0123456789"
-RECIPE_ADMIN = "fuzz-recipe-admin-token-0123456"
+RECIPE_PROVISIONER = "fuzz-recipe-provisioner-token-0123"
 ATTESTER_SECRET = "fuzz-attester-secret-0123456789"
 
 
@@ -114,7 +114,9 @@ def recipe_server_app(tmp: Path) -> FastAPI:
         leader_url=FakeProvisioner.leader_url,
         helper_url=FakeProvisioner.helper_url,
         collector_url="https://collector.test",
-        admin_token=RECIPE_ADMIN,  # type: ignore[arg-type]
+        leader_provisioner_token=RECIPE_PROVISIONER,  # type: ignore[arg-type]
+        helper_provisioner_token=RECIPE_PROVISIONER,  # type: ignore[arg-type]
+        collector_provisioner_token=RECIPE_PROVISIONER,  # type: ignore[arg-type]
         token_issuer_url="https://issuer.test",
         token_key_ids=[b64url_encode(bytes(32))],
     )

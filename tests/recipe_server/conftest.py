@@ -30,6 +30,12 @@ from tests.recipe.helpers import hpke_list
 ANALYST_TOKEN = "analyst-token-0123456789abcdef"
 KEYBOARD_TOKEN = "keyboard-team-token-0123456789"
 SEED = b64url_encode(bytes(range(32)))
+#: The provisioning token each DAP party gives the recipe server (never its admin token).
+PROVISIONER_TOKENS = {
+    "leader": "leader-provisioner-token-0123",
+    "helper": "helper-provisioner-token-0123",
+    "collector": "collector-provisioner-token-0123",
+}
 LEADER = "https://leader.test"
 HELPER = "https://helper.test"
 ISSUER = "https://issuer.test"
@@ -56,7 +62,7 @@ def make_settings(tmp_path: Path, **overrides: Any) -> RecipeServerSettings:
         "leader_url": LEADER,
         "helper_url": HELPER,
         "collector_url": "https://collector.test",
-        "admin_token": "admin-token-0123456789abcdef",
+        **{f"{party}_provisioner_token": t for party, t in PROVISIONER_TOKENS.items()},
         "token_issuer_url": ISSUER,
         "token_key_ids": [ISSUER_KEY_ID],
     }

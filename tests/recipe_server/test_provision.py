@@ -28,7 +28,14 @@ from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
 from tests.recipe.helpers import draft_json, hpke_list
-from tests.recipe_server.conftest import ISSUER, ISSUER_KEY_ID, Router, auth, make_settings
+from tests.recipe_server.conftest import (
+    ISSUER,
+    ISSUER_KEY_ID,
+    PROVISIONER_TOKENS,
+    Router,
+    auth,
+    make_settings,
+)
 
 ADMIN = "admin-token-0123456789abcdef"
 #: A second issuer the operator allows, with its own name, window and pinned key.
@@ -44,6 +51,7 @@ def parties(tmp_path: Path) -> Iterator[dict[str, TestClient]]:
             settings = AggregatorSettings(
                 database_url=f"sqlite:///{tmp_path / name}.sqlite3",
                 admin_token=ADMIN,  # type: ignore[arg-type]
+                provisioner_token=PROVISIONER_TOKENS[name],  # type: ignore[arg-type]
                 run_drivers=False,
                 token_issuers=[ISSUER, OTHER_ISSUER],
             )
@@ -51,6 +59,7 @@ def parties(tmp_path: Path) -> Iterator[dict[str, TestClient]]:
         collector = CollectorSettings(
             database_url=f"sqlite:///{tmp_path / 'collector'}.sqlite3",
             admin_token=ADMIN,  # type: ignore[arg-type]
+            provisioner_token=PROVISIONER_TOKENS["collector"],  # type: ignore[arg-type]
         )
         apps["collector.test"] = stack.enter_context(
             TestClient(collector_app(collector, run_poller=False))
@@ -247,10 +256,11 @@ def _task(client: TestClient, task_id: str) -> Task:
     return aggregator.task(task_id)
 
 
-def test_wrong_admin_token_is_a_provisioning_failure(
+def test_wrong_provisioning_token_is_a_provisioning_failure(
     tmp_path: Path, parties: dict[str, TestClient]
 ) -> None:
-    with _server(tmp_path, parties, admin_token="wrong-admin-token-0123456789") as server:
+    wrong = "wrong-provisioner-token-0123456789"
+    with _server(tmp_path, parties, collector_provisioner_token=wrong) as server:
         r = server.post("/recipes", json=draft_json(), headers=auth())
         assert r.status_code == 502
         assert "collector refused" in r.json()["title"]

@@ -16,6 +16,7 @@ from services.aggregator.drivers.aggregation import (
 from services.aggregator.drivers.collection import CollectionJobDriver
 from services.aggregator.drivers.garbage import collect_garbage
 from services.aggregator.service import Aggregator
+from services.common.http import http_client
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ class DriverRunner:
 
     def __init__(self, agg: Aggregator, http: httpx.Client | None = None) -> None:
         self.agg = agg
-        self.http = http or httpx.Client(timeout=agg.settings.helper_timeout_s)
+        timeout = agg.settings.helper_timeout_s
+        self.http = http or http_client(agg.settings.transport, timeout=timeout)
         self._own_http = http is None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -1,0 +1,44 @@
+"""The SDK's one way to make an HTTP client: devices, the simulator and the `sagg` CLI
+(`deploy`) reach the recipe server, the attester and issuer, and the aggregators through it.
+
+Server certificates are verified against the `shared.transport` policy's CA bundle, and every
+request, redirects included, passes its URL check first: an ``http://`` aggregator, issuer or
+recipe server off the host is refused (`httpx.UnsupportedProtocol`, a transport error like an
+unreachable server) unless the policy allows insecure HTTP. DAP-09 §3 requires HTTPS.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import httpx
+
+from shared.transport import InsecureTransportError, TransportPolicy
+
+__all__ = ["http_client", "http_failure"]
+
+
+def http_client(policy: TransportPolicy, **kwargs: Any) -> httpx.Client:
+    """An `httpx.Client` under `policy`; `kwargs` (timeout, limits, ...) go to the client."""
+
+    def check(request: httpx.Request) -> None:
+        try:
+            policy.check(str(request.url))
+        except InsecureTransportError as exc:
+            raise httpx.UnsupportedProtocol(str(exc), request=request) from None
+
+    return httpx.Client(verify=policy.ssl_context, event_hooks={"request": [check]}, **kwargs)
+
+
+def http_failure(exc: httpx.HTTPError) -> str:
+    """What went wrong, in a few words for a one-line error: a refused certificate or a URL
+    the policy refuses are named, anything else by its type (messages may quote data)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS certificate verification failed ({cause.verify_message})"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return str(exc)
+    return type(exc).__name__
