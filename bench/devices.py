@@ -18,6 +18,7 @@ from typing import Any
 from bench.common import Result, print_table
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client
+from client_sdk.policy import TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
@@ -85,8 +86,18 @@ def measure(case: str, devices: int) -> float:
     verified = _recipe(CASES[case]["randomizer"])
     http = http_client(TransportPolicy())
     config = DeviceConfig(use_tokens=False, donation=DonationSchedule(1, 0))
+    trusted = TrustedParties(
+        leaders=("http://leader.bench",),
+        helpers=("http://helper.bench",),
+        token_issuers=("http://issuer.bench",),
+    )
     simulator = Simulator(
-        config, http=http, concurrency=8, progress=None, uploader=_AcceptAll(http)
+        config,
+        trusted=trusted,
+        http=http,
+        concurrency=8,
+        progress=None,
+        uploader=_AcceptAll(http),
     )
     start = time.perf_counter()
     summary = simulator.run("bench.emoji", devices, "emoji", verified=verified)

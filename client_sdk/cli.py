@@ -3,7 +3,8 @@
 ::
 
     sagg devices run --recipe emoji.daily --count 5000 --data emoji --concurrency 32 \\
-        --recipe-server http://127.0.0.1:8086 [--recipe-key B64URL] [--policy policy.toml] \\
+        --recipe-server http://127.0.0.1:8086 [--recipe-key B64URL] \\
+        (--policy policy.toml | --leader URL --helper URL --token-issuer URL) \\
         [--manufacturer-ca ca.pem --manufacturer-key ca-key.pem | --no-tokens] \\
         [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0] \\
         [--ca-file ca.pem] [--allow-insecure-http]
@@ -11,7 +12,8 @@
 Wiring: `add_devices_parser(subparsers)` adds ``devices`` with its ``run`` subcommand to an
 argparse parser; `main(argv)` runs it standalone (``python -m client_sdk.cli devices run ...``).
 The recipe server's key is fetched from ``GET /keys`` when not given (trust on first use: a
-real device pins it).
+real device pins it). The devices answer only recipes naming a leader, helper and token issuer
+their policy trusts: `--policy`'s, or the `--leader`/`--helper`/`--token-issuer` given.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from pydantic import ValidationError
 
 from client_sdk.datagen import GENERATORS
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client
-from client_sdk.policy import load_policy
+from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.tokens import DeviceIdentity
@@ -52,6 +55,11 @@ def add_devices_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     run.add_argument("--recipe-server", default="http://127.0.0.1:8086")
     run.add_argument("--recipe-key", default=None, help="base64url Ed25519 key (default: /keys)")
     run.add_argument("--policy", type=Path, default=None, help="device policy (JSON or TOML)")
+    # Without --policy, a permissive policy through these parties only (the device trusts
+    # no leader, helper or token issuer a recipe merely names).
+    run.add_argument("--leader", action="append", help="trusted leader URL")
+    run.add_argument("--helper", action="append", help="trusted helper URL")
+    run.add_argument("--token-issuer", action="append", help="trusted token issuer URL")
     run.add_argument("--attester", default=None, help="attester URL (default: the issuer)")
     run.add_argument("--manufacturer-ca", type=Path, default=None, help="CA certificate PEM")
     run.add_argument("--manufacturer-key", type=Path, default=None, help="CA private key PEM")
@@ -101,7 +109,23 @@ def _identities(args: argparse.Namespace) -> tuple[bool, Callable[[], DeviceIden
     return True, manufactured_identities(args.manufacturer_ca, args.manufacturer_key)
 
 
+def _trusted(args: argparse.Namespace) -> TrustedParties | None:
+    if args.policy:
+        return None
+    if not (args.leader and args.helper and args.token_issuer):
+        raise SystemExit(
+            "without --policy, name the trusted parties: --leader, --helper and --token-issuer"
+        )
+    try:
+        return TrustedParties(
+            leaders=args.leader, helpers=args.helper, token_issuers=args.token_issuer
+        )
+    except ValidationError:
+        raise SystemExit("--leader, --helper and --token-issuer take http(s) URLs") from None
+
+
 def run_devices(args: argparse.Namespace) -> int:
+    trusted = _trusted(args)
     limits = httpx.Limits(
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency
     )
@@ -120,6 +144,7 @@ def run_devices(args: argparse.Namespace) -> int:
         simulator = Simulator(
             config,
             policy=load_policy(args.policy) if args.policy else None,
+            trusted=trusted,
             http=http,
             identities=identities,
             directory=args.store_dir,

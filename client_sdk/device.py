@@ -4,8 +4,9 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
 
 1. fetch and verify the recipe (`client_sdk.recipes`): signature, log inclusion and
    consistency; a refusal is audited;
-2. check it against the device policy: an approved query class (000 §4.2) and, in the budget
-   accountant, checks 1-3 (000 §4.3; `client_sdk.budget`);
+2. check it against the device policy: leader, helper and token issuer pinned by the policy
+   (and, with tokens, issuer keys pinned by the recipe), an approved query class (000 §4.2)
+   and, in the budget accountant, checks 1-3 (000 §4.3; `client_sdk.budget`);
 3. self-sample with probability q (`client_sdk.sampling`);
 4. if sampled: select the record, encode, randomize locally and map to the VDAF measurement
    (`client_sdk.query`), and pick the donation time and a token fetch time;
@@ -229,6 +230,11 @@ class Device:
         """Steps 2-4 up to the one-hot index. A refusal is audited here; nothing is consumed."""
         now = self.clock() if now is None else now
         recipe = verified.recipe
+        distrusted = self.policy.trusted.problems(recipe)
+        if self.config.use_tokens and not recipe.token_issuer.key_ids:
+            distrusted.append("the recipe pins no token issuer key")
+        if distrusted:
+            return self._refuse(verified, now, "trust: " + "; ".join(distrusted))
         if matching_class(recipe, self.policy.query_classes) is None:
             problems = check_query_class(recipe, self.policy.query_classes[0])
             return self._refuse(verified, now, "query class: " + "; ".join(problems))
@@ -349,7 +355,14 @@ class Device:
         return recipe.token_issuer.token_policy()
 
     def attester_url(self, recipe: Recipe) -> str:
-        return self.config.attester_url or recipe.token_issuer.url
+        """The configured attester, else the recipe's issuer (joint mode) if the policy pins
+        it: enrolling presents the device's certificate, so never to a party it distrusts."""
+        if self.config.attester_url is not None:
+            return self.config.attester_url
+        url = recipe.token_issuer.url
+        if url.rstrip("/") not in {p.rstrip("/") for p in self.policy.trusted.token_issuers}:
+            raise TokenError(f"token issuer {url} is not pinned by the device policy")
+        return url
 
     def enroll(self, attester_url: str) -> None:
         self.tokens.enroll(attester_url)

@@ -7,9 +7,19 @@ dp.md §2.4):
 - per analysis: the aggregate epsilon allowed and the number of reports allowed
   (``analyses``: by analysis-id prefix, longest prefix wins; ``default_analysis`` otherwise);
 - per data field: the local epsilon allowed, the aggregate epsilon allowed and the number of
-  reports allowed (``fields``; a field not listed may not be read at all).
+  reports allowed (``fields``; a field not listed may not be read at all);
+- the parties the device trusts (``trusted``): the leaders, helpers and token issuers a recipe
+  may name, at least one each; a recipe naming any other is refused. The recipe server is
+  pinned with its key in `client_sdk.device.DeviceConfig`. Privacy rests on one honest
+  aggregator and on the issuer's rate limit (001 §4.3, §4.6), so the device, not the
+  recipe's author, decides who they are.
 
 Loaded from JSON or TOML::
+
+    [trusted]
+    leaders = ["https://leader.example"]
+    helpers = ["https://helper.example"]
+    token_issuers = ["https://issuer.example"]
 
     [[query_classes]]
     name = "keyboard"
@@ -34,12 +44,21 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from shared.recipe.model import Recipe
 from shared.recipe.query_class import QueryClass
 
-__all__ = ["AnalysisAllowance", "DevicePolicy", "FieldAllowance", "load_policy"]
+__all__ = [
+    "AnalysisAllowance",
+    "DevicePolicy",
+    "FieldAllowance",
+    "PartyUrl",
+    "TrustedParties",
+    "load_policy",
+]
 
 
 class _Frozen(BaseModel):
@@ -61,11 +80,37 @@ class FieldAllowance(_Frozen):
     reports: int = Field(ge=0)
 
 
+#: A pinned party: an http(s) base URL, compared without a trailing slash.
+PartyUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+[^\s?#]*$")]
+
+
+class TrustedParties(_Frozen):
+    """The leaders, helpers and token issuers a device sends reports through (at least one
+    each: no empty list that would allow any)."""
+
+    leaders: tuple[PartyUrl, ...] = Field(min_length=1)
+    helpers: tuple[PartyUrl, ...] = Field(min_length=1)
+    token_issuers: tuple[PartyUrl, ...] = Field(min_length=1)
+
+    def problems(self, recipe: Recipe) -> list[str]:
+        """Every party the recipe names that is not pinned here (empty: all trusted)."""
+        out: list[str] = []
+        for what, url, pinned in (
+            ("leader", recipe.task.leader, self.leaders),
+            ("helper", recipe.task.helper, self.helpers),
+            ("token issuer", recipe.token_issuer.url, self.token_issuers),
+        ):
+            if url.rstrip("/") not in {p.rstrip("/") for p in pinned}:
+                out.append(f"{what} {url} is not pinned by the device policy")
+        return out
+
+
 class DevicePolicy(_Frozen):
     query_classes: tuple[QueryClass, ...] = Field(min_length=1)
     default_analysis: AnalysisAllowance
     analyses: dict[str, AnalysisAllowance] = Field(default_factory=dict)
     fields: dict[str, FieldAllowance] = Field(default_factory=dict)
+    trusted: TrustedParties
 
     def analysis_allowance(self, analysis_id: str) -> AnalysisAllowance:
         best: str | None = None

@@ -45,7 +45,7 @@ import numpy as np
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
 from client_sdk.http import http_client
-from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
+from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.query import Answer, randomize_indices
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.reports import ReportInput, build_reports
@@ -91,10 +91,13 @@ class SimulationSummary:
         return out
 
 
-def permissive_policy(recipe_fields: tuple[str, ...], stream: str) -> DevicePolicy:
+def permissive_policy(
+    recipe_fields: tuple[str, ...], stream: str, trusted: TrustedParties
+) -> DevicePolicy:
     """A policy admitting the recipe's stream and fields with generous budgets (for load
-    tests; a real device ships its own)."""
+    tests; a real device ships its own), through the `trusted` parties only."""
     return DevicePolicy(
+        trusted=trusted,
         query_classes=(
             QueryClass(
                 name="simulation",
@@ -145,6 +148,7 @@ class Simulator:
         config: DeviceConfig,
         *,
         policy: DevicePolicy | None = None,
+        trusted: TrustedParties | None = None,
         http: httpx.Client | None = None,
         identities: Callable[[], DeviceIdentity] | None = None,
         directory: Path | None = None,
@@ -155,8 +159,13 @@ class Simulator:
         progress: TextIO | None = sys.stderr,
         uploader: Uploader | None = None,
     ) -> None:
+        """`policy`, or without one a permissive one (`permissive_policy`) through the
+        `trusted` parties, which must then be given."""
+        if policy is None and trusted is None:
+            raise ValueError("a simulator needs a device policy or the parties it trusts")
         self.config = config
         self.policy = policy
+        self.trusted = policy.trusted if policy is not None else trusted
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self.http = http or http_client(config.transport, timeout=30.0, limits=limits)
         self.uploader = uploader or Uploader(self.http)
@@ -214,7 +223,7 @@ class Simulator:
             summary.seconds = time.perf_counter() - start
             return summary
         recipe = verified.recipe
-        policy = self.policy or permissive_policy(recipe.query.fields, recipe.query.stream)
+        policy = self.policy or self._permissive(recipe.query.fields, recipe.query.stream)
         devices = self.devices(count, policy)
         now = self.now()
         for device in devices:
@@ -249,10 +258,14 @@ class Simulator:
         summary.seconds += time.perf_counter() - start
         return summary
 
+    def _permissive(self, fields: tuple[str, ...], stream: str) -> DevicePolicy:
+        assert self.trusted is not None  # __init__
+        return permissive_policy(fields, stream, self.trusted)
+
     def verify(self, recipe_id: str, version: int | None = None) -> VerifiedRecipe | None:
         """The recipe as a device fetches and verifies it (None: refused, e.g. not logged)."""
         probe = Device(
-            self.policy or permissive_policy(("x",), "x"),
+            self.policy or self._permissive(("x",), "x"),
             self.config,
             http=self.http,
             clock=self.now,

@@ -23,6 +23,7 @@ from typing import Protocol
 import httpx
 
 from client_sdk.storage import StateDb
+from shared import b64url
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge, token_window_start
 from shared.dap.ids import TaskId
@@ -117,18 +118,23 @@ class TokenWallet:
         key_ids: tuple[str, ...] = (),
     ) -> None:
         """Obtain one token for `role`'s share of a report in the window of `report_time` (a
-        fresh attester nonce and blinding each time) and cache it."""
+        fresh attester nonce and blinding each time) and cache it, under one of the recipe's
+        pinned `key_ids` only (a key the issuer shows this device alone could tag its reports;
+        the aggregators refuse tokens under any other key)."""
         if self._identity is None:
             raise TokenError("this device has no identity for the attester")
+        if not key_ids:
+            raise TokenError("the recipe pins no issuer key")
         directory = self._directory(policy.issuer_url)
         keys = [
             k
             for k in directory.keys_of_type()
             if (k.not_before is None or k.not_before <= now)
-            and (not key_ids or b64url_encode(k.token_key_object().token_key_id) in key_ids)
+            # Recipes spell key ids unpadded, Privacy Pass headers padded.
+            and b64url.b64url_encode(k.token_key_object().token_key_id) in key_ids
         ]
         if not keys:
-            raise TokenError("the issuer has no usable key")
+            raise TokenError("the issuer has no usable pinned key")
         challenge = token_challenge(task_id, report_time, policy, role)
         request, state = create_token_request(challenge, keys[0].token_key_object())
         body = request.encode()

@@ -8,6 +8,7 @@
                                                                 --database-url U]
     sagg keys init --dir D [--leader U --helper U --collector U --token-issuer U
                             --recipe-server U]
+    sagg keys pin-issuer --dir D --token-issuer U   (its key ids, for the recipe server)
     sagg task create --vdaf JSON [--query-type ...] ... [--expected-reports-per-bucket R
                      [--max-multiple M]] [--aggregator-noise JSON]
                      [--leader U --helper U --collector U]
@@ -77,7 +78,9 @@ from deploy.keys import (
     db_password_file,
     ensure_db_password,
     ensure_keys,
+    ensure_pinned_keys_placeholder,
     pgpass_file,
+    pin_issuer_keys,
     provisioner_token_file,
 )
 from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
@@ -546,6 +549,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
         keys = ensure_keys(directory)
         for role in args.db_password:
             ensure_db_password(directory, role)
+        pinned = ensure_pinned_keys_placeholder(directory)
     except (OSError, KeysError) as exc:
         raise CliError(f"keys in {directory}: {exc}") from None
     written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
@@ -554,6 +558,7 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
     for role in args.db_password:
         written += [db_password_file(directory, role).name, pgpass_file(directory, role).name]
+    written.append(str(pinned.relative_to(directory)))
     urls = {r: getattr(args, r.replace("-", "_")) for r in DEFAULT_PORTS}
     if any(urls.values()):
         missing = [r for r, u in urls.items() if not u]
@@ -605,8 +610,23 @@ def _hand_over(directory: Path, owner: tuple[int, int], db_owner: tuple[int, int
         directory.chmod(0o700)
         for path in directory.iterdir():
             os.chown(path, *(db_owner if path.name.endswith(".db_password") else owner))
+            if path.is_dir() and not path.is_symlink():  # the `token-keys` step's pins
+                for inner in path.iterdir():
+                    os.chown(inner, *owner)
     except OSError as exc:
         raise CliError(f"cannot hand {directory} over: {exc.strerror}") from None
+
+
+def cmd_keys_pin_issuer(args: argparse.Namespace) -> int:
+    """Write the running token issuer's key ids to `<dir>/token-key-ids` (the compose
+    `token-keys` step: the recipe server pins them into every recipe)."""
+    try:
+        with _http(args, None, 10.0) as http:
+            ids = pin_issuer_keys(Path(args.dir), args.token_issuer, http)
+    except (OSError, KeysError) as exc:
+        raise CliError(f"pinning the issuer's keys: {exc}") from None
+    print(f"{args.dir}: token-key-ids pins {len(ids)} key(s) of {args.token_issuer}")
+    return 0
 
 
 # --- sagg privacy -----------------------------------------------------------------------------
@@ -718,8 +738,8 @@ _DEVICES_DEFAULT_RECIPE_SERVER = f"http://127.0.0.1:{DEFAULT_PORTS['recipe-serve
 
 def _devices_defaults(args: argparse.Namespace) -> None:
     """Fill what `sagg devices run` was not told from the deployment: the recipe server, its
-    public key (pinned, rather than trusted on first use from GET /keys) and the manufacturer
-    CA that certifies the simulated devices."""
+    public key (pinned, rather than trusted on first use from GET /keys), the leader, helper
+    and token issuer the devices trust, and the manufacturer CA that certifies them."""
     deployment = _deployment(args)
     server = _url(args.recipe_server, "SAGG_RECIPE_SERVER_URL", deployment, "recipe_server")
     args.recipe_server = server or _DEVICES_DEFAULT_RECIPE_SERVER
@@ -733,6 +753,14 @@ def _devices_defaults(args: argparse.Namespace) -> None:
     same_server = (deployment.recipe_server or "").rstrip("/") == args.recipe_server.rstrip("/")
     if args.recipe_key is None and same_server:
         args.recipe_key = deployment.recipe_server_public_key
+    if args.policy is None and same_server:
+        for name, url in (
+            ("leader", deployment.leader),
+            ("helper", deployment.helper),
+            ("token_issuer", deployment.token_issuer),
+        ):
+            if not getattr(args, name) and url:
+                setattr(args, name, [url])
     if (
         not args.no_tokens
         and args.manufacturer_ca is None
@@ -898,6 +926,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--db-owner", type=_owner, metavar="UID[:GID]", help="chown *.db_password files to"
     )
     init.set_defaults(func=cmd_keys_init)
+    pin = keys_sub.add_parser("pin-issuer", help="pin the token issuer's current key ids")
+    pin.add_argument("--dir", required=True, help="the keys directory")
+    pin.add_argument("--token-issuer", required=True, metavar="URL")
+    pin.set_defaults(func=cmd_keys_pin_issuer)
 
     priv = sub.add_parser("privacy", help="privacy accounting (shared.dp)")
     priv_sub = priv.add_subparsers(dest="privacy_command", required=True, parser_class=_Parser)

@@ -28,6 +28,13 @@ party gains nothing at the others, 001 §4.3):
   (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
   (what a service's ``?passfile=`` database URL reads), so no database has a default password
   and no URL carries one.
+
+Once the token issuer runs, `pin_issuer_keys` writes ``token-key-ids``: the key ids of its
+directory (RFC 9578 §4), one per line, which the recipe server pins into every recipe and
+task (`SAGG_RECIPE_SERVER_TOKEN_KEY_IDS_FILE`); aggregators and devices then accept tokens
+under those keys only. It is rewritten at each start (`sagg up`, the compose `token-keys`
+step), so a deployment restarted after the issuer rotated pins the new keys; recipes
+published before keep their pins, and their tokens stop once those keys expire.
 """
 
 from __future__ import annotations
@@ -36,21 +43,28 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from client_sdk.http import http_failure
 from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
-from shared.files import create_private, private_dir, read_private
+from shared.constants import ISSUER_DIRECTORY_PATH
+from shared.files import create_private, private_dir, read_private, write_private
+from shared.privacypass.directory import DirectoryError, IssuerDirectory
+from shared.privacypass.keys import InvalidKeyError
 from shared.recipe.signing import RecipeSigner
 
 __all__ = [
     "ADMIN_TOKEN_SERVICES",
     "DATASTORE_KEY_SERVICES",
+    "PINNED_KEYS_DIR",
     "PROVISIONED_PARTIES",
+    "TOKEN_KEY_IDS_FILE",
     "DeploymentKeys",
     "KeysError",
     "admin_token_file",
@@ -58,8 +72,10 @@ __all__ = [
     "db_password_file",
     "ensure_db_password",
     "ensure_keys",
+    "ensure_pinned_keys_placeholder",
     "load_manufacturer_ca",
     "pgpass_file",
+    "pin_issuer_keys",
     "provisioner_token_file",
 ]
 
@@ -71,6 +87,9 @@ ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
+TOKEN_KEY_IDS_FILE = "token-key-ids"
+#: The subdirectory of a compose secrets directory that the `token-keys` step alone mounts.
+PINNED_KEYS_DIR = "issuer"
 #: The services whose stores hold secrets, each with its own datastore key.
 DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
 
@@ -235,3 +254,37 @@ def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> Deploym
             for service in DATASTORE_KEY_SERVICES
         },
     )
+
+
+def ensure_pinned_keys_placeholder(directory: Path) -> Path:
+    """`<directory>/issuer/token-key-ids`, created empty unless it exists: the compose file gives
+    it to the recipe server as a secret, and a secret's file must exist before its container
+    is created; the `token-keys` step (which mounts that subdirectory alone, never the other
+    secrets) replaces it with the running issuer's key ids. Empty, the recipe server refuses
+    to start (nothing pinned), so a skipped step fails closed."""
+    pinned = private_dir(directory / PINNED_KEYS_DIR)
+    path = pinned / TOKEN_KEY_IDS_FILE
+    create_private(path, b"")
+    return path
+
+
+def pin_issuer_keys(directory: Path, issuer_url: str, http: httpx.Client) -> list[str]:
+    """Fetch the issuer's directory and write the ids of its token keys (unpadded base64url
+    SHA-256 of each key, RFC 9578 §6.5) to `directory`/token-key-ids; returns them."""
+    url = issuer_url.rstrip("/") + ISSUER_DIRECTORY_PATH
+    try:
+        response = http.get(url)
+        response.raise_for_status()
+        keys = IssuerDirectory.decode(response.content).keys_of_type()
+        ids = [b64url_encode(k.token_key_object().token_key_id) for k in keys]
+    except httpx.HTTPError as exc:
+        raise KeysError(f"token issuer directory {url}: {http_failure(exc)}") from None
+    except (DirectoryError, InvalidKeyError) as exc:
+        raise KeysError(f"token issuer directory {url}: {type(exc).__name__}") from None
+    if not ids:
+        raise KeysError(f"token issuer directory {url} lists no token key")
+    # Owner-only and never through a planted link, like every other file here; replaced
+    # atomically so the recipe server never reads half a list.
+    private_dir(directory)
+    write_private(directory / TOKEN_KEY_IDS_FILE, "".join(f"{i}\n" for i in ids).encode())
+    return ids

@@ -5,7 +5,9 @@ attester and issuer in one process, each with its own store) and recipe-server, 
 configured only through its `SAGG_<SERVICE>_*` environment (`service_env` below; the compose
 file sets the same names), with its own store: SQLite files under the data dir, or one
 PostgreSQL database per store (the leader and helper never share one, as two real aggregators
-would not). Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
+would not). The aggregators trust that token issuer only, and the recipe server starts
+once the issuer's key ids are pinned from its directory (`deploy.keys.pin_issuer_keys`).
+Keys and tokens live in `<data dir>/keys/` (`deploy.keys`). Logs go to
 `<data dir>/logs/`. Each process gets only its own credentials: its operator token, a DAP
 party its provisioning token, the recipe server the three provisioning tokens and no admin
 token. Once every `/healthz` answers, URLs, the operator's tokens and the recipe server's
@@ -39,7 +41,14 @@ from psycopg import sql
 
 from client_sdk.http import http_client
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
-from deploy.keys import PROVISIONED_PARTIES, DeploymentKeys, KeysError, ensure_keys
+from deploy.keys import (
+    PROVISIONED_PARTIES,
+    TOKEN_KEY_IDS_FILE,
+    DeploymentKeys,
+    KeysError,
+    ensure_keys,
+    pin_issuer_keys,
+)
 from deploy.tls import LocalTls, TlsError, ensure_local_tls
 from services.common.auth import MIN_TOKEN_LENGTH
 from shared.files import private_dir, write_private
@@ -198,6 +207,8 @@ def service_env(
             "ADMIN_TOKEN": keys.admin_tokens[name],
             "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
+            # The only issuer whose directory the aggregator fetches and whose tasks it takes.
+            "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
         }
     elif name == "collector":
         env = {
@@ -233,6 +244,8 @@ def service_env(
             "HELPER_URL": urls["helper"],
             "COLLECTOR_URL": urls["collector"],
             "TOKEN_ISSUER_URL": urls["token-issuer"],
+            # Written from the running issuer's directory before the recipe server starts.
+            "TOKEN_KEY_IDS_FILE": str(keys.directory / TOKEN_KEY_IDS_FILE),
         }
     else:
         raise LaunchError(f"unknown service {name!r}")
@@ -308,8 +321,11 @@ class Cluster:
         tls = self._tls()
         self.transport = TransportPolicy(str(tls.ca_file) if tls else None)
         self.services = self.plan(keys, self._database_urls(), tls)
+        deadline = time.monotonic() + self.options.startup_timeout
         try:
             for service in self.services:
+                if service.name == "recipe-server":
+                    self._pin_issuer_keys(keys, deadline)
                 env = {**os.environ, **service.env, **self.options.extra_env}
                 log = _open_log(service.log_path)
                 # A new session: Ctrl-C in the terminal reaches only `sagg up`, which then
@@ -323,7 +339,6 @@ class Cluster:
                     start_new_session=True,
                 )
                 log.close()
-            deadline = time.monotonic() + self.options.startup_timeout
             for service in self.services:
                 self._wait_healthy(service, deadline)
             by_name = {s.name: s for s in self.services}
@@ -356,6 +371,17 @@ class Cluster:
             self.stop()
             raise LaunchError(f"cannot write the deployment file: {exc}") from None
         return deployment
+
+    def _pin_issuer_keys(self, keys: DeploymentKeys, deadline: float) -> None:
+        """The recipe server pins the issuer's key ids into every recipe, so they must be
+        known before it starts: read them from the running issuer's directory."""
+        issuer = next(s for s in self.services if s.name == "token-issuer")
+        self._wait_healthy(issuer, deadline)
+        try:
+            with http_client(self.transport, timeout=5.0) as http:
+                pin_issuer_keys(keys.directory, issuer.url, http)
+        except KeysError as exc:
+            raise LaunchError(str(exc)) from None
 
     def _tls(self) -> LocalTls | None:
         if not self.options.tls:

@@ -38,7 +38,7 @@ import httpx
 
 from client_sdk.cli import manufactured_identities
 from client_sdk.device import Device, DeviceConfig
-from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
+from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import SimulationSummary, Simulator
@@ -302,6 +302,7 @@ class DemoContext:
         local = max(r.randomizer.local_epsilon for r in recipes)
         eps = max(r.privacy.epsilon for r in recipes)
         return DevicePolicy(
+            trusted=self.trusted(),
             query_classes=(
                 QueryClass(
                     name="demo",
@@ -362,6 +363,14 @@ class DemoContext:
             device.events.add_many(stream, events(now))
         return devices
 
+    def trusted(self) -> TrustedParties:
+        """The demo devices trust the deployment's leader, helper and token issuer only."""
+        d = self.deployment
+        assert d.token_issuer
+        return TrustedParties(
+            leaders=(d.leader,), helpers=(d.helper,), token_issuers=(d.token_issuer,)
+        )
+
     def simulator(self, policy: DevicePolicy | None = None) -> Simulator:
         d = self.deployment
         assert d.recipe_server and d.recipe_server_public_key
@@ -380,6 +389,7 @@ class DemoContext:
         return Simulator(
             config,
             policy=policy,
+            trusted=self.trusted(),
             http=self.http,
             identities=identities,
             concurrency=8,

@@ -11,7 +11,8 @@ DAP-09 routes (the task's role decides which ones answer; the other role gets
 Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with one not allowed
 for the route). The provisioning token (the recipe server's) may only call the first two:
 - PUT    /internal/tasks/{task_id}   TaskDefinition JSON -> 201 {"task_id"} created,
-                                     200 identical exists, 409 a different one exists
+                                     200 identical exists, 409 a different one exists,
+                                     400 invalid (e.g. a token issuer not in token_issuers)
 - GET    /internal/tasks/{task_id}   the definition's public parameters: never the VDAF verify
                                      key or a token (no API hands out a task's secrets)
 - DELETE /internal/tasks/{task_id}   204
@@ -261,6 +262,16 @@ def create_app(
             raise HttpProblemError(
                 400, "collector HPKE config uses an unsupported suite", task_id=task_id
             ) from None
+        tokens = definition.tokens
+        if tokens is not None and not agg.issuer_keys.allows(tokens.issuer_url):
+            # Refused before anything is stored or fetched: the operator, not whoever
+            # provisions tasks, chooses the issuers this aggregator trusts.
+            raise HttpProblemError(
+                400,
+                "the task's token issuer is not one this aggregator is configured to trust "
+                "(token_issuers)",
+                task_id=task_id,
+            )
         public = definition.model_dump(mode="json", exclude=set(SECRET_FIELDS))
         leader = definition.role == "leader"
         outcome = ds.put_task(

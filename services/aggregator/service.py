@@ -14,11 +14,12 @@ Choices where DAP-09 leaves room, all at upload (§4.4.2):
   at upload by the leader and at aggregation by the helper, each against its own task
   definition: a task with `recipe_digest` needs a RecipeBinding of that digest and of the
   task's min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report
-  refused by the helper); a task with `tokens` needs a Privacy Pass token that verifies for
-  the task, the report's time window and this aggregator's role (a token of the leader's share
-  never verifies at the helper, so a leader cannot reuse the tokens it sees) and was not spent
-  before at this aggregator. A failure is `reportRejected` at upload and `invalid_message` at
-  the helper;
+  refused by the helper); a task with `tokens` needs a Privacy Pass token under one of the
+  task's pinned issuer keys (`TokenPolicy.key_ids`: the same for every device, so no key tags
+  a report) that verifies for the task, the report's time window and this aggregator's role (a
+  token of the leader's share never verifies at the helper, so a leader cannot reuse the
+  tokens it sees) and was not spent before at this aggregator. A failure is `reportRejected`
+  at upload and `invalid_message` at the helper;
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`;
@@ -279,6 +280,10 @@ REASON_BINDING_MISMATCH = "binding_mismatch"
 REASON_TOKEN_MISSING = "token_missing"
 REASON_TOKEN_INVALID = "token_invalid"
 REASON_TOKEN_EXPIRED = "token_expired"
+#: A token under a key the task does not pin (a per-device key would tag the report), or of
+#: an issuer this aggregator is not configured to trust (a task stored before the setting).
+REASON_TOKEN_KEY_NOT_PINNED = "token_key_not_pinned"
+REASON_TOKEN_ISSUER_NOT_ALLOWED = "token_issuer_not_allowed"
 
 
 class _RejectedError(Exception):
@@ -362,6 +367,7 @@ class Aggregator:
         self.issuer_keys = IssuerKeyCache(
             fetch or _refuse_fetch,
             clock,
+            allowed=settings.token_issuers,
             default_max_age_s=settings.issuer_directory_default_max_age_s,
             max_age_cap_s=settings.issuer_directory_max_age_cap_s,
             min_refetch_s=settings.issuer_refetch_min_s,
@@ -687,6 +693,10 @@ class Aggregator:
         )
         if now > window_end + grace_s:
             return REASON_TOKEN_EXPIRED, None
+        if not policy.pins(token.token_key_id):
+            return REASON_TOKEN_KEY_NOT_PINNED, None
+        if not self.issuer_keys.allows(policy.issuer_url):
+            return REASON_TOKEN_ISSUER_NOT_ALLOWED, None
         challenge = token_challenge(task.id, metadata.time, policy, role)
         keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
         try:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+
+_URL = re.compile(r"^https?://[^\s/?#]+[^\s?#]*$")
 
 
 class AggregatorSettings(TlsSettings, ServerLimits):
@@ -78,6 +82,11 @@ class AggregatorSettings(TlsSettings, ServerLimits):
     unknown_id_cache_s: float = Field(default=5.0, ge=0)
 
     # --- Privacy Pass tokens of tasks with a token policy ---
+    #: The token issuers (base URLs) this aggregator trusts, as JSON in the environment: a
+    #: task naming any other is refused when provisioned, and no issuer directory is ever
+    #: fetched from another URL (a task creator must not make the aggregator send requests
+    #: where it likes, nor pick who vouches for clients). Empty: no task may require tokens.
+    token_issuers: list[str] = Field(default_factory=list)
     #: A token's window (of the report's time) must have ended no longer ago than this: at
     #: upload (leader) and, more leniently since aggregation runs later, at the helper.
     token_upload_grace_s: int = Field(default=3600, ge=0)
@@ -88,3 +97,11 @@ class AggregatorSettings(TlsSettings, ServerLimits):
     issuer_directory_max_age_cap_s: int = Field(default=86400, ge=0)
     issuer_refetch_min_s: int = Field(default=30, ge=0)
     issuer_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("token_issuers")
+    @classmethod
+    def _issuer_urls(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not _URL.match(value):
+                raise ValueError("token issuers must be http:// or https:// URLs")
+        return [value.rstrip("/") for value in values]

@@ -18,6 +18,10 @@ keys, which it learns from ``{issuer_url}/.well-known/private-token-issuer-direc
   requests that need its keys, never those of other issuers. A caller that must not block (the
   leader's uploads, validated in a small shared pool) gets `IssuerKeysPendingError` with the
   fetch's future, waits for it off the pool, and asks again with ``fetch=False``.
+- only the issuers of the aggregator's own configuration (`AggregatorSettings.token_issuers`)
+  are ever fetched: any other URL is `IssuerNotAllowedError` before a request is made, so a
+  task's definition cannot point the aggregator's requests at an address of its choosing
+  (SSRF) nor choose who vouches for clients.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -46,6 +50,10 @@ Fetch = Callable[[str], httpx.Response]
 
 class IssuerUnavailableError(Exception):
     """The issuer directory could not be fetched and no fresh copy is cached."""
+
+
+class IssuerNotAllowedError(Exception):
+    """The issuer is not one this aggregator is configured to trust; nothing was fetched."""
 
 
 class IssuerKeysPendingError(Exception):
@@ -86,6 +94,7 @@ class IssuerKeyCache:
         fetch: Fetch,
         clock: Clock,
         *,
+        allowed: Collection[str] = (),
         default_max_age_s: int = 300,
         max_age_cap_s: int = 86_400,
         min_refetch_s: int = 30,
@@ -93,6 +102,7 @@ class IssuerKeyCache:
     ) -> None:
         self._fetch = fetch
         self._clock = clock
+        self._allowed = frozenset(url.rstrip("/") for url in allowed)
         self._default_max_age = default_max_age_s
         self._cap = max_age_cap_s
         self._min_refetch = min_refetch_s
@@ -116,6 +126,8 @@ class IssuerKeyCache:
 
         `wait` False: raise `IssuerKeysPendingError` rather than wait for a fetch. `fetch`
         False: answer from the cache alone (after such a wait)."""
+        if not self.allows(issuer_url):
+            raise IssuerNotAllowedError(issuer_url)
         now = self._clock.now()
         with self._lock:
             entry = self._entries.get(issuer_url)
@@ -137,6 +149,9 @@ class IssuerKeyCache:
                 # The cached copy is still fresh: the token is refused by it.
         assert entry is not None
         return [k for k, nb in entry.keys if nb is None or nb <= now + self._skew]
+
+    def allows(self, issuer_url: str) -> bool:
+        return issuer_url.rstrip("/") in self._allowed
 
     def _key_unknown(self, entry: _Entry | None, token_key_id: bytes | None, now: int) -> bool:
         """A fresh directory lacks the token's key id and may be refetched for it."""

@@ -6,7 +6,9 @@ Analysts (``Authorization: Bearer <analyst token>``):
   before) with the signed recipe, its leaf index, the new tree head and the inclusion proof;
   401 without a known token, 403 for an analysis id the analyst does not own, 409 when the
   id and version hold another draft, 422 for an invalid draft (``errors``: field and message
-  each, e.g. the batch size a privacy claim needs), 502 when a DAP party refuses the task.
+  each, e.g. the batch size a privacy claim needs, or a token issuer the operator did not
+  allow, or an existing task the recipe cannot be bound to), 502 when a DAP party refuses
+  the task.
 
 Devices (no authentication; all answers are verifiable against the server's key):
 
@@ -92,15 +94,16 @@ def _analysts(settings: RecipeServerSettings) -> dict[bytes, Analyst]:
     return table
 
 
-def _default_issuer(settings: RecipeServerSettings) -> TokenIssuerRef | None:
-    if settings.token_issuer_url is None:
-        return None
-    return TokenIssuerRef(
-        url=settings.token_issuer_url,
-        key_ids=tuple(settings.token_key_ids),
-        issuer_name=settings.token_issuer_name,
-        window_seconds=settings.token_window_seconds,
-    )
+def _token_issuers(settings: RecipeServerSettings) -> list[TokenIssuerRef]:
+    return [
+        TokenIssuerRef(
+            url=grant.url,
+            key_ids=grant.key_ids,
+            issuer_name=grant.issuer_name,
+            window_seconds=grant.window_seconds,
+        )
+        for grant in settings.allowed_token_issuers()
+    ]
 
 
 def _int_param(request: Request, name: str) -> int | None:
@@ -153,7 +156,7 @@ def create_app(
     store = RecipeStore(db)
     metrics = RecipeServerMetrics.create(store)
     provisioner = CountingProvisioner(provisioner, metrics.provisioned)
-    service = RecipeService(store, signer, provisioner, clock, _default_issuer(settings))
+    service = RecipeService(store, signer, provisioner, clock, _token_issuers(settings))
     service.start()
     analysts = _analysts(settings)
 

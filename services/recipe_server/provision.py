@@ -27,7 +27,7 @@ from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeConfigList
+from shared.dap.messages import HpkeConfigList, QueryType
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.vdaf.spec import VdafSpec
 
@@ -38,6 +38,7 @@ __all__ = [
     "PartyTokens",
     "ProvisionError",
     "Provisioner",
+    "TaskMismatchError",
     "TaskMissingError",
     "TaskRequest",
 ]
@@ -45,6 +46,11 @@ __all__ = [
 
 class TaskMissingError(ProvisionError):
     """The leader or the helper does not know the task (404), as opposed to an outage."""
+
+
+class TaskMismatchError(ProvisionError):
+    """The existing task differs from what the recipe needs: the draft's error, not an
+    outage (the service answers 422)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ class TaskRequest:
     rate_validation: RateValidation | None = None
     #: The recipe's aggregator noise (004 §5), provisioned into both aggregators' task.
     aggregator_noise: AggregatorNoise | None = None
+    #: How often a batch may be collected (DAP-09 §4.2): once, as the privacy claim of a
+    #: recipe counts one release per batch (re-collecting noised shares averages the noise).
+    max_batch_query_count: int = 1
 
     def expiration(self, now: int) -> int | None:
         """The expiration of a task created at `now`, as `create_task` computes it."""
@@ -168,6 +177,7 @@ class DapProvisioner:
             expires_in=request.expires_in,
             rate_validation=request.rate_validation,
             aggregator_noise=request.aggregator_noise,
+            max_batch_query_count=request.max_batch_query_count,
             leader=self.leader_url,
             helper=self.helper_url,
             collector=self.collector_url,
@@ -210,6 +220,12 @@ class DapProvisioner:
                     ("vdaf", request.vdaf.model_dump(exclude_none=True)),
                     ("min_batch_size", request.min_batch_size),
                     ("time_precision", request.time_precision),
+                    ("query_type", int(_QUERY_TYPES[request.query_type])),
+                    ("max_batch_query_count", request.max_batch_query_count),
+                    # The peers the recipe names: the task's leader must send the helper's
+                    # shares to the operator's helper, not to one a task creator chose.
+                    ("leader_endpoint", self.leader_url),
+                    ("helper_endpoint", self.helper_url),
                 )
                 if _normalized(task.get(name)) != want
             ]
@@ -224,7 +240,7 @@ class DapProvisioner:
             except ValidationError:
                 raise ProvisionError(f"the {what} sent a malformed noise setting") from None
             if mismatches:
-                raise ProvisionError(
+                raise TaskMismatchError(
                     f"the {what}'s task {task_id} differs from the recipe in "
                     + ", ".join(mismatches)
                 )
@@ -258,7 +274,12 @@ def _rate_validation(value: object, what: str) -> RateValidation | None:
         raise ProvisionError(f"the {what} sent a malformed rate validation") from None
 
 
+_QUERY_TYPES = {"time_interval": QueryType.TIME_INTERVAL, "fixed_size": QueryType.FIXED_SIZE}
+
+
 def _normalized(value: object) -> object:
     if isinstance(value, dict):
         return {k: v for k, v in value.items() if v is not None}
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return value.rstrip("/")
     return value

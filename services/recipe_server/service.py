@@ -12,15 +12,21 @@ Publishing a draft (000 §4.1; 001 §4.1 and its "public recipes" hardening):
    aggregation of B eps0-LDP reports, then by sampling at q, or the aggregators' noise if the
    draft has some and it is stronger: the OAMC guarantee); if not, the error gives the B that
    would; a draft's noise must be accountable on its VDAF (`accounting.noise_problems`);
+   the token issuer is one the operator allows (a draft names none, or one of them by URL;
+   RFC 9576 §2: origins, here the aggregators, trust issuers), and the recipe gets the
+   operator's pinned key ids for it (the leader and helper are the operator's too: a draft
+   cannot name any);
 6. the task id is chosen and the aggregators' HPKE configs fetched; with them (and the token
-   issuer with its name and window spelled out) the recipe is final, and its digest is known;
+   issuer with its name, window and keys spelled out) the recipe is final, and its digest is
+   known;
 7. the task is created on collector, leader and helper bound to that digest and the issuer's
    token policy (`TaskDefinition.recipe_digest`, `.tokens`), so both aggregators refuse
    reports without a token or without this recipe's binding, with the recipe's rate
    validation (001 §4.8: R = q N tp / W from the draft's population estimate, published in
    the recipe; `shared.recipe.rate`) and the draft's aggregator noise (`.aggregator_noise`,
    004 §5: both aggregators add it) (or an analyst-named existing task is checked: it must
-   not be bound to another recipe, token policy, rate validation or noise);
+   require tokens and the recipe binding, be bound to this recipe and token policy, and
+   have its query type, query limit, rate validation and noise; else 422);
 8. the recipe is signed and appended to the log, with a signed tree head for the new size, in
    one transaction.
 
@@ -38,14 +44,17 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from services.common.clock import Clock
 from services.recipe_server.provision import (
     NewTask,
     Provisioner,
     ProvisionError,
+    TaskMismatchError,
     TaskMissingError,
     TaskRequest,
 )
@@ -142,6 +151,18 @@ def draft_hash(draft: RecipeDraft) -> bytes:
     return hashlib.sha256(canonical_json(draft.model_dump(mode="json", exclude_none=True))).digest()
 
 
+def _shown(url: str) -> str:
+    """A URL as a refusal names it: scheme, host, port and path, never user info or query
+    (which could hold credentials)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
 class RecipeService:
     def __init__(
         self,
@@ -149,13 +170,16 @@ class RecipeService:
         signer: RecipeSigner,
         provisioner: Provisioner,
         clock: Clock,
-        default_token_issuer: TokenIssuerRef | None = None,
+        token_issuers: Sequence[TokenIssuerRef] = (),
     ) -> None:
+        """`token_issuers`: the issuers the operator allows, each with its pinned key ids; the
+        first is the one a draft naming none gets."""
         self.store = store
         self.signer = signer
         self.provisioner = provisioner
         self.clock = clock
-        self.default_token_issuer = default_token_issuer
+        # Published with name and window spelled out: devices and aggregators read the same.
+        self.token_issuers = {issuer.url.rstrip("/"): issuer.explicit() for issuer in token_issuers}
 
     def _sign_head(self, tree_size: int, timestamp: int, root: bytes) -> tuple[str, bytes]:
         message = tree_head_bytes(tree_size, timestamp, root)
@@ -221,9 +245,43 @@ class RecipeService:
                         f"{draft.privacy.epsilon:g}",
                     )
                 )
-        if draft.token_issuer is None and self.default_token_issuer is None:
-            problems.append(("token_issuer", "required: the server has no default issuer"))
+        problems += self._issuer(draft)[1]
         return problems
+
+    def _issuer(self, draft: RecipeDraft) -> tuple[TokenIssuerRef | None, list[tuple[str, str]]]:
+        """The configured issuer the draft gets, or why it gets none. The operator, not the
+        analyst, decides whose tokens count (RFC 9576 §2: origins, here the aggregators,
+        trust issuers): a draft may name an allowed issuer by URL and repeat its settings,
+        never change them."""
+        named = draft.token_issuer
+        if named is None:
+            default = next(iter(self.token_issuers.values()), None)
+            if default is None:
+                return None, [("token_issuer", "required: the server allows no token issuer")]
+            return default, []
+        allowed = self.token_issuers.get(named.url.rstrip("/"))
+        if allowed is None:
+            return None, [
+                (
+                    "token_issuer.url",
+                    f"{_shown(named.url)} is not a token issuer this server's operator allows",
+                )
+            ]
+        problems = [
+            (f"token_issuer.{name}", "differs from the operator's setting for this issuer")
+            for name, given, configured in (
+                ("token_type", named.token_type, allowed.token_type),
+                ("key_ids", named.key_ids or allowed.key_ids, allowed.key_ids),
+                ("issuer_name", named.issuer_name or allowed.issuer_name, allowed.issuer_name),
+                (
+                    "window_seconds",
+                    named.window_seconds or allowed.window_seconds,
+                    allowed.window_seconds,
+                ),
+            )
+            if given != configured
+        ]
+        return (None, problems) if problems else (allowed, [])
 
     def publish(self, draft: RecipeDraft, analyst: Analyst) -> PublishResult:
         if not analyst.may_publish(draft.analysis_id):
@@ -283,13 +341,14 @@ class RecipeService:
             rate_validation=None if rate is None else rate.setting(),
             aggregator_noise=draft.aggregator_noise,
         )
-        issuer = draft.token_issuer or self.default_token_issuer
-        assert issuer is not None  # validate() refused drafts without one
-        # Published with name and window spelled out: devices and aggregators read the same.
-        issuer = issuer.explicit()
+        issuer = self._issuer(draft)[0]
+        assert issuer is not None  # validate() refused drafts without an allowed one
         try:
             if draft.task.task_id is not None:
-                return self._bind_existing(draft, request, issuer)
+                try:
+                    return self._bind_existing(draft, request, issuer)
+                except TaskMismatchError as exc:
+                    raise InvalidDraftError([("task.task_id", str(exc))]) from None
             pending = self.store.pending(draft.recipe_id, draft.version)
             if pending is not None and pending.draft_hash == draft_digest:
                 reused = self._resume(pending, request)
@@ -345,9 +404,20 @@ class RecipeService:
     def _bind_existing(
         self, draft: RecipeDraft, request: TaskRequest, issuer: TokenIssuerRef
     ) -> Recipe:
-        """An analyst-named task: checked, never re-provisioned (its definition is fixed)."""
+        """An analyst-named task: checked, never re-provisioned (its definition is fixed).
+
+        The task must enforce what the recipe promises devices: tokens of the recipe's issuer
+        under its pinned keys, and the recipe binding (without them, both aggregators would
+        take reports of any client or recipe into the batch); its parameters must match
+        (`Provisioner.existing`: VDAF, B, query type and limit, ...)."""
         assert draft.task.task_id is not None
         task = self.provisioner.existing(draft.task.task_id, request)
+        if task.tokens is None:
+            raise TaskMismatchError(
+                f"task {task.task_id} does not require tokens: it would count reports of any client"
+            )
+        if task.recipe_digest is None:
+            raise TaskMismatchError(f"task {task.task_id} does not bind reports to a recipe")
         recipe = draft.complete(
             self._task(
                 draft,
@@ -359,13 +429,12 @@ class RecipeService:
             issuer,
         )
         digest = b64url_encode(recipe_digest(recipe_bytes(recipe)))
-        # A task bound to another recipe or token policy would refuse every report of this
-        # one. A task with neither (made by `sagg task create`) is the operator's choice.
-        if task.recipe_digest is not None and task.recipe_digest != digest:
-            raise ProvisionError(f"task {task.task_id} is bound to another recipe")
-        if task.tokens is not None and task.tokens != issuer.token_policy():
-            raise ProvisionError(
-                f"task {task.task_id} requires tokens of another issuer name or window"
+        # A task bound to another recipe or token policy would refuse every report of this one.
+        if task.recipe_digest != digest:
+            raise TaskMismatchError(f"task {task.task_id} is bound to another recipe")
+        if task.tokens != issuer.token_policy():
+            raise TaskMismatchError(
+                f"task {task.task_id} requires tokens of another issuer, name, window or keys"
             )
         return recipe
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -12,10 +12,13 @@ from pydantic_settings import SettingsConfigDict
 from services.common.auth import ServiceToken
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+from shared.files import UnsafePathError, read_private
 
-__all__ = ["AnalystGrant", "RecipeServerSettings"]
+__all__ = ["AnalystGrant", "RecipeServerSettings", "TokenIssuerGrant"]
 
 _URL = re.compile(r"^https?://\S+$")
+#: A token key id: unpadded base64url of 32 bytes (RFC 9578 §6.5).
+_KEY_ID = r"^[A-Za-z0-9_-]{43}$"
 
 
 class AnalystGrant(BaseModel):
@@ -30,6 +33,24 @@ class AnalystGrant(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     analysis_prefixes: tuple[str, ...] = ()
+
+
+class TokenIssuerGrant(BaseModel):
+    """A token issuer recipes may name: its URL, its token challenges' issuer_name and token
+    window (unset: the URL's authority and a day), and the key ids pinned for it (at least
+    one: aggregators and devices accept tokens under these keys only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(pattern=_URL.pattern, max_length=2048)
+    issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
+    window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
+    key_ids: tuple[Annotated[str, Field(pattern=_KEY_ID)], ...] = Field(min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _bare(cls, value: str) -> str:
+        return value.rstrip("/")
 
 
 class RecipeServerSettings(TlsSettings, ServerLimits):
@@ -55,7 +76,8 @@ class RecipeServerSettings(TlsSettings, ServerLimits):
 
     #: Where tasks are provisioned: the DAP parties, and the provisioning token each of them
     #: gave the recipe server (it creates tasks with them, never reads their secrets or
-    #: manages them: no admin token of any party is held here). All three or none.
+    #: manages them: no admin token of any party is held here). All three or none. These are
+    #: the only leader and helper a recipe of this server names (a draft cannot name any).
     leader_url: str = "http://127.0.0.1:8081"
     helper_url: str = "http://127.0.0.1:8082"
     collector_url: str = "http://127.0.0.1:8083"
@@ -67,13 +89,19 @@ class RecipeServerSettings(TlsSettings, ServerLimits):
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
     metrics_token: ServiceToken | None = None
 
-    #: The token issuer recipes name unless the analyst's draft names one.
-    token_issuer_url: str | None = None
-    token_key_ids: list[str] = Field(default_factory=list)
-    #: Its token challenges' issuer_name and the token window the recipe server provisions
-    #: tasks with; unset: the URL's authority and a day (`TokenIssuerRef.token_policy`).
+    #: The token issuer recipes name unless the analyst's draft names another allowed one,
+    #: with the key ids pinned for it (required with the URL: the only keys whose tokens
+    #: count), its token challenges' issuer_name and the token window the recipe server
+    #: provisions tasks with; unset: the URL's authority and a day.
+    token_issuer_url: str | None = Field(default=None, pattern=_URL.pattern)
+    token_key_ids: list[Annotated[str, Field(pattern=_KEY_ID)]] = Field(default_factory=list)
+    #: Or a file holding them, one per line (what `sagg keys pin-issuer` writes).
+    token_key_ids_file: Path | None = None
     token_issuer_name: str | None = Field(default=None, min_length=1, max_length=255)
     token_window_seconds: int | None = Field(default=None, ge=1, le=366 * 86400)
+    #: Further issuers a draft may name (JSON list of `TokenIssuerGrant`); a draft naming any
+    #: issuer not configured here or above is refused.
+    token_issuers: list[TokenIssuerGrant] = Field(default_factory=list)
 
     @field_validator("leader_url", "helper_url", "collector_url")
     @classmethod
@@ -87,6 +115,43 @@ class RecipeServerSettings(TlsSettings, ServerLimits):
         if self.analyst_token is None and not self.analysts:
             raise ValueError("set analyst_token or analysts: nobody could publish")
         return self
+
+    @model_validator(mode="after")
+    def _issuer_keys_pinned(self) -> Self:
+        if self.token_key_ids_file is not None:
+            if self.token_key_ids:
+                raise ValueError("set token_key_ids or token_key_ids_file, not both")
+            try:
+                lines = read_private(self.token_key_ids_file).decode().split()
+            except UnsafePathError as exc:
+                raise ValueError(f"token_key_ids_file: {exc}") from None
+            except OSError as exc:
+                raise ValueError(f"token_key_ids_file: cannot read it: {exc.strerror}") from None
+            if not all(re.fullmatch(_KEY_ID, line) for line in lines):
+                raise ValueError("token_key_ids_file: one base64url key id per line")
+            self.token_key_ids = lines
+        if self.token_issuer_url is not None and not self.token_key_ids:
+            raise ValueError("token_key_ids: pin the token issuer's key ids (at least one)")
+        if self.token_issuer_url is None and (
+            self.token_key_ids or self.token_issuer_name or self.token_window_seconds
+        ):
+            raise ValueError(
+                "token_key_ids, _issuer_name and _window_seconds need token_issuer_url"
+            )
+        return self
+
+    def allowed_token_issuers(self) -> list[TokenIssuerGrant]:
+        """Every issuer a recipe may name, the default (`token_issuer_url`) first."""
+        issuers = list(self.token_issuers)
+        if self.token_issuer_url is not None:
+            default = TokenIssuerGrant(
+                url=self.token_issuer_url,
+                issuer_name=self.token_issuer_name,
+                window_seconds=self.token_window_seconds,
+                key_ids=tuple(self.token_key_ids),
+            )
+            issuers.insert(0, default)
+        return issuers
 
     @model_validator(mode="after")
     def _every_party_or_none(self) -> Self:

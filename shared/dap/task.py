@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shared.b64url import b64url_decode
+from shared.b64url import b64url_decode, b64url_encode
 from shared.codec import DecodeError
 from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
@@ -170,6 +170,13 @@ class TokenPolicy(BaseModel):
 
     The token's challenge binds the task and a time window (`shared.dap.extensions`), so a token
     is good for one task and window; each aggregator accepts each token nonce once.
+
+    `key_ids` pins the issuer keys (base64url token_key_id, SHA-256 of the public key, RFC 9578
+    §6.5) whose tokens the aggregators accept: a token under any other key of the issuer's
+    directory is refused. Without the pin a malicious issuer could sign each device's tokens
+    with a key of its own and so tag every report with its device (RFC 9576 §6.2: per-client
+    keys break unlinkability). Empty pins nothing and accepts no token: `TaskDefinition`
+    refuses it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -177,6 +184,21 @@ class TokenPolicy(BaseModel):
     issuer_url: str = Field(min_length=1)
     issuer_name: str = Field(min_length=1, max_length=255)
     window_seconds: int = Field(default=86_400, ge=1)
+    key_ids: tuple[str, ...] = ()
+
+    @field_validator("key_ids")
+    @classmethod
+    def _key_ids(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if len(b64url_decode(value, "token key id")) != 32:
+                raise ValueError("a token key id is 32 bytes")
+        if len(set(values)) != len(values):
+            raise ValueError("token key ids must not repeat")
+        return values
+
+    def pins(self, token_key_id: bytes) -> bool:
+        """Whether a token under this key id may be accepted."""
+        return b64url_encode(token_key_id) in self.key_ids
 
 
 class RateValidation(BaseModel):
@@ -265,6 +287,8 @@ class TaskDefinition(_TaskCommon):
             raise ValueError("the leader needs collector_auth_token")
         if self.role == "helper" and self.collector_auth_token is not None:
             raise ValueError("the helper must not hold the collector's token")
+        if self.tokens is not None and not self.tokens.key_ids:
+            raise ValueError("tokens.key_ids: a task that requires tokens must pin issuer keys")
         return self
 
     @property

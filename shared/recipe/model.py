@@ -620,8 +620,11 @@ class DraftTask(_Frozen):
 class TokenIssuerRef(_Frozen):
     """The Privacy Pass issuer whose tokens the aggregators accept (RFC 9578 token type 2).
 
-    `key_ids` are base64url token_key_ids (SHA-256 of the public key, RFC 9578 §6.5); empty
-    means "any key of the issuer's directory".
+    `key_ids` are base64url token_key_ids (SHA-256 of the public key, RFC 9578 §6.5): the only
+    keys devices request tokens under and aggregators accept (`TokenPolicy.key_ids`), the same
+    for every device since the recipe is signed and logged, so an issuer cannot tag devices
+    with keys of their own. The recipe server fills them from the operator's pinned keys of
+    the issuer; a recipe pinning none is refused by devices that use tokens.
     """
 
     url: HttpUrl
@@ -640,9 +643,10 @@ class TokenIssuerRef(_Frozen):
             policy = token_policy_for_issuer(self.url)
         else:
             policy = token_policy_for_issuer(self.url, self.window_seconds)
+        update: dict[str, object] = {"key_ids": self.key_ids}
         if self.issuer_name is not None:
-            policy = policy.model_copy(update={"issuer_name": self.issuer_name})
-        return policy
+            update["issuer_name"] = self.issuer_name
+        return policy.model_copy(update=update)
 
     def explicit(self) -> TokenIssuerRef:
         """The same reference with the defaults spelled out (what the server publishes)."""

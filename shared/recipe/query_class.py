@@ -53,10 +53,6 @@ class QueryClass(BaseModel):
     analysis_id_prefixes: tuple[str, ...] = ()
     #: Non-sensitive fields a recipe may target cohorts by (000 §4.1).
     cohort_fields: tuple[str, ...] = ()
-    #: Allowed leader / helper / token issuer URLs; empty allows any.
-    leaders: tuple[str, ...] = ()
-    helpers: tuple[str, ...] = ()
-    token_issuers: tuple[str, ...] = ()
 
 
 def check_query_class(recipe: Recipe, policy_class: QueryClass) -> list[str]:
@@ -104,13 +100,6 @@ def check_query_class(recipe: Recipe, policy_class: QueryClass) -> list[str]:
     for cohort in recipe.cohorts:
         if cohort.field not in c.cohort_fields:
             out.append(f"cohort field {cohort.field!r} is not an approved non-sensitive field")
-    for what, url, allowed in (
-        ("leader", recipe.task.leader, c.leaders),
-        ("helper", recipe.task.helper, c.helpers),
-        ("token issuer", recipe.token_issuer.url, c.token_issuers),
-    ):
-        if allowed and url not in allowed:
-            out.append(f"{what} {url} is not allowed")
     return out
 
 

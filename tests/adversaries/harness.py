@@ -145,6 +145,8 @@ def settings(db_url: str) -> AggregatorSettings:
         max_report_wait_s=0,
         collection_retry_s=1,
         batch_shards=2,
+        # The in-process token issuer of the token tests.
+        token_issuers=["http://issuer.test"],
     )
 
 

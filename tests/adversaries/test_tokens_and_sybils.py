@@ -187,9 +187,12 @@ def world(
         key_store_factory=keys,  # type: ignore[arg-type]
     )
     with TestClient(app, base_url="http://issuer.test") as issuer:
+        # The task pins the keys the issuer's directory lists (as the recipe server does).
+        directory = IssuerDirectory.decode(issuer.get(ISSUER_DIRECTORY_PATH).content)
+        key_ids = [_b64(k.token_key_object().token_key_id) for k in directory.keys_of_type()]
         task = Task({"type": "Prio3Count"}, per_role={})
         for role in ("leader", "helper"):
-            task.per_role[role] = {"tokens": POLICY}
+            task.per_role[role] = {"tokens": {**POLICY, "key_ids": key_ids}}
         yield World(clock, issuer, deploy(tmp_path, task, clock, issuer_http=issuer))
 
 

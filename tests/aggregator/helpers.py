@@ -63,6 +63,8 @@ def settings(db_url: str, **overrides: Any) -> AggregatorSettings:
         "max_report_wait_s": 0,
         "collection_retry_s": 1,
         "batch_shards": 3,
+        # The in-process issuer of `tests.aggregator.issuer`.
+        "token_issuers": ["http://issuer.test"],
     }
     values.update(overrides)
     return AggregatorSettings(**values)

@@ -17,6 +17,7 @@ from services.common.db import Database
 from services.token_issuer.app import create_app
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
+from shared.b64url import b64url_encode
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
@@ -37,11 +38,21 @@ class Issuer:
     client: TestClient
     clock: Clock
 
-    def policy(self, window_seconds: int = 86_400) -> dict[str, Any]:
+    def policy(
+        self, window_seconds: int = 86_400, key_ids: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The task's token policy; it pins the keys the issuer's directory lists now unless
+        `key_ids` says otherwise."""
+        if key_ids is None:
+            directory = IssuerDirectory.decode(self.client.get(ISSUER_DIRECTORY_PATH).content)
+            key_ids = [
+                b64url_encode(k.token_key_object().token_key_id) for k in directory.keys_of_type()
+            ]
         return {
             "issuer_url": ISSUER_URL,
             "issuer_name": ISSUER_NAME,
             "window_seconds": window_seconds,
+            "key_ids": key_ids,
         }
 
     def token(

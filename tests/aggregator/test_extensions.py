@@ -23,6 +23,7 @@ from services.aggregator.tokens import IssuerKeyCache, IssuerUnavailableError, m
 from services.common.clock import TestClock
 from services.common.db import Database
 from services.common.problems import DapProblemError
+from shared.b64url import b64url_encode
 from shared.constants import (
     EXTENSION_PRIVACY_PASS_TOKEN,
     EXTENSION_RECIPE_BINDING,
@@ -171,8 +172,14 @@ def _error(resp: Any) -> PrepareError | None:
 # --- tokens --------------------------------------------------------------------------------
 
 
-def _token_env(db_factory: DbFactory, clock: TestClock, issuer: Issuer, **kw: Any) -> Env:
-    params = helpers.TaskParams(tokens=issuer.policy(), **kw)
+def _token_env(
+    db_factory: DbFactory,
+    clock: TestClock,
+    issuer: Issuer,
+    key_ids: list[str] | None = None,
+    **kw: Any,
+) -> Env:
+    params = helpers.TaskParams(tokens=issuer.policy(key_ids=key_ids), **kw)
     return make_env(db_factory, clock, params, issuer_http=issuer.client)
 
 
@@ -263,6 +270,77 @@ def test_helper_refuses_replayed_tokens(
         "token_spent": 2,
     }
     assert task_stats(env.helper, env.tid)["report_aggregations"] == {"failed": 3, "finished": 2}
+
+
+def test_tokens_under_unpinned_keys_are_refused_by_both_aggregators(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    """A malicious issuer signs a device's tokens with a key of its own, valid and listed in
+    its directory, to recognise that device's reports. The task pins the recipe's keys only:
+    the leader refuses the report at upload and the helper (a leader forwarding it anyway)
+    refuses it in aggregation, each counting why; a token under the pinned key goes in."""
+    served = issuer.policy()["key_ids"]
+    # The recipe's pinned key (its id is all the aggregators see of it).
+    pinned = b64url_encode(hashlib.sha256(b"the key the recipe pins").digest())
+    assert pinned not in served
+    env = _token_env(db_factory, clock, issuer, key_ids=[pinned])
+    now = clock.now()
+    tagged = issuer.token(env.params.task_id, now, Role.LEADER)
+    assert b64url_encode(tagged.token_key_id) in served  # a genuine key of the issuer
+    rejected = env.upload(env.report(1, **_tokens(issuer, env, tagged, now)))
+    assert problem_type(rejected) == "reportRejected"
+    tagged_helper = issuer.token(env.params.task_id, now, Role.HELPER)
+    init = helpers.prepare_init(
+        env.params, env.helper_config, 1, now, extensions=_with_token(tagged_helper)
+    )
+    [resp] = _helper_job(env, [init]).prepare_resps
+    assert _error(resp) == PrepareError.INVALID_MESSAGE
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {"token_key_not_pinned": 1}
+    assert task_stats(env.helper, env.tid)["rejections"]["aggregation"] == {
+        "token_key_not_pinned": 1
+    }
+    # The same token is accepted where its key is pinned: only the pin refused it.
+    trusting = _token_env(db_factory, clock, issuer)
+    token = issuer.token(trusting.params.task_id, now, Role.LEADER)
+    accepted = trusting.upload(trusting.report(1, **_tokens(issuer, trusting, token, now)))
+    assert accepted.status_code == 201
+
+
+def test_a_stored_task_of_an_issuer_no_longer_trusted_fetches_nothing(
+    db_factory: DbFactory, clock: TestClock, issuer: Issuer
+) -> None:
+    """The operator drops the issuer from `token_issuers` after a task naming it was stored:
+    its reports are refused with a counted reason and its directory is not fetched."""
+    env = _token_env(db_factory, clock, issuer)
+    token = issuer.token(env.params.task_id, clock.now(), Role.LEADER)
+    requests: list[str] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(str(request.url))
+        return httpx.Response(503)
+
+    leader_db = env.leader.app.state.settings.database_url  # type: ignore[attr-defined]
+    narrowed = create_app(
+        helpers.settings(leader_db, token_issuers=[]),
+        clock=clock,
+        issuer_http=httpx.Client(transport=httpx.MockTransport(record)),
+    )
+    aggregator: Aggregator = narrowed.state.aggregator
+    answers: list[Answer | Exception] = []
+    answered = threading.Event()
+
+    def done(answer: Answer | Exception) -> None:
+        answers.append(answer)
+        answered.set()
+
+    aggregator.upload(env.tid, env.report(1, extensions=_with_token(token)).encode(), done)
+    assert answered.wait(10)
+    [answer] = answers
+    assert isinstance(answer, DapProblemError) and answer.problem.value == "reportRejected"
+    assert requests == []
+    assert task_stats(env.leader, env.tid)["rejections"]["upload"] == {
+        "token_issuer_not_allowed": 1
+    }
 
 
 def test_racing_uploads_spend_a_token_once(
@@ -385,7 +463,9 @@ def test_directory_cache(issuer_keys: Any) -> None:
     k1, k2, k3 = issuer_keys(), issuer_keys(), issuer_keys()
     clock = TestClock(1_000_000)
     fake = _Directory([k1])
-    cache = IssuerKeyCache(fake.fetch, clock, min_refetch_s=30, not_before_skew_s=10)
+    cache = IssuerKeyCache(
+        fake.fetch, clock, allowed=(ISSUER_URL,), min_refetch_s=30, not_before_skew_s=10
+    )
 
     def ids(key_id: bytes | None = None) -> set[bytes]:
         return {k.token_key_id for k in cache.keys(ISSUER_URL, key_id)}

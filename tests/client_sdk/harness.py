@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from client_sdk.device import Device, DeviceConfig
-from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
+from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
 from client_sdk.upload import Uploader
@@ -30,10 +30,11 @@ from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import MEDIA_HPKE_CONFIG_LIST
+from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_HPKE_CONFIG_LIST
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
 from shared.dap.problems import ProblemType
+from shared.privacypass.directory import IssuerDirectory
 from shared.recipe.query_class import QueryClass
 from shared.recipe.signing import RecipeSigner, recipe_bytes
 
@@ -45,6 +46,10 @@ ISSUER = "http://issuer.test"
 LEADER = "http://leader.test"
 HELPER = "http://helper.test"
 EMOJI = ["smile", "heart", "cry", "fire"]
+#: What the world's devices trust: its leader, helper and token issuer.
+TRUSTED = TrustedParties(leaders=(LEADER,), helpers=(HELPER,), token_issuers=(ISSUER,))
+#: The issuer key pinned in a world without an issuer (its devices use no tokens).
+NO_ISSUER_KEY_ID = b64url_encode(bytes(32))
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -77,6 +82,7 @@ def policy(**field_overrides: Any) -> DevicePolicy:
     fields = {"emoji": FieldAllowance(local_epsilon=5, epsilon=3.0, reports=3)}
     fields.update(field_overrides)
     return DevicePolicy(
+        trusted=TRUSTED,
         query_classes=(
             QueryClass(
                 name="emoji",
@@ -208,13 +214,9 @@ class World:
         self.signer = RecipeSigner.from_seed(SEED)
         #: Each recipe server's provisioner, by database name (a test may change its configs).
         self.provisioners: dict[str, StaticProvisioner] = {}
-        self.recipe_server = self.make_recipe_server(
-            "recipes.sqlite3",
-            leader_configs or self.leader.config_list(),
-            helper_configs or self.helper.config_list(),
-        )
-        self.router.apps["recipes.test"] = self.recipe_server
         self.ca = ManufacturerCA.generate(now=NOW)
+        #: What the operator pins for the issuer: its directory's keys when it runs.
+        self.issuer_key_ids = [NO_ISSUER_KEY_ID]
         if tokens:
             settings = TokenIssuerSettings(
                 role="joint",
@@ -222,12 +224,27 @@ class World:
                 attester_database_url=f"sqlite:///{tmp_path / 'attester.db'}",
                 quota_tokens=100,
             )
-            self.router.apps["issuer.test"] = TestClient(
+            issuer = TestClient(
                 issuer_app(settings, clock=self.clock, trust_anchors=[self.ca.certificate])
             )
+            self.router.apps["issuer.test"] = issuer
+            directory = IssuerDirectory.decode(issuer.get(ISSUER_DIRECTORY_PATH).content)
+            self.issuer_key_ids = [
+                b64url_encode(k.token_key_object().token_key_id) for k in directory.keys_of_type()
+            ]
+        self.recipe_server = self.make_recipe_server(
+            "recipes.sqlite3",
+            leader_configs or self.leader.config_list(),
+            helper_configs or self.helper.config_list(),
+        )
+        self.router.apps["recipes.test"] = self.recipe_server
 
     def make_recipe_server(
-        self, db_name: str, leader: HpkeConfigList, helper: HpkeConfigList
+        self,
+        db_name: str,
+        leader: HpkeConfigList,
+        helper: HpkeConfigList,
+        issuer: str = ISSUER,
     ) -> TestClient:
         settings = RecipeServerSettings(
             database_url=f"sqlite:///{self.tmp / db_name}",
@@ -236,7 +253,8 @@ class World:
             leader_url=LEADER,
             helper_url=HELPER,
             collector_url="http://collector.test",
-            token_issuer_url=ISSUER,
+            token_issuer_url=issuer,
+            token_key_ids=self.issuer_key_ids,
         )
         provisioner = StaticProvisioner(self.task_id.to_b64url(), leader, helper)
         self.provisioners[db_name] = provisioner

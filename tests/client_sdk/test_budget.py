@@ -24,6 +24,7 @@ def table1_policy() -> DevicePolicy:
     """000 Table 1: analysis 0.5 / 1 report; n-gram local 5, aggregate 1, 1 report; bucketed
     age local 2, aggregate 0.3, 1 report."""
     return DevicePolicy(
+        trusted=policy().trusted,
         query_classes=policy().query_classes,
         default_analysis=AnalysisAllowance(epsilon=0.5, reports=1),
         fields={

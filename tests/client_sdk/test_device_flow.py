@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from client_sdk.device import Device, DeviceConfig
-from client_sdk.policy import load_policy
+from client_sdk.policy import TrustedParties, load_policy
+from client_sdk.recipes import VerifiedRecipe
+from client_sdk.tokens import TokenError
 from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
 from shared.b64url import b64url_encode
@@ -26,7 +28,8 @@ from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.messages import PlaintextInputShare, Report, Role
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
-from tests.client_sdk.harness import ISSUER, NOW, World, policy, verified
+from tests.client_sdk.harness import ISSUER, NOW, TRUSTED, World, policy, verified
+from tests.recipe.helpers import example_recipe
 
 
 @pytest.fixture
@@ -283,12 +286,15 @@ def test_policy_file_round_trip(tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(p.model_dump_json())
     assert load_policy(tmp_path / "p.json") == p
     (tmp_path / "p.toml").write_text(
+        '[trusted]\nleaders = ["https://l.example"]\nhelpers = ["https://h.example"]\n'
+        'token_issuers = ["https://i.example"]\n'
         '[[query_classes]]\nname = "k"\nstreams = ["keyboard"]\nfields = ["ngram"]\n'
         "max_local_epsilon = 8\nmax_epsilon = 1\nmax_delta = 1e-6\n"
         "[default_analysis]\nepsilon = 0.5\nreports = 1\n"
         "[fields.ngram]\nlocal_epsilon = 5\nepsilon = 1\nreports = 1\n"
     )
     loaded = load_policy(tmp_path / "p.toml")
+    assert loaded.trusted.helpers == ("https://h.example",)
     assert loaded.fields["ngram"].local_epsilon == 5
     assert loaded.analysis_allowance("x").epsilon == 0.5
 
@@ -303,6 +309,62 @@ def test_event_store_retention(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         device.events.add("nope", {}, 1)
     device.close()
+
+
+def test_device_refuses_recipes_naming_parties_its_policy_does_not_pin(tmp_path: Path) -> None:
+    """Issue 12 item 2: whoever writes or signs the recipe, the device reports only through
+    the leader, helper and token issuer its OS-shipped policy pins. A recipe server (the
+    pinned key: signature and log verify) whose operator allows another issuer publishes a
+    recipe naming it: the device refuses it before sampling, consuming nothing."""
+    world = World(tmp_path, tokens=False)
+    evil = "http://evil-issuer.test"
+    world.recipe_server = world.make_recipe_server(
+        "other.sqlite3", world.leader.config_list(), world.helper.config_list(), issuer=evil
+    )
+    world.router.apps["recipes.test"] = world.recipe_server
+    world.publish()
+    device = world.device(None, tokens=False)
+    device.events.add("emoji", {"emoji": "fire"}, NOW - 100)
+    outcome = device.run_query("emoji.daily")
+    assert outcome.status == "refused"
+    assert outcome.reason == f"trust: token issuer {evil} is not pinned by the device policy"
+    assert device.pending() == []
+    assert device.budget.analysis_usage("emoji.popular").reports_used == 0
+    # Nor does it enroll there (enrolling shows the device's certificate).
+    with pytest.raises(TokenError, match="is not pinned"):
+        device.attester_url(verified(world, device).recipe)
+    # Likewise an aggregator the policy does not pin.
+    narrow = policy().model_copy(
+        update={"trusted": TRUSTED.model_copy(update={"helpers": ("http://other-helper.test",)})}
+    )
+    world.recipe_server = world.make_recipe_server(
+        "good.sqlite3", world.leader.config_list(), world.helper.config_list()
+    )
+    world.router.apps["recipes.test"] = world.recipe_server
+    world.publish()
+    strict = world.device(None, tokens=False, policy_=narrow)
+    refused = strict.run_query("emoji.daily")
+    assert refused.status == "refused"
+    assert "helper http://helper.test is not pinned" in refused.reason
+
+
+def test_device_with_tokens_refuses_a_recipe_pinning_no_issuer_key(tmp_path: Path) -> None:
+    """Without pinned keys, the issuer could sign each device's tokens under its own key and
+    recognise its reports: a device that uses tokens refuses such a recipe."""
+    recipe = example_recipe()
+    unpinned = recipe.model_copy(
+        update={"token_issuer": recipe.token_issuer.model_copy(update={"key_ids": ()})}
+    )
+    trusted = TrustedParties(
+        leaders=(recipe.task.leader,),
+        helpers=(recipe.task.helper,),
+        token_issuers=(recipe.token_issuer.url,),
+    )
+    device = World(tmp_path, tokens=False).device(
+        None, tokens=True, enroll=False, policy_=policy().model_copy(update={"trusted": trusted})
+    )
+    plan = device.plan(VerifiedRecipe(unpinned, recipe_bytes(unpinned), 0))
+    assert (plan.status, plan.reason) == ("refused", "trust: the recipe pins no token issuer key")
 
 
 def test_state_from_before_per_role_tokens_is_upgraded(world: World, tmp_path: Path) -> None:

@@ -85,11 +85,18 @@ class StrictParams(TaskParams):
     """The task as the recipe server will provision it: bound to the recipe, tokens required."""
 
     digest: str = ""
+    #: The issuer keys the recipe pins.
+    key_ids: tuple[str, ...] = ()
 
     def definition(self, role: str) -> dict[str, Any]:
         d = super().definition(role)
         d["recipe_digest"] = self.digest
-        d["tokens"] = {"issuer_url": ISSUER, "issuer_name": "issuer.test", "window_seconds": 86400}
+        d["tokens"] = {
+            "issuer_url": ISSUER,
+            "issuer_name": "issuer.test",
+            "window_seconds": 86400,
+            "key_ids": self.key_ids,
+        }
         return d
 
 
@@ -105,7 +112,7 @@ def test_bound_and_tokened_reports_aggregate(tmp_path: Path) -> None:
     world.router.apps["leader.test"] = leader
     world.router.apps["helper.test"] = helper
     configs = [HpkeConfigList.decode(c.get("/hpke_config").content) for c in apps]
-    world.recipe_server = world.make_recipe_server("strict.sqlite3", *configs)
+    world.recipe_server = world.make_recipe_server("strict.sqlite3", configs[0], configs[1])
     world.router.apps["recipes.test"] = world.recipe_server
     world.publish()
     recipe = verified(world, world.device(None, tokens=False)).recipe
@@ -115,6 +122,7 @@ def test_bound_and_tokened_reports_aggregate(tmp_path: Path) -> None:
         task_id=world.task_id,
     )
     params.digest = b64url_encode(recipe_digest(recipe_bytes(recipe)))
+    params.key_ids = recipe.token_issuer.key_ids
     helpers.provision(leader, params, "leader")
     helpers.provision(helper, params, "helper")
     runner = DriverRunner(leader.app.state.aggregator, http=helper)  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from services.token_issuer.devices import SimulatedDevice
 from shared.recipe.model import RecipeDraft
-from tests.client_sdk.harness import RECIPES, World, draft, policy
+from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe
 
 
@@ -32,6 +32,7 @@ def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
     )
     simulator = Simulator(
         config,
+        trusted=TRUSTED,
         http=world.http,
         identities=lambda: SimulatedDevice.manufacture(world.ca),
         concurrency=8,
@@ -108,9 +109,9 @@ def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> 
     config = DeviceConfig(
         recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key, use_tokens=False
     )
-    summary = Simulator(config, http=world.http, clock=world.clock.now, progress=None, seed=5).run(
-        "emoji.daily", 40, "new_words"
-    )
+    summary = Simulator(
+        config, trusted=TRUSTED, http=world.http, clock=world.clock.now, progress=None, seed=5
+    ).run("emoji.daily", 40, "new_words")
     assert summary.uploaded == 40 == len(world.leader.uploads) and not summary.refused
     assert sum(summary.truth.values()) == 40
     assert set(summary.truth) <= set(NEW_WORDS) | set(WORDS)
@@ -133,6 +134,7 @@ def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) 
     config = DeviceConfig(recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key)
     simulator = Simulator(
         config,
+        trusted=TRUSTED,
         http=world.http,
         identities=lambda: SimulatedDevice.manufacture(world.ca),
         clock=world.clock.now,

@@ -22,9 +22,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.keys import ensure_keys
+from deploy.keys import TOKEN_KEY_IDS_FILE, ensure_keys
 from deploy.launcher import MODULES, STORES, free_port, service_env
 from services.common.logs import JsonFormatter, redact
+from shared.b64url import b64url_encode
+from shared.files import write_private
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +70,8 @@ def _secrets_in(text: str) -> list[str]:
 def _run(name: str, tmp_path: Path, *, startup: bool) -> str:
     """The service's stderr after the forced error (and SIGTERM, if it still runs)."""
     keys = ensure_keys(tmp_path / "keys")
+    # What `sagg up` pins from the running issuer's directory before the recipe server starts.
+    write_private(keys.directory / TOKEN_KEY_IDS_FILE, (b64url_encode(bytes(32)) + "\n").encode())
     databases = {role: f"sqlite:///{tmp_path / role}.sqlite3" for role in STORES}
     port = free_port()
     urls = {n: f"http://127.0.0.1:{free_port()}" for n in MODULES}

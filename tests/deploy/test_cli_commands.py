@@ -205,8 +205,8 @@ def test_keys_init_writes_owner_only_files_once(
     assert len(tokens) == 5 + 3 + 1  # admin tokens, provisioning tokens, the analyst's
     assert len(set(tokens.values())) == len(tokens)  # every credential its own
     assert not any(token in out for token in tokens.values())  # no secret printed
-    for path in target.iterdir():
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    for path in target.rglob("*"):
+        assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
     first = Deployment.model_validate_json((target / "deployment.json").read_text())
     assert first.recipe_server == "http://recipe-server:8086"
     assert first.admin_tokens == {

@@ -64,6 +64,7 @@ USAGE_ERRORS = [
     ["serve", "everything"],
     ["serve", "recipe-server", "--port", "eighty"],
     ["keys", "init"],
+    ["keys", "pin-issuer", "--dir", "keys"],
     ["recipe"],
     ["recipe", "publish"],
     ["privacy", "sampling", "--eps", "1"],
@@ -167,6 +168,30 @@ def test_unreachable_services_are_named(
         dead,
     )
     assert code == 1 and "cannot reach the collector" in err
+    code, err = _run(capsys, "keys", "pin-issuer", "--dir", ".", "--token-issuer", dead)
+    assert code == 1 and f"token issuer directory {dead}/.well-known/" in err
+
+
+def test_devices_need_the_parties_they_trust(tmp_path: Path) -> None:
+    """Without a policy file or a deployment naming them, `sagg devices run` refuses to trust
+    whatever leader, helper and issuer a recipe names (before contacting anything)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "deploy.cli", "devices", "run", "--recipe", "r"],
+        check=False,
+        cwd=tmp_path,
+        env={
+            "PATH": str(Path(sys.executable).parent),
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (
+        "without --policy, name the trusted parties: --leader, --helper and --token-issuer"
+    )
 
 
 def test_config_files_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

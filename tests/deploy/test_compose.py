@@ -146,9 +146,15 @@ def test_healthchecks_and_start_order(compose: dict[str, Any]) -> None:
         depends = service["depends_on"]
         assert depends["init"]["condition"] == "service_completed_successfully"
         for db in depends:
-            if db != "init":
+            if db not in ("init", "token-keys"):
                 assert depends[db]["condition"] == "service_healthy"
                 assert "healthcheck" in compose[db]
+    # The recipe server starts once the running issuer's key ids are pinned for it.
+    assert compose["recipe-server"]["depends_on"]["token-keys"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert compose["token-keys"]["command"][:2] == ["keys", "pin-issuer"]
+    assert compose["token-keys"]["depends_on"] == {"token-issuer": {"condition": "service_healthy"}}
     provision = compose["provision"]["depends_on"]
     assert set(provision) == set(SERVICES)
     assert all(d["condition"] == "service_healthy" for d in provision.values())
@@ -199,13 +205,14 @@ OWN_SECRETS = {
     "token-issuer": {"token-issuer-admin-token", "token-issuer-datastore-key"}
     | {"token-issuer-pgpass", "manufacturer-ca-cert"},
     "recipe-server": {"recipe-server-admin-token", "recipe-server-signing-key", "analyst-token"}
-    | {"recipe-server-pgpass"}
+    | {"recipe-server-pgpass", "token-key-ids"}
     | {f"{p}-provisioner-token" for p in ("leader", "helper", "collector")},
     "leader-db": {"leader-db-password"},
     "helper-db": {"helper-db-password"},
     "services-db": {"services-db-password"}
     | {f"{s}-db-password" for s in ("collector", "recipe-server", "token-issuer")},
     "init": set(),
+    "token-keys": set(),
     "provision": {"analyst-deployment"},
     "devices": {"devices-deployment", "manufacturer-ca-cert", "manufacturer-ca-key"},
 }
@@ -226,10 +233,14 @@ def test_each_container_gets_only_its_own_secrets(compose: dict[str, Any]) -> No
     assert set(compose) == set(OWN_SECRETS)
     for name, service in compose.items():
         assert _secrets(service) == OWN_SECRETS[name], name
-        # Nothing else reaches a container: only `init` mounts the secrets directory.
+        # Nothing else reaches a container: only `init` mounts the secrets directory, and
+        # `token-keys` the subdirectory of the issuer's (public) key ids alone.
         for volume in service.get("volumes", []):
             source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
-            assert name == "init" or ".secrets" not in source, name
+            if name == "token-keys":
+                assert source == "./.secrets/issuer", source
+            else:
+                assert name == "init" or ".secrets" not in source, name
 
 
 def test_every_secret_reference_is_one_the_container_holds(compose: dict[str, Any]) -> None:

@@ -61,13 +61,17 @@ def test_keys_init_makes_everything_owner_only(
     directory.chmod(0o755)
     assert _keys_init(directory, capsys)[0] == 0
     assert _mode(directory) == 0o700
-    files = list(directory.iterdir())
+    files = [f for f in directory.rglob("*") if not f.is_dir()]
     assert {f.name for f in files} >= {
         "deployment.json",
         "leader.admin_token",
         "manufacturer-ca.key",
+        "token-key-ids",  # the placeholder the compose `token-keys` step replaces
     }
     assert {f.name: oct(_mode(f)) for f in files if _mode(f) != 0o600} == {}
+    # Subdirectories (the pinned key ids') owner-only too.
+    subdirs = [d for d in directory.rglob("*") if d.is_dir()]
+    assert {d.name: oct(_mode(d)) for d in subdirs if _mode(d) != 0o700} == {}
 
 
 def test_a_planted_deployment_file_link_is_refused_and_its_target_untouched(

@@ -30,6 +30,7 @@ import pytest
 from client_sdk.storage import StateDb
 from client_sdk.tokens import TokenError, TokenWallet
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
+from shared import b64url
 from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
@@ -67,6 +68,11 @@ class Fleet:
     def __init__(self, tmp: Path, ca: ManufacturerCA, issuer_url: str) -> None:
         self.issuer_url = issuer_url
         self.policy = TokenPolicy(issuer_url=issuer_url, issuer_name="faults-issuer")
+        # The recipe's pinned keys: the issuer's, as its directory lists them at the start.
+        self.key_ids = tuple(
+            b64url.b64url_encode(k.token_key_object().token_key_id)  # unpadded, as recipes
+            for k in _directory(issuer_url).token_keys
+        )
         self.report_time = int(time.time())
         self.devices = [SimulatedDevice.manufacture(ca) for _ in range(DEVICES)]
         self.http = httpx.Client(timeout=5.0)
@@ -86,7 +92,13 @@ class Fleet:
             try:
                 wallet.enroll(self.issuer_url)
                 wallet.fetch(
-                    TASK, self.report_time, self.policy, ROLE, self.issuer_url, int(time.time())
+                    TASK,
+                    self.report_time,
+                    self.policy,
+                    ROLE,
+                    self.issuer_url,
+                    int(time.time()),
+                    self.key_ids,
                 )
                 done += 1
                 # Paced, so that fetching spans the whole kill schedule.

@@ -118,6 +118,7 @@ def recipe_server_app(tmp: Path) -> FastAPI:
         helper_provisioner_token=RECIPE_PROVISIONER,  # type: ignore[arg-type]
         collector_provisioner_token=RECIPE_PROVISIONER,  # type: ignore[arg-type]
         token_issuer_url="https://issuer.test",
+        token_key_ids=[b64url_encode(bytes(32))],
     )
     return create_recipe_server(settings, provisioner=FakeProvisioner(), clock=TestClock(NOW))
 

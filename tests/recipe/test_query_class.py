@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
+from client_sdk.policy import TrustedParties
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import QueryClass, check_query_class, matching_class
 from tests.recipe.helpers import draft_json, example_recipe
@@ -26,7 +30,6 @@ KEYBOARD = QueryClass(
     max_sampling_rate=0.5,
     analysis_id_prefixes=("keyboard.",),
     cohort_fields=("locale",),
-    leaders=("https://leader.example",),
 )
 
 
@@ -78,6 +81,19 @@ def test_query_outside_the_class() -> None:
     assert matching_class(_with(query=latest), [KEYBOARD]) is None
 
 
-def test_aggregator_allow_list() -> None:
-    narrow = KEYBOARD.model_copy(update={"helpers": ("https://other-helper.example",)})
-    assert check_query_class(_with(), narrow) == ["helper https://helper.example is not allowed"]
+def test_the_device_policy_pins_aggregators_and_issuers() -> None:
+    """Leaders, helpers and token issuers are pinned by the device policy, not per query
+    class, and there is no empty list that would allow any."""
+    trusted = TrustedParties(
+        leaders=("https://leader.example",),
+        helpers=("https://helper.example",),
+        token_issuers=("https://issuer.example/",),
+    )
+    assert trusted.problems(_with()) == []
+    narrow = trusted.model_copy(update={"helpers": ("https://other-helper.example",)})
+    assert narrow.problems(_with()) == [
+        "helper https://helper.example is not pinned by the device policy"
+    ]
+    for empty in ("leaders", "helpers", "token_issuers"):
+        with pytest.raises(ValidationError):
+            TrustedParties.model_validate({**trusted.model_dump(), empty: []})

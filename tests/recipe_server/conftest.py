@@ -38,6 +38,9 @@ PROVISIONER_TOKENS = {
 }
 LEADER = "https://leader.test"
 HELPER = "https://helper.test"
+ISSUER = "https://issuer.test"
+#: The key id the operator pins for ISSUER (any 32 bytes: no token is verified here).
+ISSUER_KEY_ID = b64url_encode(hashlib.sha256(b"issuer.test key").digest())
 
 
 def auth(token: str = ANALYST_TOKEN) -> dict[str, str]:
@@ -60,7 +63,8 @@ def make_settings(tmp_path: Path, **overrides: Any) -> RecipeServerSettings:
         "helper_url": HELPER,
         "collector_url": "https://collector.test",
         **{f"{party}_provisioner_token": t for party, t in PROVISIONER_TOKENS.items()},
-        "token_issuer_url": "https://issuer.test",
+        "token_issuer_url": ISSUER,
+        "token_key_ids": [ISSUER_KEY_ID],
     }
     values.update(overrides)
     return RecipeServerSettings(**values)

@@ -147,13 +147,22 @@ def test_publish_provisions_signs_and_logs(
 def test_existing_task_is_checked_not_created(
     client: TestClient, provisioner: FakeProvisioner
 ) -> None:
+    """An analyst-named task is checked, never created; one without tokens and recipe binding
+    (as `sagg task create` makes) cannot serve a recipe: 422 with the reason, nothing logged."""
     doc = draft_json()
     task_id = b64url_encode(b"\x05" * 32)
     doc["task"] = {"task_id": task_id}
     r = _publish(client, doc)
-    assert r.status_code == 201
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] == [
+        {
+            "field": "task.task_id",
+            "message": f"task {task_id} does not require tokens: it would count reports of "
+            "any client",
+        }
+    ]
     assert provisioner.created == [] and provisioner.checked[0][0] == task_id
-    assert r.json()["signed_recipe"]["recipe"]["task"]["task_expiration"] == 1_800_000_000
+    assert client.get("/recipes").json()["recipes"] == []
 
 
 def test_provisioning_failure_is_502(client: TestClient, provisioner: FakeProvisioner) -> None:

@@ -19,17 +19,28 @@ from services.collector.app import create_app as collector_app
 from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
 from shared.b64url import b64url_decode, b64url_encode
+from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.extensions import recipe_digest
+from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.dap.task import AggregatorNoise, RateValidation, TaskDefinition, TokenPolicy
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
-from shared.vdaf.spec import VdafSpec
-from tests.recipe.helpers import draft_json
-from tests.recipe_server.conftest import PROVISIONER_TOKENS, Router, auth, make_settings
+from tests.recipe.helpers import draft_json, hpke_list
+from tests.recipe_server.conftest import (
+    ISSUER,
+    ISSUER_KEY_ID,
+    PROVISIONER_TOKENS,
+    Router,
+    auth,
+    make_settings,
+)
 
 ADMIN = "admin-token-0123456789abcdef"
+#: A second issuer the operator allows, with its own name, window and pinned key.
+OTHER_ISSUER = "https://tokens.example:8443"
+OTHER_KEY_ID = b64url_encode(bytes(range(32)))
 
 
 @pytest.fixture
@@ -42,6 +53,7 @@ def parties(tmp_path: Path) -> Iterator[dict[str, TestClient]]:
                 admin_token=ADMIN,  # type: ignore[arg-type]
                 provisioner_token=PROVISIONER_TOKENS[name],  # type: ignore[arg-type]
                 run_drivers=False,
+                token_issuers=[ISSUER, OTHER_ISSUER],
             )
             apps[f"{name}.test"] = stack.enter_context(TestClient(aggregator_app(settings)))
         collector = CollectorSettings(
@@ -92,7 +104,7 @@ def test_publish_provisions_the_task_everywhere(
     )
 
 
-def test_existing_task_is_reused_and_checked(
+def test_a_task_bound_to_another_recipe_is_refused(
     tmp_path: Path, parties: dict[str, TestClient]
 ) -> None:
     with _server(tmp_path, parties) as server:
@@ -103,42 +115,96 @@ def test_existing_task_is_reused_and_checked(
         doc = draft_json(version=2)
         doc["task"] = {"task_id": bound["task"]["task_id"]}
         r = server.post("/recipes", json=doc, headers=auth())
-        assert r.status_code == 502 and "bound to another recipe" in r.json()["title"]
-        # An unbound task (as `sagg task create` makes) with the recipe's parameters is reused.
-        params = TaskParams(
-            vdaf=VdafSpec.model_validate(bound["task"]["vdaf"]),
-            min_batch_size=bound["min_batch_size"],
-            time_precision=bound["task"]["time_precision"],
-            leader="https://leader.test",
-            helper="https://helper.test",
-            collector="https://collector.test",
-        )
-        with httpx.Client(transport=Router(parties)) as http:
-            task_id = create_task(params, ADMIN, http=http)["task_id"]
-        doc["task"] = {"task_id": task_id}
-        r = server.post("/recipes", json=doc, headers=auth())
-        assert r.status_code == 201, r.text
-        assert r.json()["signed_recipe"]["recipe"]["task"]["task_id"] == task_id
+        assert r.status_code == 422, r.text
+        assert "bound to another recipe" in r.json()["errors"][0]["message"]
         # Another B than the task's is refused by the check.
         doc = draft_json(version=3, min_batch_size=bound["min_batch_size"] + 1)
+        doc["task"] = {"task_id": bound["task"]["task_id"]}
+        r = server.post("/recipes", json=doc, headers=auth())
+        assert r.status_code == 422 and "min_batch_size" in r.json()["errors"][0]["message"]
+        assert len(server.get("/recipes").json()["recipes"]) == 1
+
+
+def _put_task(parties: dict[str, TestClient], recipe: Recipe, **changes: Any) -> str:
+    """A task made directly through both aggregators' admin APIs (as an operator with the
+    admin token, or `sagg task create`, could): the recipe's parameters with `changes`."""
+    task_id = TaskId.random().to_b64url()
+    common: dict[str, Any] = {
+        "task_id": task_id,
+        "leader_endpoint": "https://leader.test",
+        "helper_endpoint": "https://helper.test",
+        "query_type": recipe.task.query_type,
+        "vdaf": recipe.task.vdaf,
+        "vdaf_verify_key": b64url_encode(bytes(VERIFY_KEY_SIZE)),
+        "min_batch_size": recipe.min_batch_size,
+        "time_precision": recipe.task.time_precision,
+        "collector_hpke_config": b64url_encode(
+            HpkeConfigList.decode(b64url_decode(hpke_list(3), "c")).configs[0].encode()
+        ),
+        "aggregator_auth_token": "aggregator-token-0123456789",
+        "recipe_digest": b64url_encode(bytes(32)),
+        "tokens": recipe.token_issuer.token_policy(),
+        **changes,
+    }
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    for host, extra in (
+        ("leader.test", {"role": "leader", "collector_auth_token": "collector-token-012345"}),
+        ("helper.test", {"role": "helper"}),
+    ):
+        body = TaskDefinition.model_validate({**common, **extra}).model_dump_json()
+        r = parties[host].put(f"/internal/tasks/{task_id}", content=body, headers=admin)
+        assert r.status_code == 201, r.text
+    return task_id
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        # Reports without tokens: a Sybil fills the batch (001 §4.6).
+        ({"tokens": None}, "does not require tokens"),
+        # Reports of any recipe, or any B, count in the batch (001 §4.8).
+        ({"recipe_digest": None}, "does not bind reports to a recipe"),
+        # The recipe's accounting assumes its batches, released once.
+        ({"query_type": "fixed_size"}, "differs from the recipe in query_type"),
+        ({"max_batch_query_count": 2}, "differs from the recipe in max_batch_query_count"),
+        # The leader would send the helper's shares to an aggregator the recipe does not name.
+        ({"helper_endpoint": "https://evil-helper.test"}, "helper_endpoint"),
+    ],
+)
+def test_an_analyst_cannot_bind_a_recipe_to_a_weaker_task(
+    tmp_path: Path, parties: dict[str, TestClient], changes: dict[str, Any], reason: str
+) -> None:
+    """Issue 12 item 4: a recipe promises devices token enforcement, the recipe binding and
+    its query; an existing task lacking any of them is refused (422, with the reason), and
+    nothing is logged."""
+    with _server(tmp_path, parties) as server:
+        published = server.post("/recipes", json=draft_json(), headers=auth())
+        recipe = Recipe.model_validate(published.json()["signed_recipe"]["recipe"])
+        task_id = _put_task(parties, recipe, **changes)
+        doc = draft_json(version=2)
         doc["task"] = {"task_id": task_id}
         r = server.post("/recipes", json=doc, headers=auth())
-        assert r.status_code == 502 and "min_batch_size" in r.json()["title"]
+        assert r.status_code == 422, r.text
+        [error] = r.json()["errors"]
+        assert error["field"] == "task.task_id" and reason in error["message"], error
+        assert [e["version"] for e in server.get("/recipes").json()["recipes"]] == [1]
 
 
 def test_task_is_bound_to_the_recipe_and_its_token_policy(
     tmp_path: Path, parties: dict[str, TestClient]
 ) -> None:
-    with _server(tmp_path, parties) as server:
+    other = {
+        "url": OTHER_ISSUER,
+        "issuer_name": "tokens.example",
+        "window_seconds": 3600,
+        "key_ids": [OTHER_KEY_ID],
+    }
+    with _server(tmp_path, parties, token_issuers=[other]) as server:
         # The server's default issuer (settings: https://issuer.test) with defaults filled in.
         default = server.post("/recipes", json=draft_json(), headers=auth()).json()
-        # A draft naming its issuer, name and window.
+        # A draft naming another allowed issuer by its URL gets the operator's settings.
         doc = draft_json(recipe_id="named.issuer")
-        doc["token_issuer"] = {
-            "url": "https://tokens.example:8443",
-            "issuer_name": "tokens.example",
-            "window_seconds": 3600,
-        }
+        doc["token_issuer"] = {"url": OTHER_ISSUER}
         named = server.post("/recipes", json=doc, headers=auth())
         assert named.status_code == 201, named.text
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -146,25 +212,29 @@ def test_task_is_bound_to_the_recipe_and_its_token_policy(
         (
             default,
             {
-                "issuer_url": "https://issuer.test",
+                "issuer_url": ISSUER,
                 "issuer_name": "issuer.test",
                 "window_seconds": 86_400,
+                "key_ids": [ISSUER_KEY_ID],
             },
         ),
         (
             named.json(),
             {
-                "issuer_url": "https://tokens.example:8443",
+                "issuer_url": OTHER_ISSUER,
                 "issuer_name": "tokens.example",
                 "window_seconds": 3600,
+                "key_ids": [OTHER_KEY_ID],
             },
         ),
     ):
         signed = body["signed_recipe"]
         recipe = Recipe.model_validate(signed["recipe"])
-        # The published recipe spells the policy out, so devices need not guess it.
+        # The published recipe spells the policy out, pinned keys included, so devices need
+        # not guess it.
         assert recipe.token_issuer.issuer_name == policy["issuer_name"]
         assert recipe.token_issuer.window_seconds == policy["window_seconds"]
+        assert list(recipe.token_issuer.key_ids) == policy["key_ids"]
         digest = b64url_encode(recipe_digest(recipe_bytes(recipe)))
         task_id = recipe.task.task_id
         for host, role in (("leader.test", "leader"), ("helper.test", "helper")):
@@ -225,7 +295,7 @@ def test_rate_validation_is_computed_published_and_provisioned(
             assert held.rate_limit.time_precision == 3600
 
         # An operator's task without rate validation does not serve a draft that asks for it,
-        # nor one whose estimate gives another R; the same R is reused.
+        # nor one whose estimate gives another R; one with the same R still lacks tokens.
         params = TaskParams(
             vdaf=recipe.task.vdaf,
             min_batch_size=recipe.min_batch_size,
@@ -241,10 +311,10 @@ def test_rate_validation_is_computed_published_and_provisioned(
                 params.model_copy(update={"rate_validation": rate}), ADMIN, http=http
             )
         assert limited["rate_validation"] == {"expected_reports_per_bucket": 298, "max_multiple": 2}
-        for version, task_id, population, status in (
-            (2, plain, 100_000, 502),
-            (3, limited["task_id"], 200_000, 502),
-            (4, limited["task_id"], 100_000, 201),
+        for version, task_id, population, reason in (
+            (2, plain, 100_000, "rate_validation"),
+            (3, limited["task_id"], 200_000, "rate_validation"),
+            (4, limited["task_id"], 100_000, "does not require tokens"),
         ):
             bind = draft_json(
                 version=version,
@@ -254,9 +324,8 @@ def test_rate_validation_is_computed_published_and_provisioned(
                 },
             )
             r = server.post("/recipes", json=bind, headers=auth())
-            assert r.status_code == status, r.text
-            if status == 502:
-                assert "rate_validation" in r.json()["title"]
+            assert r.status_code == 422, r.text
+            assert reason in r.json()["errors"][0]["message"]
 
 
 def test_aggregator_noise_is_provisioned_and_accounted(
@@ -299,4 +368,4 @@ def test_aggregator_noise_is_provisioned_and_accounted(
         other = draft_json(version=2, min_batch_size=100, aggregator_noise=strong)
         other["task"] = {"task_id": quiet}
         r = server.post("/recipes", json=other, headers=auth())
-        assert r.status_code == 502 and "aggregator_noise" in r.json()["title"]
+        assert r.status_code == 422 and "aggregator_noise" in r.json()["errors"][0]["message"]

@@ -17,7 +17,7 @@ from shared.dap.extensions import recipe_digest
 from shared.recipe.model import RecipeDraft, TokenIssuerRef
 from shared.recipe.signing import RecipeSigner
 from tests.recipe.helpers import draft_json
-from tests.recipe_server.conftest import FakeProvisioner
+from tests.recipe_server.conftest import ISSUER, ISSUER_KEY_ID, FakeProvisioner
 
 SIGNER = RecipeSigner.from_seed(bytes(range(32)))
 
@@ -29,7 +29,7 @@ def _service(tmp_path: Path, provisioner: FakeProvisioner) -> RecipeService:
         SIGNER,
         provisioner,
         TestClock(),
-        TokenIssuerRef(url="https://issuer.test"),
+        (TokenIssuerRef(url=ISSUER, key_ids=(ISSUER_KEY_ID,)),),
     )
     service.start()
     return service

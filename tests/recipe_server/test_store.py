@@ -19,11 +19,11 @@ from shared.recipe.log import (
     verify_consistency,
     verify_tree_head,
 )
-from shared.recipe.model import RecipeDraft
+from shared.recipe.model import RecipeDraft, TokenIssuerRef
 from shared.recipe.signing import RecipeSigner
 from tests import pg
 from tests.recipe.helpers import draft_json
-from tests.recipe_server.conftest import FakeProvisioner
+from tests.recipe_server.conftest import ISSUER, ISSUER_KEY_ID, FakeProvisioner
 
 SIGNER = RecipeSigner.from_seed(b"\x09" * 32)
 
@@ -46,8 +46,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
 
 
 def _service(db: Database) -> RecipeService:
-    service = RecipeService(RecipeStore(db), SIGNER, FakeProvisioner(), TestClock())
-    service.default_token_issuer = None
+    issuer = TokenIssuerRef(url=ISSUER, key_ids=(ISSUER_KEY_ID,))
+    service = RecipeService(RecipeStore(db), SIGNER, FakeProvisioner(), TestClock(), (issuer,))
     service.start()
     return service
 
