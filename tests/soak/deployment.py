@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from deploy.keys import DeploymentKeys, ensure_keys
+from deploy.keys import DeploymentKeys, ensure_keys, pin_issuer_keys
 from deploy.launcher import service_env
 from tests.faults.harness import (
     AGGREGATOR_ENV,
@@ -152,13 +152,18 @@ class SoakDeployment:
                 log / "recipe-server.log",
             ),
         }
-        starters = [threading.Thread(target=s.start, daemon=True) for s in self.services.values()]
+        first = [s for name, s in self.services.items() if name != "recipe-server"]
+        starters = [threading.Thread(target=s.start, daemon=True) for s in first]
         for t in starters:
             t.start()
         for t in starters:
             t.join(120)
-        for s in self.services.values():
+        for s in first:
             s.wait_healthy(60)
+        # The recipe server pins the issuer's key ids, read from its directory, as `sagg up`.
+        pin_issuer_keys(self.keys.directory, urls["token-issuer"], self.http)
+        self.services["recipe-server"].start()
+        self.services["recipe-server"].wait_healthy(60)
         self.urls = urls
 
     # --- faults ---

@@ -58,7 +58,7 @@ import numpy as np
 
 from client_sdk.budget import BudgetAccountant
 from client_sdk.device import Device, DeviceConfig
-from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance
+from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.query import randomize_indices
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
@@ -276,9 +276,13 @@ class Oracle(httpx.BaseTransport):
 # --- devices -----------------------------------------------------------------------------------
 
 
-def device_policy() -> DevicePolicy:
-    """What every soak device allows: three recipes of the analysis, epsilon 1 each."""
-    base = permissive_policy((FIELD,), FIELD)
+def device_policy(urls: dict[str, str]) -> DevicePolicy:
+    """What every soak device allows: three recipes of the analysis, epsilon 1 each, through
+    the deployment's own parties only."""
+    trusted = TrustedParties(
+        leaders=(urls["leader"],), helpers=(urls["helper"],), token_issuers=(urls["token-issuer"],)
+    )
+    base = permissive_policy((FIELD,), FIELD, trusted)
     return base.model_copy(
         update={
             "default_analysis": AnalysisAllowance(
@@ -334,7 +338,7 @@ class Fleet:
             load_manufacturer_ca(keys.ca_cert_file, keys.ca_key_file),
             httpx.Client(transport=oracle, timeout=5.0),
             config,
-            device_policy(),
+            device_policy(deployment.urls),
         )
 
     def new_device(self) -> FleetDevice:
