@@ -20,6 +20,7 @@ from services.aggregator.service import Aggregator, Answer
 from services.common.clock import TestClock
 from services.common.problems import DapProblemError
 from shared import hpke
+from shared.b64url import b64url_encode
 from shared.constants import BLIND_RSA_NK, MEDIA_REPORT
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import TaskId
@@ -316,9 +317,16 @@ def test_a_hung_token_issuer_stalls_only_its_own_task(
             helpers.TaskParams(tokens=issuer.policy()),
             issuer_http=router,
             issuer_timeout_s=120,
+            token_issuers=[ISSUER_URL, hung.url],
         )
+        b_token = _any_token()  # under B's pinned key, so only the directory fetch can decide
         task_b = helpers.TaskParams(
-            tokens={"issuer_url": hung.url, "issuer_name": "hung.test", "window_seconds": 86400}
+            tokens={
+                "issuer_url": hung.url,
+                "issuer_name": "hung.test",
+                "window_seconds": 86400,
+                "key_ids": [b64url_encode(b_token.token_key_id)],
+            }
         )
         helpers.provision(env.leader, task_b, "leader")
         b_reports = [
@@ -328,7 +336,7 @@ def test_a_hung_token_issuer_stalls_only_its_own_task(
                 env.helper_config,
                 1,
                 clock.now(),
-                extensions=encode_extensions(token=_any_token()),
+                extensions=encode_extensions(token=b_token),
             )
             for _ in range(6)
         ]

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import psycopg
@@ -46,6 +47,26 @@ def quick_env() -> dict[str, str]:
         SAGG_COLLECTOR_MAX_BACKOFF="1",
     )
     return env
+
+
+def age_buckets_draft(
+    name: str, description: str, boundaries: list[int], min_batch_size: int, epsilon: float
+) -> dict[str, Any]:
+    """A recipe draft: age buckets under asymmetric one-hot randomized response (eps0 = 2),
+    every device sampled, recipe `name`.ages of analysis `name`, hour buckets."""
+    return {
+        "recipe_id": f"{name}.ages",
+        "version": 1,
+        "analysis_id": name,
+        "description": description,
+        "query": {"stream": "profile", "fields": ["age"], "selection": {"kind": "latest"}},
+        "encoding": {"features": [{"kind": "buckets", "field": "age", "boundaries": boundaries}]},
+        "randomizer": {"name": "one_hot", "eps0": 2.0, "symmetric": False},
+        "sampling_rate": 1.0,
+        "min_batch_size": min_batch_size,
+        "privacy": {"epsilon": epsilon, "delta": 1e-6, "analysis": "stronger_clones"},
+        "task": {"time_precision": 3600},
+    }
 
 
 def free_port_args() -> list[str]:

@@ -19,31 +19,11 @@ import httpx
 import pytest
 
 from deploy.config import Deployment
-from tests.deploy.conftest import Up
+from tests.deploy.conftest import Up, age_buckets_draft
 
 DEVICES = 200
 BATCH = 150  # asymmetric one-hot, eps0 = 2, reaches epsilon 1.5 at delta 1e-6 from B = 116 on
 PRECISION = 3600
-
-
-def _draft() -> dict[str, Any]:
-    return {
-        "recipe_id": "e2e.ages",
-        "version": 1,
-        "analysis_id": "e2e",
-        "description": "age buckets, one-hot",
-        "query": {"stream": "profile", "fields": ["age"], "selection": {"kind": "latest"}},
-        "encoding": {
-            "features": [
-                {"kind": "buckets", "field": "age", "boundaries": [13, 20, 30, 45, 65, 91]}
-            ]
-        },
-        "randomizer": {"name": "one_hot", "eps0": 2.0, "symmetric": False},
-        "sampling_rate": 1.0,
-        "min_batch_size": BATCH,
-        "privacy": {"epsilon": 1.5, "delta": 1e-6, "analysis": "stronger_clones"},
-        "task": {"time_precision": PRECISION},
-    }
 
 
 def _admin_get(deployment: Deployment, path: str) -> dict[str, Any]:
@@ -65,7 +45,11 @@ def _rejections(stats: dict[str, Any]) -> dict[str, int]:
 def test_publish_devices_collect_and_a_tokenless_report_is_refused(up: Up, tmp_path: Path) -> None:
     deployment = Deployment.model_validate_json((up.data_dir / "deployment.json").read_text())
     draft_file = tmp_path / "ages.json"
-    draft_file.write_text(json.dumps(_draft()))
+    draft_file.write_text(
+        json.dumps(
+            age_buckets_draft("e2e", "age buckets, one-hot", [13, 20, 30, 45, 65, 91], BATCH, 1.5)
+        )
+    )
     published = up.sagg("recipe", "publish", str(draft_file))
     assert published.returncode == 0, published.stderr
     summary = json.loads(published.stdout)

@@ -17,7 +17,6 @@ import ssl
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -25,28 +24,10 @@ import pytest
 from deploy.config import Deployment
 from deploy.tls import ensure_local_tls
 from deploy.upload import ClientTask, UploadError, upload_reports
-from tests.deploy.conftest import Up
+from tests.deploy.conftest import Up, age_buckets_draft
 
 DEVICES = 40
 PRECISION = 3600
-
-
-def _draft() -> dict[str, Any]:
-    return {
-        "recipe_id": "tls.ages",
-        "version": 1,
-        "analysis_id": "tls",
-        "description": "age buckets over HTTPS",
-        "query": {"stream": "profile", "fields": ["age"], "selection": {"kind": "latest"}},
-        "encoding": {
-            "features": [{"kind": "buckets", "field": "age", "boundaries": [13, 30, 65, 91]}]
-        },
-        "randomizer": {"name": "one_hot", "eps0": 2.0, "symmetric": False},
-        "sampling_rate": 1.0,
-        "min_batch_size": 30,
-        "privacy": {"epsilon": 4.0, "delta": 1e-6, "analysis": "stronger_clones"},
-        "task": {"time_precision": PRECISION},
-    }
 
 
 def _mode(path: Path) -> int:
@@ -85,7 +66,9 @@ def test_the_deployment_runs_over_https_and_clients_verify_the_local_ca(
     assert all(str(url).startswith("https://127.0.0.1:") for url in urls), urls
 
     draft_file = tmp_path / "ages.json"
-    draft_file.write_text(json.dumps(_draft()))
+    draft_file.write_text(
+        json.dumps(age_buckets_draft("tls", "age buckets over HTTPS", [13, 30, 65, 91], 30, 4.0))
+    )
     published = up.sagg("recipe", "publish", str(draft_file))
     assert published.returncode == 0, published.stderr
     summary = json.loads(published.stdout)

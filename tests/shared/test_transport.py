@@ -16,6 +16,7 @@ import pytest
 
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client as sdk_client
+from client_sdk.policy import TrustedParties
 from client_sdk.simulator import Simulator
 from services.aggregator.drivers.runner import DriverRunner
 from services.common.http import async_http_client, http_client
@@ -117,7 +118,14 @@ def test_the_default_clients_apply_the_policy() -> None:
     runner = DriverRunner(_Agg())  # type: ignore[arg-type]
     with pytest.raises(httpx.UnsupportedProtocol):
         runner.http.put(OFF_HOST, content=b"an aggregation job")
-    simulator = Simulator(DeviceConfig(recipe_server_url="http://recipes.example"))
+    simulator = Simulator(
+        DeviceConfig(recipe_server_url="http://recipes.example"),
+        trusted=TrustedParties(
+            leaders=("http://leader.example",),
+            helpers=("http://helper.example",),
+            token_issuers=("http://issuer.example",),
+        ),
+    )
     with pytest.raises(httpx.UnsupportedProtocol):
         simulator.http.get("http://recipes.example/recipes/r")
     simulator.http.close()
