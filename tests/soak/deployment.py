@@ -41,8 +41,10 @@ __all__ = ["KILLABLE", "QUOTA_TOKENS", "SoakDeployment"]
 #: `runner.REPORTS_PER_DEVICE` recipes; the quota leaves room for a second token per report and
 #: for the units a kill mid-issuance costs, so that the quota is checked, not run into.
 QUOTA_TOKENS = 12
-#: The services a scenario may kill -9 (the recipe server only provisions, between scenarios).
-KILLABLE = ("leader", "leader-drivers", "helper", "collector", "token-issuer")
+#: The services a scenario may kill -9. The recipe server is idle while a scenario runs: its
+#: kill checks that the next scenario's publication, after a restart, still extends the log the
+#: devices hold (signing key and tree durable).
+KILLABLE = ("leader", "leader-drivers", "helper", "collector", "token-issuer", "recipe-server")
 
 
 class SoakDeployment:

@@ -7,10 +7,10 @@ leader, helper and collector provisioned, the helper behind the fault proxy), ha
 attester identity) answer it, and uploads their reports: `main` reports into the current hour
 (at least B) and B-1 into the hour before (the `small` batch). Faults fire meanwhile:
 
-- kill -9 of a service (leader API, leader drivers, helper, collector, token issuer) when the
-  n-th upload is answered, when the n-th aggregation-job request of the task crosses the proxy,
-  or when the n-th aggregate-share request does (before it is forwarded, a few milliseconds
-  into it while the helper may be inside its transaction, or after the helper answered); the
+- kill -9 of a service (leader API, leader drivers, helper, collector, token issuer, recipe
+  server) when the n-th upload is answered, when the n-th aggregation-job request of the task
+  crosses the proxy, or when the n-th aggregate-share request does (before it is forwarded, a
+  few milliseconds into it while the helper may be inside its transaction, or after the helper
   answered); the service is started again after a drawn pause;
 - a crash of the PostgreSQL server holding the leader's and helper's stores (`pg_ctl stop -m
   immediate`, then start), at the same kinds of moments;
@@ -163,6 +163,7 @@ _PHASES: dict[str, tuple[Phase, ...]] = {
     "helper": ("aggregation", "collection"),
     "collector": ("collection",),
     "token-issuer": ("upload",),
+    "recipe-server": ("upload", "aggregation", "collection"),
     "postgres": ("upload", "aggregation", "collection"),
 }
 
