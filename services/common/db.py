@@ -159,9 +159,17 @@ class _SqliteEngine(_Engine):
         if conn is None:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                # Switching a new store to WAL can answer "locked" at once, without the busy
+                # handler, while other processes open it too: the caller retries.
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if _sqlite_busy(exc):
+                    raise TransientDbError(str(exc)) from exc
+                raise
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
