@@ -35,8 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.common import Result, print_table
-from bench.deployment import rss_kib, spawn_deployment
-from deploy.tasks import TaskParams, create_task
+from bench.deployment import provision, rss_kib, spawn_deployment
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config
 from shared.constants import MEDIA_REPORT
 from shared.dap.ids import TaskId
@@ -262,14 +261,7 @@ def run_flood(duration: float, warmup: float, threads: int) -> FloodSummary:
     work = Path(tempfile.mkdtemp(prefix="sagg-bench-flood-"))
     try:
         with spawn_deployment("sqlite", work, aggregator_env=LEADER_ENV) as spawned:
-            params = TaskParams(
-                vdaf=VdafSpec(type="Prio3Count"),
-                min_batch_size=1,
-                leader=spawned.leader,
-                helper=spawned.helper,
-                collector=spawned.collector,
-            )
-            task = ClientTask.model_validate(create_task(params, spawned.admin_token))
+            task = ClientTask.model_validate(provision(spawned, VdafSpec(type="Prio3Count"), 1))
             return flood(
                 spawned.leader,
                 task,

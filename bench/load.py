@@ -40,6 +40,7 @@ from bench.deployment import (
     Uploader,
     machine_cpu_seconds,
     percentile,
+    provision,
     rss_kib,
     spawn_deployment,
 )
@@ -395,14 +396,7 @@ def run(duration: float = 30.0) -> list[Result]:
     work = Path(tempfile.mkdtemp(prefix="sagg-bench-load-"))
     try:
         with spawn_deployment("sqlite", work) as spawned:
-            params = TaskParams(
-                vdaf=VdafSpec(type="Prio3Count"),
-                min_batch_size=1,
-                leader=spawned.leader,
-                helper=spawned.helper,
-                collector=spawned.collector,
-            )
-            task = ClientTask.model_validate(create_task(params, spawned.admin_token))
+            task = ClientTask.model_validate(provision(spawned, VdafSpec(type="Prio3Count"), 1))
             pids = {name: spawned.pid(name) for name in ("leader", "helper")}
             summary = generate_load(LoadConfig(task=task, duration=duration, pids=pids), quiet=True)
     finally:
