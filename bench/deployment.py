@@ -59,8 +59,8 @@ from deploy.upload import (
     fetch_hpke_config,
     random_measurements,
 )
-from shared.constants import MEDIA_REPORT
 from shared.dap.ids import TaskId
+from shared.dap.messages import MEDIA_REPORT
 from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 

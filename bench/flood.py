@@ -37,9 +37,8 @@ import httpx
 from bench.common import Result, print_table
 from bench.deployment import provision, rss_kib, spawn_deployment
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config
-from shared.constants import MEDIA_REPORT
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeCiphertext, Report
+from shared.dap.messages import MEDIA_REPORT, HpkeCiphertext, Report
 from shared.dap.sizes import max_report_len
 from shared.vdaf.spec import VdafSpec
 

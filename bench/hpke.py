@@ -20,7 +20,8 @@ from pyhpke import AEADId, CipherSuite, KDFId, KEMId
 
 from bench.common import Result
 from shared import hpke
-from shared.constants import HPKE_INFO_INPUT_SHARE, ROLE_CLIENT, ROLE_LEADER
+from shared.dap.hpke_context import HPKE_INFO_INPUT_SHARE
+from shared.dap.messages import ROLE_CLIENT, ROLE_LEADER
 
 
 def _median_us(fn: Callable[[], object], calls: int, repeats: int) -> float:

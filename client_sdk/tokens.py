@@ -24,7 +24,6 @@ import httpx
 
 from client_sdk.storage import StateDb
 from shared import b64url
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge, token_window_start
 from shared.dap.ids import TaskId
 from shared.dap.messages import Role
@@ -38,9 +37,9 @@ from shared.privacypass.attestation import (
     SIGNATURE_HEADER,
 )
 from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.directory import DirectoryError, IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.headers import b64url_decode, b64url_encode
-from shared.privacypass.messages import Token
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 
 __all__ = ["DeviceIdentity", "TokenError", "TokenWallet"]
 

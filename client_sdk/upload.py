@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-from shared.constants import MEDIA_REPORT
+from shared.dap.messages import MEDIA_REPORT
 from shared.dap.problems import ProblemType
 
 __all__ = ["UploadResult", "Uploader"]

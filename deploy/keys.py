@@ -53,9 +53,8 @@ from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import ISSUER_DIRECTORY_PATH
 from shared.files import create_private, private_dir, read_private, write_private
-from shared.privacypass.directory import DirectoryError, IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError
 from shared.recipe.signing import RecipeSigner
 

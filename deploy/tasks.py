@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from client_sdk.http import http_client, http_failure
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
-from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 from shared.dap.task import (
     AggregatorNoise,
@@ -30,6 +29,7 @@ from shared.dap.task import (
     TokenPolicy,
 )
 from shared.transport import TransportPolicy
+from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["PartyTokens", "ProvisionError", "TaskParams", "create_task"]

@@ -22,9 +22,10 @@ from client_sdk.http import http_client, http_failure
 from client_sdk.reports import NoUsableConfigError, ReportInput, choose_config
 from client_sdk.reports import build_reports as sdk_build_reports
 from shared.codec import DecodeError
-from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
 from shared.dap.ids import TaskId
 from shared.dap.messages import (
+    MEDIA_HPKE_CONFIG_LIST,
+    MEDIA_REPORT,
     HpkeConfig,
     HpkeConfigList,
     Report,

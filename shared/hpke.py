@@ -34,11 +34,12 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hmac import HMAC
 
-from shared.constants import (
-    HPKE_AEAD_AES_128_GCM,
-    HPKE_KDF_HKDF_SHA256,
-    HPKE_KEM_X25519_HKDF_SHA256,
-)
+HPKE_KEM_X25519_HKDF_SHA256: Final = 0x0020
+
+HPKE_KDF_HKDF_SHA256: Final = 0x0001
+
+HPKE_AEAD_AES_128_GCM: Final = 0x0001
+
 
 __all__ = [
     "ENC_SIZE",

@@ -64,7 +64,8 @@ from services.common.problems import (
 )
 from shared import hpke
 from shared.codec import DecodeError
-from shared.constants import (
+from shared.dap.ids import TaskId
+from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE,
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
@@ -74,7 +75,6 @@ from shared.constants import (
     MEDIA_COLLECTION,
     MEDIA_HPKE_CONFIG_LIST,
 )
-from shared.dap.ids import TaskId
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from shared.constants import REPORT_ID_CHECKSUM_SIZE
 from shared.dap.ids import BatchId
-from shared.dap.messages import BatchSelector, Interval, QueryType
+from shared.dap.messages import REPORT_ID_CHECKSUM_SIZE, BatchSelector, Interval, QueryType
 
 #: Times and interval ends are kept below this so they fit signed 64-bit database integers.
 MAX_STORED_TIME = 2**63 - 1

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import httpx
 
 from services.common.clock import Clock
-from shared.constants import ISSUER_DIRECTORY_PATH, TOKEN_TYPE_BLIND_RSA
-from shared.privacypass.directory import DirectoryError, IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError, TokenKey
+from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA
 
 log = logging.getLogger(__name__)
 

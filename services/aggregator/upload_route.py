@@ -39,7 +39,7 @@ from services.common.problems import (
     dap_problem_response,
     problem_response,
 )
-from shared.constants import MEDIA_REPORT
+from shared.dap.messages import MEDIA_REPORT
 from shared.dap.problems import ProblemType
 
 log = logging.getLogger(__name__)

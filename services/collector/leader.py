@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from shared.constants import DAP_AUTH_HEADER, MEDIA_COLLECT_REQ, MEDIA_COLLECTION
 from shared.dap.ids import CollectionJobId, TaskId
-from shared.dap.messages import CollectionReq
+from shared.dap.messages import DAP_AUTH_HEADER, MEDIA_COLLECT_REQ, MEDIA_COLLECTION, CollectionReq
 from shared.dap.problems import ProblemType
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import Annotated
 from pydantic import AfterValidator, SecretStr
 
 from services.common.problems import HttpProblemError
-from shared.constants import DAP_AUTH_HEADER
+from shared.dap.messages import DAP_AUTH_HEADER
 
 _BEARER = "bearer "
 

@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -28,7 +28,10 @@ from starlette.concurrency import run_in_threadpool
 
 from services.common.auth import require_bearer
 from services.common.problems import install_http_problem_handler
-from shared.constants import MEDIA_PROMETHEUS_TEXT
+
+#: Prometheus text exposition format 0.0.4, as every service's `GET /metrics` answers it.
+MEDIA_PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
+
 
 __all__ = ["Counter", "Registry", "Scrape", "install_metrics"]
 

@@ -16,8 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.constants import MEDIA_PROBLEM
-from shared.dap.problems import ProblemType
+from shared.dap.problems import MEDIA_PROBLEM, ProblemType
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from services.common.limits import ServerLimits
-from shared.constants import MEDIA_PROBLEM
+from shared.dap.problems import MEDIA_PROBLEM
 
 __all__ = ["TimedHttpToolsProtocol", "server_options"]
 

@@ -65,9 +65,8 @@ from services.recipe_server.service import (
 from services.recipe_server.settings import RecipeServerSettings
 from services.recipe_server.store import RecipeStore
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import SIGNATURE_ALGORITHM
 from shared.recipe.model import RecipeDraft, TokenIssuerRef
-from shared.recipe.signing import RecipeSigner
+from shared.recipe.signing import SIGNATURE_ALGORITHM, RecipeSigner
 
 __all__ = ["create_app"]
 

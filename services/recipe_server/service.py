@@ -66,12 +66,12 @@ from services.recipe_server.store import (
     StoredHead,
 )
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import TREE_HEAD_SIGNATURE_CONTEXT
 from shared.dap.extensions import recipe_digest
 from shared.dp.aggregator_noise import noise_guarantee
 from shared.recipe.accounting import assess_privacy, expected_vdaf, noise_problems
 from shared.recipe.canonical import canonical_json
 from shared.recipe.log import (
+    TREE_HEAD_SIGNATURE_CONTEXT,
     consistency_proof,
     inclusion_proof,
     leaf_hash,

@@ -62,12 +62,6 @@ from services.token_issuer.issuer import IssuanceError, IssuerService
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.metrics import TokenIssuerMetrics
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.constants import (
-    ISSUER_DIRECTORY_PATH,
-    MEDIA_ISSUER_DIRECTORY,
-    MEDIA_TOKEN_REQUEST,
-    MEDIA_TOKEN_RESPONSE,
-)
 from shared.privacypass.attestation import (
     ATTESTER_CHALLENGE_PATH,
     ATTESTER_ENROLL_PATH,
@@ -76,7 +70,9 @@ from shared.privacypass.attestation import (
     NONCE_HEADER,
     SIGNATURE_HEADER,
 )
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, MEDIA_ISSUER_DIRECTORY
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
 
 __all__ = ["create_app", "load_trust_anchors"]
 

@@ -43,8 +43,8 @@ from services.token_issuer.devices import (
     verify_device_signature,
 )
 from services.token_issuer.issuer import IssuerService
-from shared.constants import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
 from shared.privacypass.issuance import IssuanceError
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
 
 __all__ = [
     "MIGRATIONS",

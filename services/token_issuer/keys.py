@@ -33,10 +33,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from services.common.clock import Clock
 from services.common.crypter import Crypter
 from services.common.db import Database, Migration, Tx
-from shared.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass import rsabssa
 from shared.privacypass.directory import DirectoryKey, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
+from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA
 
 __all__ = ["MIGRATIONS", "KeySchedule", "KeyRing", "KeyStore", "ScheduledKey"]
 

@@ -2,7 +2,7 @@
 
 DAP-09 §4.4.2 lets a client attach `Extension`s to each `PlaintextInputShare`; the aggregators
 must reject a report whose extensions they do not recognize or that repeat (DAP-09 §4.5.1.4).
-sagg defines two, in the private-use range (`shared.constants`), each present in *both* input
+sagg defines two, in the private-use range (defined below), each present in *both* input
 shares so that each aggregator checks them on its own:
 
 - ``EXTENSION_RECIPE_BINDING`` (0xFE01): a `RecipeBinding`, the SHA-256 of the recipe's
@@ -48,19 +48,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Final, Self
 from urllib.parse import urlsplit
 
 from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
-from shared.constants import (
-    EXTENSION_PRIVACY_PASS_TOKEN,
-    EXTENSION_RECIPE_BINDING,
-    TOKEN_TYPE_BLIND_RSA,
-)
 from shared.dap.ids import TaskId
 from shared.dap.messages import Extension, Role
 from shared.dap.task import TokenPolicy
-from shared.privacypass.messages import Token, TokenChallenge
+from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA, Token, TokenChallenge
+
+#: A Privacy Pass token (RFC 9577 §2.2 `Token`) that the report spends, in both input shares.
+EXTENSION_PRIVACY_PASS_TOKEN: Final = 0xFE00
+
+#: The recipe the device answered and its minimum batch size B, in both input shares (001 §4.8).
+EXTENSION_RECIPE_BINDING: Final = 0xFE01
+
 
 __all__ = [
     "KNOWN_EXTENSIONS",

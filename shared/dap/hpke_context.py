@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from shared.constants import HPKE_INFO_AGGREGATE_SHARE, HPKE_INFO_INPUT_SHARE
+from typing import Final
+
 from shared.dap.ids import TaskId
 from shared.dap.messages import (
     AggregateShareAad,
@@ -20,6 +21,12 @@ from shared.dap.messages import (
     ReportMetadata,
     Role,
 )
+
+#: HPKE info labels (DAP-09 §4.4.2 and §4.6.4); the role bytes follow the label.
+HPKE_INFO_INPUT_SHARE: Final = b"dap-09 input share"
+
+HPKE_INFO_AGGREGATE_SHARE: Final = b"dap-09 aggregate share"
+
 
 __all__ = ["aggregate_share_aad", "aggregate_share_info", "input_share_aad", "input_share_info"]
 

@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import functools
 import secrets
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from shared.b64url import b64url_decode, b64url_encode
 from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
-from shared.constants import (
-    AGGREGATION_JOB_ID_SIZE,
-    BATCH_ID_SIZE,
-    COLLECTION_JOB_ID_SIZE,
-    REPORT_ID_SIZE,
-    TASK_ID_SIZE,
-)
+
+#: Sizes of DAP identifiers in bytes (DAP-09 §4.1).
+TASK_ID_SIZE: Final = 32
+
+REPORT_ID_SIZE: Final = 16
+
+BATCH_ID_SIZE: Final = 32
+
+AGGREGATION_JOB_ID_SIZE: Final = 16
+
+COLLECTION_JOB_ID_SIZE: Final = 16
+
 
 __all__ = ["AggregationJobId", "BatchId", "CollectionJobId", "ReportId", "TaskId"]
 

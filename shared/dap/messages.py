@@ -35,21 +35,58 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Self
+from typing import Final, Self
 
 from shared.codec import U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
-from shared.constants import (
-    FIXED_SIZE_BY_BATCH_ID,
-    FIXED_SIZE_CURRENT_BATCH,
-    QUERY_TYPE_FIXED_SIZE,
-    QUERY_TYPE_TIME_INTERVAL,
-    REPORT_ID_CHECKSUM_SIZE,
-    ROLE_CLIENT,
-    ROLE_COLLECTOR,
-    ROLE_HELPER,
-    ROLE_LEADER,
-)
 from shared.dap.ids import BatchId, ReportId, TaskId
+
+#: Version tag that prefixes every HPKE info string (DAP-09 §4.4.2, §4.6.4).
+DAP_VERSION: Final = "dap-09"
+
+# Media types (DAP-09 §8.1). Sent exactly, with no parameters: divviup-ts compares them verbatim.
+MEDIA_HPKE_CONFIG_LIST: Final = "application/dap-hpke-config-list"
+
+MEDIA_REPORT: Final = "application/dap-report"
+
+MEDIA_AGGREGATION_JOB_INIT_REQ: Final = "application/dap-aggregation-job-init-req"
+
+MEDIA_AGGREGATION_JOB_RESP: Final = "application/dap-aggregation-job-resp"
+
+MEDIA_AGGREGATION_JOB_CONTINUE_REQ: Final = "application/dap-aggregation-job-continue-req"
+
+MEDIA_AGGREGATE_SHARE_REQ: Final = "application/dap-aggregate-share-req"
+
+MEDIA_AGGREGATE_SHARE: Final = "application/dap-aggregate-share"
+
+MEDIA_COLLECT_REQ: Final = "application/dap-collect-req"
+
+MEDIA_COLLECTION: Final = "application/dap-collection"
+
+#: Header carrying the shared bearer secret between parties (interop draft §4.2, DAP-09 §3.1).
+DAP_AUTH_HEADER: Final = "DAP-Auth-Token"
+
+#: Roles (DAP-09 §4.1), as carried in HPKE info strings.
+ROLE_COLLECTOR: Final = 0
+
+ROLE_CLIENT: Final = 1
+
+ROLE_LEADER: Final = 2
+
+ROLE_HELPER: Final = 3
+
+#: Query types (DAP-09 §4.1).
+QUERY_TYPE_TIME_INTERVAL: Final = 1
+
+QUERY_TYPE_FIXED_SIZE: Final = 2
+
+#: Fixed-size query subtypes (DAP-09 §4.1).
+FIXED_SIZE_BY_BATCH_ID: Final = 0
+
+FIXED_SIZE_CURRENT_BATCH: Final = 1
+
+#: Size of the report-ID checksum in AggregateShareReq: XOR of SHA-256(report_id) (DAP-09 §4.6.2).
+REPORT_ID_CHECKSUM_SIZE: Final = 32
+
 
 __all__ = [
     "AggregateShare",

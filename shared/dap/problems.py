@@ -8,8 +8,13 @@ like Janus 0.7, sagg answers `unauthorizedRequest` with 403 instead.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Final
 
-from shared.constants import PROBLEM_URN_PREFIX
+MEDIA_PROBLEM: Final = "application/problem+json"
+
+#: Prefix of every DAP problem type URN (DAP-09 §3.2).
+PROBLEM_URN_PREFIX: Final = "urn:ietf:params:ppm:dap:error:"
+
 
 __all__ = ["ProblemType"]
 

@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from shared.constants import (
-    BLIND_RSA_NK,
-    CHALLENGE_DIGEST_SIZE,
-    REPORT_ID_SIZE,
-    TOKEN_KEY_ID_SIZE,
-    TOKEN_NONCE_SIZE,
-)
+from shared.dap.ids import REPORT_ID_SIZE
 from shared.hpke import ENC_SIZE, TAG_SIZE
+from shared.privacypass.keys import TOKEN_KEY_ID_SIZE
+from shared.privacypass.messages import CHALLENGE_DIGEST_SIZE, TOKEN_NONCE_SIZE
+from shared.privacypass.rsabssa import BLIND_RSA_NK
 from shared.vdaf.prio3 import Prio3
 
 __all__ = [

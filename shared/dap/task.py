@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shared.b64url import b64url_decode, b64url_encode
 from shared.codec import DecodeError
-from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, QueryType
 from shared.dp.gaussian import analytic_gaussian_sigma
+from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from shared.vdaf.spec import VdafSpec
 
 Role = Literal["leader", "helper"]

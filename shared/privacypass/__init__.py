@@ -1,8 +1,7 @@
 """Privacy Pass token type 0x0002 (Blind RSA) for sagg: RFC 9474, RFC 9577, RFC 9578.
 
-Pure code, no I/O. Modules, one concept each:
+Pure code, no I/O. Modules, one concept each, each holding the constants of its RFC section:
 
-- `constants`: token types, sizes, media types, the well-known path.
 - `rsabssa`: RSA blind signatures (RFC 9474), all four SHA-384 variants.
 - `keys`: the RSASSA-PSS SPKI and token_key_id of an issuer key (RFC 9578 §6.5).
 - `messages`: TokenChallenge, TokenRequest, TokenResponse, Token (RFC 9577 §2, RFC 9578 §6).

@@ -16,11 +16,12 @@ import secrets
 from dataclasses import dataclass, field
 
 from shared.codec import DecodeError
-from shared.constants import TOKEN_NONCE_SIZE, TOKEN_TYPE_BLIND_RSA
 from shared.privacypass import rsabssa
 from shared.privacypass.headers import PrivateTokenChallenge, parse_www_authenticate
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import (
+    TOKEN_NONCE_SIZE,
+    TOKEN_TYPE_BLIND_RSA,
     Token,
     TokenChallenge,
     TokenRequest,

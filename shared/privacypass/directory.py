@@ -18,11 +18,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from shared.constants import TOKEN_TYPE_BLIND_RSA
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 from shared.privacypass.keys import InvalidKeyError, TokenKey
+from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA
+
+#: Well-known path of the issuer directory (RFC 9578 §4, §8.1).
+ISSUER_DIRECTORY_PATH: Final = "/.well-known/private-token-issuer-directory"
+
+MEDIA_ISSUER_DIRECTORY: Final = "application/private-token-issuer-directory"
+
 
 __all__ = ["DirectoryError", "DirectoryKey", "IssuerDirectory"]
 

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from shared import b64url as base64url
-from shared.constants import PRIVATE_TOKEN_AUTH_SCHEME
 from shared.privacypass.messages import TokenChallenge
+
+#: The HTTP authentication scheme name (RFC 9577 §2).
+PRIVATE_TOKEN_AUTH_SCHEME: Final = "PrivateToken"
+
 
 __all__ = [
     "HeaderError",

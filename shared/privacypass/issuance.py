@@ -8,10 +8,10 @@ the key by truncated id among the keys of the current epochs and maps `IssuanceE
 from __future__ import annotations
 
 from shared.codec import DecodeError
-from shared.constants import BLIND_RSA_MODULUS_BITS, BLIND_RSA_PUBLIC_EXPONENT
 from shared.privacypass import rsabssa
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import TokenRequest, TokenResponse
+from shared.privacypass.rsabssa import BLIND_RSA_MODULUS_BITS, BLIND_RSA_PUBLIC_EXPONENT
 
 __all__ = ["IssuanceError", "IssuerKey", "issue"]
 

@@ -20,8 +20,11 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
-from shared.constants import BLIND_RSA_NK, TOKEN_KEY_ID_SIZE
-from shared.privacypass.rsabssa import RsaPublicKey
+from shared.privacypass.rsabssa import BLIND_RSA_NK, RsaPublicKey
+
+#: Nid: SHA-256 of the issuer key's SPKI (RFC 9578 §6, Nid = 32).
+TOKEN_KEY_ID_SIZE: Final = 32
+
 
 __all__ = ["InvalidKeyError", "TokenKey", "decode_spki", "encode_spki", "token_key_id"]
 

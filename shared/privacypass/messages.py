@@ -14,17 +14,40 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Self
+from typing import Final, Self
 
 from shared.codec import DecodeError, Decoder, Encoder, TlsStruct
-from shared.constants import (
-    BLIND_RSA_NK,
-    CHALLENGE_DIGEST_SIZE,
-    REDEMPTION_CONTEXT_SIZE,
-    TOKEN_KEY_ID_SIZE,
-    TOKEN_NONCE_SIZE,
-    TOKEN_TYPE_BLIND_RSA,
-)
+from shared.privacypass.keys import TOKEN_KEY_ID_SIZE
+from shared.privacypass.rsabssa import BLIND_RSA_NK
+
+#: Blind RSA (SHA-384, 2048-bit), publicly verifiable: the only type sagg issues (RFC 9578 §6).
+TOKEN_TYPE_BLIND_RSA: Final = 0x0002
+
+#: VOPRF(P-384, SHA-384), privately verifiable (RFC 9578 §5); recognized, never issued.
+TOKEN_TYPE_VOPRF: Final = 0x0001
+
+#: Reserved ("greased") token types that clients must ignore (RFC 9577 §6.2.1).
+GREASE_TOKEN_TYPES: Final = frozenset(
+    {
+        0x0000, 0x02AA, 0x1132, 0x2E96, 0x3CD3, 0x4473, 0x5A63, 0x6D32, 0x7F3F,
+        0x8D07, 0x916B, 0xA6A4, 0xBEAB, 0xC3F3, 0xDA42, 0xE944, 0xF057,
+    }
+)  # fmt: skip
+
+#: Client nonce in TokenInput and Token (RFC 9577 §2.2).
+TOKEN_NONCE_SIZE: Final = 32
+
+#: SHA-256 digest of the TokenChallenge (RFC 9577 §2.2).
+CHALLENGE_DIGEST_SIZE: Final = 32
+
+#: A redemption_context is empty or exactly this long (RFC 9577 §2.1.1).
+REDEMPTION_CONTEXT_SIZE: Final = 32
+
+# Media types (RFC 9578 §8.3), sent and matched exactly, with no parameters.
+MEDIA_TOKEN_REQUEST: Final = "application/private-token-request"
+
+MEDIA_TOKEN_RESPONSE: Final = "application/private-token-response"
+
 
 __all__ = [
     "Token",

@@ -36,7 +36,22 @@ from typing import Any, Final
 import gmpy2
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from shared.constants import RSABSSA_PREFIX_LEN
+#: Issuer RSA modulus for token type 2, in bits (RFC 9578 §6: "Blind RSA (SHA-384, 2048-bit)").
+BLIND_RSA_MODULUS_BITS: Final = 2048
+
+#: Nk for token type 2: the RSA modulus length in bytes (RFC 9578 §6).
+BLIND_RSA_NK: Final = BLIND_RSA_MODULUS_BITS // 8
+
+#: The public exponent sagg generates keys with (RFC 9578 §6.5 leaves it open; 65537 is the
+#: value of every published vector and of the SPKI template).
+BLIND_RSA_PUBLIC_EXPONENT: Final = 65537
+
+#: PSS salt length for token type 2: the SHA-384 output size (RFC 9578 §6.4, §6.5).
+BLIND_RSA_SALT_LEN: Final = 48
+
+#: The PrepareRandomize prefix length (RFC 9474 §4.1).
+RSABSSA_PREFIX_LEN: Final = 32
+
 
 __all__ = [
     "PSSZERO_DETERMINISTIC",

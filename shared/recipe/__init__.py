@@ -6,5 +6,4 @@
 - `accounting`: the recipe's (q, B) against its claimed (epsilon, delta); its expected VDAF.
 - `query_class`: query classes of a device policy and the verifier of 000 §4.2.
 - `log`: the RFC 9162-style Merkle transparency log, signed tree heads, proofs, `LogVerifier`.
-- `constants`: format version, signature contexts, media types.
 """

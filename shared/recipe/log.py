@@ -28,14 +28,13 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import LOG_HASH_SIZE, TREE_HEAD_SIGNATURE_CONTEXT
 from shared.recipe.model import Recipe
 from shared.recipe.signing import (
     RecipeSigner,
@@ -44,6 +43,14 @@ from shared.recipe.signing import (
     public_key_bytes,
     verify_signed_recipe,
 )
+
+TREE_HEAD_SIGNATURE_CONTEXT: Final = b"sagg recipe log tree head v1\x00"
+
+MEDIA_TREE_HEAD: Final = "application/sagg-tree-head+json"
+
+#: SHA-256 output length: leaf and node hashes of the recipe log (RFC 9162 §2.1.1).
+LOG_HASH_SIZE: Final = 32
+
 
 __all__ = [
     "EMPTY_ROOT",

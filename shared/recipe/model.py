@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -46,7 +46,6 @@ from pydantic import (
 
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
-from shared.constants import RECIPE_FORMAT
 from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
@@ -57,6 +56,12 @@ from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
 from shared.dp.vdaf_mapping import sfp_length
 from shared.recipe.rate import expected_reports_per_bucket
 from shared.vdaf.spec import VdafSpec
+
+#: The `format` member of every recipe; a device refuses formats it does not know.
+RECIPE_FORMAT: Final = "sagg-recipe/1"
+
+MEDIA_RECIPE_LIST: Final = "application/sagg-recipe-list+json"
+
 
 __all__ = [
     "MAX_DIMENSION",

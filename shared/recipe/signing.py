@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -25,9 +25,18 @@ from cryptography.hazmat.primitives.serialization import PublicFormat
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import RECIPE_SIGNATURE_CONTEXT
 from shared.recipe.canonical import CanonicalizationError, canonical_json
 from shared.recipe.model import Recipe
+
+#: Ed25519 signature contexts (prepended to the signed bytes, each ends with a NUL).
+RECIPE_SIGNATURE_CONTEXT: Final = b"sagg recipe v1\x00"
+
+#: Signature algorithm name as the key directory (`GET /keys`) states it.
+SIGNATURE_ALGORITHM: Final = "Ed25519"
+
+#: Media types of the recipe server's JSON documents.
+MEDIA_SIGNED_RECIPE: Final = "application/sagg-signed-recipe+json"
+
 
 __all__ = [
     "RecipeSigner",

@@ -15,31 +15,47 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from shared.constants import (
-    ALGO_PRIO3_COUNT,
-    ALGO_PRIO3_HISTOGRAM,
-    ALGO_PRIO3_PRIVATE,
-    ALGO_PRIO3_SUM,
-    ALGO_PRIO3_SUM_VEC,
-    NONCE_SIZE,
-    USAGE_JOINT_RAND_PART,
-    USAGE_JOINT_RAND_SEED,
-    USAGE_JOINT_RANDOMNESS,
-    USAGE_MEAS_SHARE,
-    USAGE_PROOF_SHARE,
-    USAGE_PROVE_RANDOMNESS,
-    USAGE_QUERY_RANDOMNESS,
-    VERIFY_KEY_SIZE,
-)
 from shared.vdaf.circuits import Count, Histogram, MultiHotHistogram, Sum, SumVec, Valid
 from shared.vdaf.field import Field, Field64, FieldArray
 from shared.vdaf.flp import FlpGeneric
 from shared.vdaf.xof import XofTurboShake128, domain_separation_tag
+
+#: Algorithm identifiers (VDAF-08 §10); 0xFFFF0000..0xFFFFFFFF are private.
+ALGO_PRIO3_COUNT: Final = 0x00000000
+
+ALGO_PRIO3_SUM: Final = 0x00000001
+
+ALGO_PRIO3_SUM_VEC: Final = 0x00000002
+
+ALGO_PRIO3_HISTOGRAM: Final = 0x00000003
+
+#: Private codepoint the VDAF-08 reference code uses for its experimental Prio3 variants.
+ALGO_PRIO3_PRIVATE: Final = 0xFFFFFFFF
+
+#: Prio3 DST usages (VDAF-08 §7.2, table "prio3-const").
+USAGE_MEAS_SHARE: Final = 1
+
+USAGE_PROOF_SHARE: Final = 2
+
+USAGE_JOINT_RANDOMNESS: Final = 3
+
+USAGE_PROVE_RANDOMNESS: Final = 4
+
+USAGE_QUERY_RANDOMNESS: Final = 5
+
+USAGE_JOINT_RAND_SEED: Final = 6
+
+USAGE_JOINT_RAND_PART: Final = 7
+
+VERIFY_KEY_SIZE: Final = 16
+
+NONCE_SIZE: Final = 16
+
 
 SEED_SIZE = XofTurboShake128.SEED_SIZE
 

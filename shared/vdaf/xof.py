@@ -9,12 +9,22 @@ elements from the same stream, exactly as the element-by-element definition does
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 import numpy as np
 from Crypto.Hash import TurboSHAKE128
 
-from shared.constants import ALGO_CLASS_VDAF, VDAF_VERSION, XOF_SEED_SIZE
 from shared.vdaf.field import Field, FieldArray
+
+#: Version byte in every domain-separation tag (VDAF-08 §6.2.3).
+VDAF_VERSION: Final = 8
+
+#: Algorithm classes in the DST (VDAF-08 §6.2.3).
+ALGO_CLASS_VDAF: Final = 0
+
+#: XofTurboShake128 seed size and Prio3 sizes (VDAF-08 §6.2.1, §7.2).
+XOF_SEED_SIZE: Final = 16
+
 
 #: Domain-separation byte of TurboSHAKE128 that VDAF-08 fixes.
 _TURBOSHAKE_DOMAIN = 1

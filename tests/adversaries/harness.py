@@ -22,13 +22,6 @@ from services.aggregator.settings import AggregatorSettings
 from services.common.clock import TestClock
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import (
-    MEDIA_AGGREGATE_SHARE_REQ,
-    MEDIA_AGGREGATION_JOB_INIT_REQ,
-    MEDIA_COLLECT_REQ,
-    MEDIA_PROBLEM,
-    MEDIA_REPORT,
-)
 from shared.dap.hpke_context import (
     aggregate_share_aad,
     aggregate_share_info,
@@ -37,6 +30,10 @@ from shared.dap.hpke_context import (
 )
 from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId, TaskId
 from shared.dap.messages import (
+    MEDIA_AGGREGATE_SHARE_REQ,
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
+    MEDIA_COLLECT_REQ,
+    MEDIA_REPORT,
     AggregateShare,
     AggregateShareReq,
     AggregationJobInitReq,
@@ -58,6 +55,7 @@ from shared.dap.messages import (
     ReportShare,
     Role,
 )
+from shared.dap.problems import MEDIA_PROBLEM
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import Prio3
 from shared.vdaf.spec import VdafSpec

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.constants import MEDIA_COLLECT_REQ
 from shared.dap.ids import CollectionJobId
-from shared.dap.messages import CollectionReq, Interval, Query
+from shared.dap.messages import MEDIA_COLLECT_REQ, CollectionReq, Interval, Query
 from tests.adversaries.conftest import DbFactory
 from tests.adversaries.harness import (
     BUCKET,

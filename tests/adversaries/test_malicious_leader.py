@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 
 from shared.b64url import b64url_encode
-from shared.constants import MEDIA_AGGREGATION_JOB_CONTINUE_REQ, MEDIA_AGGREGATION_JOB_INIT_REQ
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import AggregationJobId, ReportId
 from shared.dap.messages import (
+    MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
     AggregationJobContinueReq,
     AggregationJobInitReq,
     HpkeCiphertext,

@@ -32,13 +32,11 @@ import pytest
 
 from services.aggregator.metrics import aggregator_metrics
 from services.aggregator.service import Aggregator
-from shared.constants import (
+from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId
+from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_INIT_REQ,
     MEDIA_COLLECT_REQ,
-)
-from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId
-from shared.dap.messages import (
     AggregateShare,
     AggregateShareReq,
     AggregationJobInitReq,

@@ -41,7 +41,6 @@ from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import decode_extensions, encode_extensions, token_challenge
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.ids import TaskId
@@ -49,9 +48,9 @@ from shared.dap.messages import PlaintextInputShare, PrepareError, PrepareRespSt
 from shared.dap.task import TokenPolicy
 from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
 from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
-from shared.privacypass.messages import Token
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 from tests.adversaries.harness import (
     BUCKET,
     NOW,

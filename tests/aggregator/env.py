@@ -14,9 +14,15 @@ from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.service import Aggregator
 from services.common.clock import Clock, TestClock
-from shared.constants import MEDIA_COLLECT_REQ
 from shared.dap.ids import CollectionJobId
-from shared.dap.messages import Collection, CollectionReq, HpkeConfig, Query, Report
+from shared.dap.messages import (
+    MEDIA_COLLECT_REQ,
+    Collection,
+    CollectionReq,
+    HpkeConfig,
+    Query,
+    Report,
+)
 from tests.aggregator import helpers
 from tests.aggregator.helpers import TaskParams
 

@@ -11,7 +11,6 @@ import httpx
 from services.aggregator.settings import AggregatorSettings
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import MEDIA_REPORT
 from shared.dap.hpke_context import (
     aggregate_share_aad,
     aggregate_share_info,
@@ -20,6 +19,7 @@ from shared.dap.hpke_context import (
 )
 from shared.dap.ids import ReportId, TaskId
 from shared.dap.messages import (
+    MEDIA_REPORT,
     BatchSelector,
     HpkeCiphertext,
     HpkeConfig,

@@ -18,15 +18,14 @@ from services.token_issuer.app import create_app
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.b64url import b64url_encode
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
 from shared.dap.messages import Role
 from shared.dap.task import TokenPolicy
 from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
-from shared.privacypass.messages import Token
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 
 SECRET = "attester-issuer-secret-0123456789"
 ISSUER_URL = "http://issuer.test/"

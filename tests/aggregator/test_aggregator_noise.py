@@ -21,8 +21,8 @@ from scipy import stats
 from services.aggregator.datastore import TaskRecord
 from services.aggregator.service import Task, noised_share, task_from_record
 from services.common.clock import TestClock
-from shared.constants import MEDIA_AGGREGATE_SHARE_REQ
 from shared.dap.messages import (
+    MEDIA_AGGREGATE_SHARE_REQ,
     AggregateShare,
     AggregateShareReq,
     BatchSelector,

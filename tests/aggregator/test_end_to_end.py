@@ -12,9 +12,9 @@ import pytest
 
 from services.aggregator.drivers.aggregation import create_jobs, delete_expired_tasks
 from services.common.clock import TestClock
-from shared.constants import MEDIA_COLLECT_REQ
 from shared.dap.ids import BatchId
 from shared.dap.messages import (
+    MEDIA_COLLECT_REQ,
     BatchSelector,
     Collection,
     CollectionReq,

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from services.common.clock import TestClock
-from shared.constants import (
+from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, ReportId, TaskId
+from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE,
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
@@ -21,11 +22,7 @@ from shared.constants import (
     MEDIA_AGGREGATION_JOB_RESP,
     MEDIA_COLLECT_REQ,
     MEDIA_HPKE_CONFIG_LIST,
-    MEDIA_PROBLEM,
     MEDIA_REPORT,
-)
-from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, ReportId, TaskId
-from shared.dap.messages import (
     AggregateShare,
     AggregateShareReq,
     AggregationJobContinueReq,
@@ -47,7 +44,7 @@ from shared.dap.messages import (
     Report,
     Role,
 )
-from shared.dap.problems import ProblemType
+from shared.dap.problems import MEDIA_PROBLEM, ProblemType
 from tests.aggregator import helpers
 from tests.aggregator.env import Env, aggregator_auth, collector_auth, make_env
 from tests.aggregator.helpers import TaskParams

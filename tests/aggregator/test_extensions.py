@@ -24,15 +24,15 @@ from services.common.clock import TestClock
 from services.common.db import Database
 from services.common.problems import DapProblemError
 from shared.b64url import b64url_encode
-from shared.constants import (
+from shared.dap.extensions import (
     EXTENSION_PRIVACY_PASS_TOKEN,
     EXTENSION_RECIPE_BINDING,
-    ISSUER_DIRECTORY_PATH,
-    MEDIA_AGGREGATION_JOB_INIT_REQ,
+    RecipeBinding,
+    encode_extensions,
 )
-from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import AggregationJobId, TaskId
 from shared.dap.messages import (
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
     AggregationJobInitReq,
     AggregationJobResp,
     Extension,
@@ -44,7 +44,7 @@ from shared.dap.messages import (
     Query,
     Role,
 )
-from shared.privacypass.directory import DirectoryKey, IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryKey, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
 from shared.privacypass.messages import Token
 from tests.aggregator import helpers

@@ -9,16 +9,13 @@ from typing import Any
 import pytest
 
 from services.common.clock import TestClock
-from shared.constants import (
+from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId
+from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
     MEDIA_AGGREGATION_JOB_INIT_REQ,
     MEDIA_COLLECT_REQ,
-    MEDIA_PROBLEM,
     MEDIA_REPORT,
-)
-from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId
-from shared.dap.messages import (
     AggregateShareReq,
     AggregationJobContinueReq,
     AggregationJobInitReq,
@@ -33,6 +30,7 @@ from shared.dap.messages import (
     Report,
     ReportMetadata,
 )
+from shared.dap.problems import MEDIA_PROBLEM
 from tests.aggregator.env import Env, aggregator_auth, collector_auth, make_env
 from tests.aggregator.helpers import TaskParams, prepare_init
 

@@ -21,13 +21,21 @@ from services.common.clock import TestClock
 from services.common.problems import DapProblemError
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import BLIND_RSA_NK, MEDIA_REPORT
 from shared.dap.extensions import RecipeBinding, encode_extensions
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeCiphertext, HpkeConfig, Interval, Query, Report, Role
+from shared.dap.messages import (
+    MEDIA_REPORT,
+    HpkeCiphertext,
+    HpkeConfig,
+    Interval,
+    Query,
+    Report,
+    Role,
+)
 from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.privacypass.messages import Token
+from shared.privacypass.rsabssa import BLIND_RSA_NK
 from tests.aggregator import helpers
 from tests.aggregator.env import Env, make_env
 from tests.aggregator.issuer import ISSUER_URL, Issuer

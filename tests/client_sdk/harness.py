@@ -30,11 +30,10 @@ from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_HPKE_CONFIG_LIST
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeConfig, HpkeConfigList, Report
+from shared.dap.messages import MEDIA_HPKE_CONFIG_LIST, HpkeConfig, HpkeConfigList, Report
 from shared.dap.problems import ProblemType
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.recipe.query_class import QueryClass
 from shared.recipe.signing import RecipeSigner, recipe_bytes
 

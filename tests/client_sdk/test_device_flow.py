@@ -17,8 +17,9 @@ from client_sdk.tokens import TokenError
 from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
 from shared.b64url import b64url_encode
-from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
 from shared.dap.extensions import (
+    EXTENSION_PRIVACY_PASS_TOKEN,
+    EXTENSION_RECIPE_BINDING,
     decode_extensions,
     recipe_digest,
     token_challenge,

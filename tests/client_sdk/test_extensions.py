@@ -7,8 +7,9 @@ import hashlib
 import pytest
 
 from shared.codec import DecodeError
-from shared.constants import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
 from shared.dap.extensions import (
+    EXTENSION_PRIVACY_PASS_TOKEN,
+    EXTENSION_RECIPE_BINDING,
     RecipeBinding,
     decode_extensions,
     encode_extensions,

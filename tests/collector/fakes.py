@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 
 from shared import hpke
-from shared.constants import MEDIA_COLLECT_REQ, MEDIA_COLLECTION, MEDIA_PROBLEM
 from shared.dap.hpke_context import aggregate_share_aad, aggregate_share_info
 from shared.dap.ids import BatchId, TaskId
 from shared.dap.messages import (
+    MEDIA_COLLECT_REQ,
+    MEDIA_COLLECTION,
     BatchSelector,
     Collection,
     CollectionReq,
@@ -29,7 +30,7 @@ from shared.dap.messages import (
     QueryType,
     Role,
 )
-from shared.dap.problems import ProblemType
+from shared.dap.problems import MEDIA_PROBLEM, ProblemType
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import Prio3
 

@@ -25,9 +25,9 @@ from services.common import entry
 from services.common.limits import ServerLimits
 from services.common.serving import TimedHttpToolsProtocol, server_options
 from services.token_issuer.devices import ManufacturerCA
-from shared.constants import MEDIA_PROBLEM, MEDIA_REPORT
 from shared.dap.ids import TaskId
-from shared.dap.problems import ProblemType
+from shared.dap.messages import MEDIA_REPORT
+from shared.dap.problems import MEDIA_PROBLEM, ProblemType
 from shared.dap.sizes import max_report_len
 from tests.adversaries.harness import NOW
 from tests.aggregator import helpers

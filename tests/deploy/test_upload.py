@@ -24,10 +24,11 @@ from deploy.upload import (
     upload_reports,
 )
 from shared import hpke
-from shared.constants import MEDIA_HPKE_CONFIG_LIST, MEDIA_REPORT
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.ids import TaskId
 from shared.dap.messages import (
+    MEDIA_HPKE_CONFIG_LIST,
+    MEDIA_REPORT,
     HpkeConfig,
     HpkeConfigList,
     PlaintextInputShare,

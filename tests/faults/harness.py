@@ -45,9 +45,8 @@ from psycopg import sql
 
 from deploy.tasks import TaskParams, create_task
 from deploy.upload import ClientTask, build_reports, expected_aggregate, fetch_hpke_config
-from shared.constants import MEDIA_REPORT
 from shared.dap.ids import TaskId
-from shared.dap.messages import Report
+from shared.dap.messages import MEDIA_REPORT, Report
 from shared.vdaf.spec import VdafSpec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,6 @@ from client_sdk.storage import StateDb
 from client_sdk.tokens import TokenError, TokenWallet
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared import b64url
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
 from shared.dap.messages import Role
@@ -44,9 +43,9 @@ from shared.privacypass.attestation import (
     SIGNATURE_HEADER,
 )
 from shared.privacypass.client import create_token_request
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.headers import b64url_decode, b64url_encode
-from shared.privacypass.messages import Token
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 from shared.privacypass.verify import verify_token
 from tests.faults.harness import Service, free_port, seeded
 

@@ -21,18 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.constants import (
-    ISSUER_DIRECTORY_PATH,
+from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId, TaskId
+from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE_REQ,
     MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
     MEDIA_AGGREGATION_JOB_INIT_REQ,
     MEDIA_COLLECT_REQ,
-    MEDIA_PROBLEM,
     MEDIA_REPORT,
-    MEDIA_TOKEN_REQUEST,
-)
-from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId, TaskId
-from shared.dap.messages import (
     AggregateShareReq,
     AggregationJobContinueReq,
     AggregationJobInitReq,
@@ -42,8 +37,10 @@ from shared.dap.messages import (
     PrepareContinue,
     Query,
 )
+from shared.dap.problems import MEDIA_PROBLEM
 from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
-from shared.privacypass.messages import TokenRequest
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, TokenRequest
 from tests.adversaries.harness import AGGREGATOR_TOKEN, BUCKET, COLLECTOR_TOKEN
 from tests.fuzz.apps import (
     ATTESTER_SECRET,

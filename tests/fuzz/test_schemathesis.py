@@ -35,8 +35,9 @@ from schemathesis.checks import (
 from schemathesis.core.result import Ok
 
 from services.collector.collect import CollectQuery
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_PROBLEM
+from shared.dap.problems import MEDIA_PROBLEM
 from shared.dap.task import CollectorTask, TaskDefinition
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH
 from shared.recipe.model import RecipeDraft
 from tests.fuzz.apps import (
     Services,

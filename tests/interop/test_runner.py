@@ -29,8 +29,9 @@ import pytest
 from deploy.launcher import free_port
 from deploy.upload import ClientTask, build_reports, fetch_hpke_config
 from shared.b64url import b64url_encode
-from shared.constants import MEDIA_REPORT, VERIFY_KEY_SIZE
 from shared.dap.ids import TaskId
+from shared.dap.messages import MEDIA_REPORT
+from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 
 REPO = Path(__file__).resolve().parents[2]
 #: The Janus runner's values (digest §11).

@@ -8,12 +8,18 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 
 from shared.codec import DecodeError
-from shared.constants import TOKEN_TYPE_BLIND_RSA, TOKEN_TYPE_VOPRF
 from shared.privacypass.attestation import auth_message
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.headers import format_authorization
 from shared.privacypass.issuance import IssuanceError, IssuerKey, issue
-from shared.privacypass.messages import Token, TokenChallenge, TokenRequest, TokenResponse
+from shared.privacypass.messages import (
+    TOKEN_TYPE_BLIND_RSA,
+    TOKEN_TYPE_VOPRF,
+    Token,
+    TokenChallenge,
+    TokenRequest,
+    TokenResponse,
+)
 from shared.privacypass.rsabssa import InvalidSignatureError, blind_sign
 from shared.privacypass.verify import InvalidTokenError, verify_authorization, verify_token
 

@@ -10,12 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from shared.b64url import b64url_encode
-from shared.constants import RECIPE_SIGNATURE_CONTEXT
 from shared.dap.task import RateValidation
 from shared.recipe.canonical import canonical_json
 from shared.recipe.model import DraftTask, Recipe, RecipeDraft
 from shared.recipe.rate import expected_reports_per_bucket
 from shared.recipe.signing import (
+    RECIPE_SIGNATURE_CONTEXT,
     RecipeSigner,
     RecipeVerificationError,
     recipe_bytes,

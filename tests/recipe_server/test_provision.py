@@ -19,7 +19,6 @@ from services.collector.app import create_app as collector_app
 from services.collector.settings import CollectorSettings
 from services.recipe_server.app import create_app
 from shared.b64url import b64url_decode, b64url_encode
-from shared.constants import VERIFY_KEY_SIZE
 from shared.dap.extensions import recipe_digest
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
@@ -27,6 +26,7 @@ from shared.dap.task import AggregatorNoise, RateValidation, TaskDefinition, Tok
 from shared.recipe.log import LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
+from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from tests.recipe.helpers import draft_json, hpke_list
 from tests.recipe_server.conftest import (
     ISSUER,

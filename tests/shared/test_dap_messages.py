@@ -28,12 +28,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.codec import U16_MAX, U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
-from shared.constants import (
-    HPKE_AEAD_AES_128_GCM,
-    HPKE_KDF_HKDF_SHA256,
-    HPKE_KEM_X25519_HKDF_SHA256,
-    PROBLEM_URN_PREFIX,
-)
 from shared.dap import messages
 from shared.dap.hpke_context import (
     aggregate_share_aad,
@@ -78,7 +72,8 @@ from shared.dap.messages import (
     Role,
     Url,
 )
-from shared.dap.problems import ProblemType
+from shared.dap.problems import PROBLEM_URN_PREFIX, ProblemType
+from shared.hpke import HPKE_AEAD_AES_128_GCM, HPKE_KDF_HKDF_SHA256, HPKE_KEM_X25519_HKDF_SHA256
 
 
 def unhex(text: str) -> bytes:

@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 from pyhpke import AEADId, CipherSuite, KDFId, KEMId
 
 from shared import hpke
-from shared.constants import (
+from shared.dap.hpke_context import HPKE_INFO_INPUT_SHARE
+from shared.dap.messages import ROLE_CLIENT, ROLE_LEADER
+from shared.hpke import (
     HPKE_AEAD_AES_128_GCM,
-    HPKE_INFO_INPUT_SHARE,
     HPKE_KDF_HKDF_SHA256,
     HPKE_KEM_X25519_HKDF_SHA256,
-    ROLE_CLIENT,
-    ROLE_LEADER,
+    HpkeError,
+    HpkeKeyPair,
 )
-from shared.hpke import HpkeError, HpkeKeyPair
 
 # RFC 9180 Appendix A.1.1, "DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM", Base Setup
 # Information, and A.1.1.1 Encryptions. Copied from the RFC text (the cfrg/draft-irtf-cfrg-hpke

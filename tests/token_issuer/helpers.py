@@ -6,13 +6,12 @@ from fastapi.testclient import TestClient
 from httpx import Response
 
 from services.token_issuer.devices import SimulatedDevice
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_TOKEN_REQUEST
 from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
 from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.headers import b64url_decode, b64url_encode
 from shared.privacypass.keys import TokenKey
-from shared.privacypass.messages import Token, TokenChallenge
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token, TokenChallenge
 
 
 def enroll(client: TestClient, device: SimulatedDevice) -> Response:

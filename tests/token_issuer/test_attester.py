@@ -25,14 +25,9 @@ from services.token_issuer.attester import (
 from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.constants import (
-    ISSUER_DIRECTORY_PATH,
-    MEDIA_TOKEN_REQUEST,
-    MEDIA_TOKEN_RESPONSE,
-)
 from shared.privacypass.attestation import DEVICE_ID_HEADER
 from shared.privacypass.client import create_token_request, select_challenge
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.headers import (
     PrivateTokenChallenge,
     format_authorization,
@@ -40,7 +35,7 @@ from shared.privacypass.headers import (
 )
 from shared.privacypass.issuance import IssuanceError
 from shared.privacypass.keys import TokenKey
-from shared.privacypass.messages import TokenChallenge
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE, TokenChallenge
 from shared.privacypass.verify import InvalidTokenError, verify_authorization, verify_token
 from tests.token_issuer.conftest import DbFactory
 from tests.token_issuer.helpers import current_key, enroll, nonce, obtain_token, post_request

@@ -15,16 +15,19 @@ from services.common.db import Database
 from services.token_issuer.app import create_app
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.constants import (
+from shared.privacypass.client import create_token_request, finalize_token
+from shared.privacypass.directory import (
     ISSUER_DIRECTORY_PATH,
     MEDIA_ISSUER_DIRECTORY,
+    IssuerDirectory,
+)
+from shared.privacypass.keys import TokenKey
+from shared.privacypass.messages import (
     MEDIA_TOKEN_REQUEST,
     MEDIA_TOKEN_RESPONSE,
+    Token,
+    TokenChallenge,
 )
-from shared.privacypass.client import create_token_request, finalize_token
-from shared.privacypass.directory import IssuerDirectory
-from shared.privacypass.keys import TokenKey
-from shared.privacypass.messages import Token, TokenChallenge
 from shared.privacypass.verify import InvalidTokenError, verify_token
 
 SECRET = "attester-issuer-secret-0123456789"

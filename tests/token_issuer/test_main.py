@@ -16,8 +16,11 @@ from pydantic import ValidationError
 from services.token_issuer.__main__ import main
 from services.token_issuer.devices import ManufacturerCA
 from services.token_issuer.settings import TokenIssuerSettings
-from shared.constants import ISSUER_DIRECTORY_PATH, MEDIA_ISSUER_DIRECTORY
-from shared.privacypass.directory import IssuerDirectory
+from shared.privacypass.directory import (
+    ISSUER_DIRECTORY_PATH,
+    MEDIA_ISSUER_DIRECTORY,
+    IssuerDirectory,
+)
 from tests.conftest import REPO_ROOT
 
 

@@ -26,9 +26,9 @@ from services.aggregator.drivers.common import (
 from services.aggregator.service import Aggregator, Task
 from services.common.auth import auth_headers
 from shared.codec import DecodeError
-from shared.constants import MEDIA_AGGREGATION_JOB_INIT_REQ
 from shared.dap.ids import AggregationJobId, BatchId, ReportId
 from shared.dap.messages import (
+    MEDIA_AGGREGATION_JOB_INIT_REQ,
     AggregationJobInitReq,
     AggregationJobResp,
     HpkeCiphertext,

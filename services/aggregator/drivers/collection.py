@@ -28,9 +28,9 @@ from services.aggregator.drivers.common import (
 from services.aggregator.service import Aggregator, Task, noised_share, seal_aggregate_share
 from services.common.auth import auth_headers
 from shared.codec import DecodeError
-from shared.constants import MEDIA_AGGREGATE_SHARE_REQ
 from shared.dap.ids import BatchId
 from shared.dap.messages import (
+    MEDIA_AGGREGATE_SHARE_REQ,
     AggregateShare,
     AggregateShareReq,
     BatchSelector,
