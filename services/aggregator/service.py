@@ -5,21 +5,14 @@ and raises `DapProblemError` with the exact problem type of the digest's "who ch
 table (§8).
 Routes (app.py) only check media types and move bytes.
 
-Choices where DAP-09 leaves room, all at upload (§4.4.2):
-- the leader decrypts its input share at upload, so a share sealed to an unknown config id gets
-  `outdatedConfig`, one that does not decrypt `reportRejected`, and a plaintext that does not
-  parse, carries an unknown or repeated extension or has the wrong VDAF length
-  `invalidMessage`;
-- sagg's two extensions (`shared.dap.extensions`) are checked in the aggregator's *own* share,
-  at upload by the leader and at aggregation by the helper, each against its own task
-  definition: a task with `recipe_digest` needs a RecipeBinding of that digest and of the
-  task's min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report
-  refused by the helper); a task with `tokens` needs a Privacy Pass token under one of the
-  task's pinned issuer keys (`TokenPolicy.key_ids`: the same for every device, so no key tags
-  a report) that verifies for the task, the report's time window and this aggregator's role (a
-  token of the leader's share never verifies at the helper, so a leader cannot reuse the
-  tokens it sees) and was not spent before at this aggregator. A failure is `reportRejected`
-  at upload and `invalid_message` at the helper;
+The checks of a report share are one implementation for both roles
+(`services.aggregator.report_checks`): the leader decrypts and checks its own input share at
+upload and the helper its own at aggregation, and a `Refusal` names both the upload problem and
+the helper's PrepareError. Choices where DAP-09 leaves room, all at upload (§4.4.2):
+- a share sealed to an unknown config id gets `outdatedConfig`, one that does not decrypt
+  `reportRejected`, and a plaintext that does not parse, carries an unknown or repeated
+  extension or has the wrong VDAF length `invalidMessage`; a missing or wrong recipe binding
+  or Privacy Pass token is `reportRejected` (`invalid_message` at the helper);
 - a replayed report id, a report past `task_expiration` and one into a collected
   time_interval batch are ignored and answered `reportRejected`;
 - a report more than `clock_skew_s` ahead of the clock gets `reportTooEarly`;
@@ -36,7 +29,6 @@ and the key list is read again for an unknown config id at most that often.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import threading
 import time
@@ -68,6 +60,7 @@ from services.aggregator.datastore import (
     TaskRecord,
     TokenSpend,
 )
+from services.aggregator.report_checks import Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import (
     Fetch,
@@ -83,12 +76,9 @@ from services.common.problems import DapProblemError, HttpProblemError
 from shared import hpke
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
-from shared.dap.extensions import decode_extensions, token_challenge, token_window_start
 from shared.dap.hpke_context import (
     aggregate_share_aad,
     aggregate_share_info,
-    input_share_aad,
-    input_share_info,
 )
 from shared.dap.ids import AggregationJobId, CollectionJobId, TaskId
 from shared.dap.messages import (
@@ -99,18 +89,14 @@ from shared.dap.messages import (
     AggregationJobResp,
     BatchSelector,
     CollectionReq,
-    Extension,
     FixedSizeQueryType,
     HpkeCiphertext,
     HpkeConfig,
     HpkeConfigList,
-    PlaintextInputShare,
     PrepareError,
     PrepareResp,
     QueryType,
     Report,
-    ReportMetadata,
-    ReportShare,
     Role,
 )
 from shared.dap.problems import ProblemType
@@ -118,7 +104,6 @@ from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
 from shared.dp.aggregator_noise import add_noise
 from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
-from shared.privacypass.verify import InvalidTokenError, verify_token
 from shared.vdaf import ping_pong
 from shared.vdaf.field import FieldArray
 from shared.vdaf.prio3 import PrepStatus, Prio3
@@ -272,39 +257,6 @@ def noised_share(
     return add_noise(task.vdaf.field, agg_share, values)
 
 
-# Rejection reasons of the counters (besides the PrepareError names).
-INVALID = "invalid_message"
-REASON_EXTENSION = "invalid_extension"
-REASON_BINDING_MISSING = "binding_missing"
-REASON_BINDING_MISMATCH = "binding_mismatch"
-REASON_TOKEN_MISSING = "token_missing"
-REASON_TOKEN_INVALID = "token_invalid"
-REASON_TOKEN_EXPIRED = "token_expired"
-#: A token under a key the task does not pin (a per-device key would tag the report), or of
-#: an issuer this aggregator is not configured to trust (a task stored before the setting).
-REASON_TOKEN_KEY_NOT_PINNED = "token_key_not_pinned"
-REASON_TOKEN_ISSUER_NOT_ALLOWED = "token_issuer_not_allowed"
-
-
-class _RejectedError(Exception):
-    """An upload refusal: the problem to answer and the reason to count."""
-
-    def __init__(self, problem: ProblemType, detail: str, reason: str) -> None:
-        super().__init__(detail)
-        self.problem, self.detail, self.reason = problem, detail, reason
-
-
-@dataclass(frozen=True)
-class _ShareCheck:
-    """One helper report share after opening: an error (with its counter reason) or the
-    payload and the token to spend."""
-
-    error: PrepareError | None
-    payload: bytes | None = field(default=None, repr=False)
-    reason: str | None = None
-    spend: TokenSpend | None = None
-
-
 def _refuse_fetch(url: str) -> httpx.Response:
     raise httpx.ConnectError(f"no HTTP client to fetch {url}")
 
@@ -318,9 +270,9 @@ class Answer:
 
 
 _STORE_REFUSALS = {
-    UPLOAD_REPLAYED: "report id already seen",
-    UPLOAD_COLLECTED: "the report's batch was already collected",
-    UPLOAD_TOKEN_SPENT: "report binding or token refused",
+    UPLOAD_REPLAYED: Refusal.REPLAYED,
+    UPLOAD_COLLECTED: Refusal.BATCH_COLLECTED,
+    UPLOAD_TOKEN_SPENT: Refusal.TOKEN_SPENT,
 }
 
 
@@ -331,7 +283,11 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
         return outcome
     if outcome == UPLOAD_STORED:
         return Answer(HTTP_CREATED)
-    return DapProblemError(ProblemType.REPORT_REJECTED, _STORE_REFUSALS[outcome], task_id=task.b64)
+    return _refusal_problem(task, _STORE_REFUSALS[outcome])
+
+
+def _refusal_problem(task: Task, refusal: Refusal) -> DapProblemError:
+    return DapProblemError(refusal.problem, refusal.detail, task_id=task.b64)
 
 
 def _task_key(task_id: str) -> bytes:
@@ -379,6 +335,13 @@ class Aggregator:
             max_group=settings.upload_group_max,
             max_queue=settings.upload_queue_max,
             metrics=metrics,
+        )
+        self.checks = ReportChecker(
+            self.keypair,
+            self.issuer_keys,
+            clock_skew_s=settings.clock_skew_s,
+            token_upload_grace_s=settings.token_upload_grace_s,
+            token_aggregation_grace_s=settings.token_aggregation_grace_s,
         )
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
@@ -547,14 +510,6 @@ class Aggregator:
         )
         try:
             report = self._validate_upload(task, body, wait=wait, fetch=fetch)
-        except _RejectedError as exc:
-            problem = DapProblemError(exc.problem, exc.detail, task_id=task.b64)
-            # The refusal stands whether or not its count could be stored.
-            try:
-                self.uploads.count_refusal(task.id.value, exc.reason, lambda _: done(problem))
-            except QueueFullError:
-                done(full)
-            return
         except IssuerKeysPendingError as exc:
             done(exc)
             return
@@ -563,77 +518,44 @@ class Aggregator:
             done(HttpProblemError(503, "the token issuer is unavailable", task_id=task.b64))
             return
         try:
-            self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
+            if isinstance(report, Refusal):
+                problem = _refusal_problem(task, report)
+                # The refusal stands whether or not its count could be stored.
+                self.uploads.count_refusal(task.id.value, report.reason, lambda _: done(problem))
+            else:
+                self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
         except QueueFullError:
             done(full)
 
-    def _validate_upload(self, task: Task, body: bytes, *, wait: bool, fetch: bool) -> NewReport:
-        invalid, rejected = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
+    def _validate_upload(
+        self, task: Task, body: bytes, *, wait: bool, fetch: bool
+    ) -> NewReport | Refusal:
+        """The report to store, or why it is refused: the leader's own input share is checked
+        as the helper checks its own (`report_checks`), after the checks of the whole Report."""
         try:
             report = Report.decode(body)
         except DecodeError:
-            raise _RejectedError(invalid, "malformed Report", "invalid_message") from None
+            return Refusal.MALFORMED_REPORT
         helper_share = report.helper_encrypted_input_share
         smallest, largest = task.helper_ciphertext_bounds
         # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
         helper_len = 7 + len(helper_share.enc) + len(helper_share.payload)
         if len(helper_share.enc) != hpke.ENC_SIZE or not smallest <= helper_len <= largest:
-            raise _RejectedError(
-                invalid,
-                f"the helper's input share must be {smallest} to {largest} bytes",
-                "helper_share_size",
-            )
+            return Refusal.HELPER_SHARE_SIZE
         metadata = report.report_metadata
         now = self.clock.now()
-        if task.task_expiration is not None and metadata.time > task.task_expiration:
-            raise _RejectedError(rejected, "task expired", "task_expired")
-        if task.expired_report(metadata.time, now):
-            raise _RejectedError(rejected, "report older than the expiry age", "report_expired")
-        if metadata.time > now + self.settings.clock_skew_s:
-            raise _RejectedError(
-                ProblemType.REPORT_TOO_EARLY, "report time is in the future", "report_too_early"
-            )
-        ciphertext = report.leader_encrypted_input_share
-        keypair = self.keypair(ciphertext.config_id)
-        if keypair is None:
-            raise _RejectedError(
-                ProblemType.OUTDATED_CONFIG, "unknown HPKE config id", "hpke_unknown_config_id"
-            )
-        try:
-            plaintext = hpke.open(
-                keypair,
-                ciphertext.enc,
-                input_share_info(Role.LEADER),
-                input_share_aad(task.id, metadata, report.public_share),
-                ciphertext.payload,
-            )
-        except hpke.HpkeError:
-            raise _RejectedError(
-                rejected, "input share does not decrypt", "hpke_decrypt_error"
-            ) from None
-        try:
-            share = PlaintextInputShare.decode(plaintext)
-        except DecodeError:
-            raise _RejectedError(invalid, "malformed PlaintextInputShare", INVALID) from None
-        if (
-            len(share.payload) != task.vdaf.input_share_len(0)
-            or len(report.public_share) != task.vdaf.public_share_len()
-        ):
-            raise _RejectedError(invalid, "input or public share has the wrong size", INVALID)
-        reason, spend = self.check_extensions(
+        checked = self.checks.check(
             task,
             Role.LEADER,
             metadata,
-            share.extensions,
+            report.public_share,
+            report.leader_encrypted_input_share,
             now,
-            self.settings.token_upload_grace_s,
             wait=wait,
             fetch=fetch,
         )
-        if reason == REASON_EXTENSION:
-            raise _RejectedError(invalid, "unrecognized or repeated report extension", reason)
-        if reason is not None:
-            raise _RejectedError(rejected, "report binding or token refused", reason)
+        if isinstance(checked, Refusal):
+            return checked
         batch_key = (
             bucket_key(metadata.time, task.time_precision)
             if task.query_type == QueryType.TIME_INTERVAL
@@ -644,66 +566,12 @@ class Aggregator:
             metadata.report_id.value,
             metadata.time,
             report.public_share,
-            share.payload,
-            report.helper_encrypted_input_share.encode(),
+            checked.payload,
+            helper_share.encode(),
             batch_key,
             now,
-            spend,
+            checked.spend,
         )
-
-    def check_extensions(
-        self,
-        task: Task,
-        role: Role,
-        metadata: ReportMetadata,
-        extensions: tuple[Extension, ...],
-        now: int,
-        grace_s: int,
-        *,
-        wait: bool = True,
-        fetch: bool = True,
-    ) -> tuple[str | None, TokenSpend | None]:
-        """Check the extensions of the input share of `role` (the one this aggregator
-        decrypted) against this aggregator's task definition.
-
-        (rejection reason, None) or (None, the token to spend, if the task takes tokens). The
-        spend itself is the datastore's, in the transaction that accepts the report. Raises
-        `IssuerUnavailableError` when no issuer keys can be had; `wait` and `fetch` are
-        `IssuerKeyCache.keys`'s."""
-        parsed = decode_extensions(extensions)
-        if not parsed.ok:
-            return REASON_EXTENSION, None
-        if task.recipe_digest is not None:
-            binding = parsed.binding
-            if binding is None:
-                return REASON_BINDING_MISSING, None
-            if (
-                not hmac.compare_digest(binding.recipe_digest, task.recipe_digest)
-                or binding.min_batch_size != task.min_batch_size
-            ):
-                return REASON_BINDING_MISMATCH, None
-        policy = task.tokens
-        if policy is None:
-            return None, None
-        token = parsed.token
-        if token is None:
-            return REASON_TOKEN_MISSING, None
-        window_end = token_window_start(metadata.time, policy.window_seconds) + (
-            policy.window_seconds
-        )
-        if now > window_end + grace_s:
-            return REASON_TOKEN_EXPIRED, None
-        if not policy.pins(token.token_key_id):
-            return REASON_TOKEN_KEY_NOT_PINNED, None
-        if not self.issuer_keys.allows(policy.issuer_url):
-            return REASON_TOKEN_ISSUER_NOT_ALLOWED, None
-        challenge = token_challenge(task.id, metadata.time, policy, role)
-        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
-        try:
-            verify_token(token, keys, challenge.digest())
-        except InvalidTokenError:
-            return REASON_TOKEN_INVALID, None
-        return None, TokenSpend(token.token_key_id, challenge.redemption_context, token.nonce)
 
     # --- helper aggregation (DAP-09 §4.5.1.2-§4.5.2) ------------------------------------------
 
@@ -753,23 +621,34 @@ class Aggregator:
         input_shares: list[bytes] = []
         inbound: list[bytes] = []
         for i, prep_init in enumerate(request.prepare_inits):
+            share = prep_init.report_share
             try:
-                check = self._open_helper_share(task, prep_init.report_share, now)
+                check = self.checks.check(
+                    task,
+                    Role.HELPER,
+                    share.report_metadata,
+                    share.public_share,
+                    share.encrypted_input_share,
+                    now,
+                )
             except IssuerUnavailableError:
                 # Nothing is stored yet: the leader retries the whole job on a 5xx.
                 raise HttpProblemError(
                     503, "the token issuer is unavailable", task_id=task.b64
                 ) from None
-            error, payload = check.error, check.payload
-            errors.append(error)
-            reasons.append(check.reason)
+            if isinstance(check, Refusal):
+                errors.append(check.prepare_error)
+                reasons.append(check.aggregation_reason)
+                spends.append(None)
+                continue
+            errors.append(None)
+            reasons.append(None)
             spends.append(check.spend)
-            if error is None and payload is not None:
-                candidates.append(i)
-                nonces.append(prep_init.report_share.report_metadata.report_id.value)
-                public_shares.append(prep_init.report_share.public_share)
-                input_shares.append(payload)
-                inbound.append(prep_init.payload)
+            candidates.append(i)
+            nonces.append(share.report_metadata.report_id.value)
+            public_shares.append(share.public_share)
+            input_shares.append(check.payload)
+            inbound.append(prep_init.payload)
 
         batch, outbound = ping_pong.helper_init(
             vdaf, task.verify_key, nonces, public_shares, input_shares, inbound
@@ -835,47 +714,6 @@ class Aggregator:
         if result == "conflict" or response is None:
             raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
         return Answer(HTTP_CREATED, response)
-
-    def _open_helper_share(self, task: Task, report_share: ReportShare, now: int) -> _ShareCheck:
-        """Decrypt and validate one report share (DAP-09 §4.5.1.3-§4.5.1.4, in order), then
-        sagg's extensions in the helper's own share (module docstring)."""
-        metadata = report_share.report_metadata
-        ciphertext = report_share.encrypted_input_share
-        keypair = self.keypair(ciphertext.config_id)
-        if keypair is None:
-            return _ShareCheck(PrepareError.HPKE_UNKNOWN_CONFIG_ID)
-        try:
-            plaintext = hpke.open(
-                keypair,
-                ciphertext.enc,
-                input_share_info(Role.HELPER),
-                input_share_aad(task.id, metadata, report_share.public_share),
-                ciphertext.payload,
-            )
-        except hpke.HpkeError:
-            return _ShareCheck(PrepareError.HPKE_DECRYPT_ERROR)
-        try:
-            share = PlaintextInputShare.decode(plaintext)
-        except DecodeError:
-            return _ShareCheck(PrepareError.INVALID_MESSAGE)
-        if metadata.time > now + self.settings.clock_skew_s:
-            return _ShareCheck(PrepareError.REPORT_TOO_EARLY)
-        if task.task_expiration is not None and metadata.time > task.task_expiration:
-            return _ShareCheck(PrepareError.TASK_EXPIRED)
-        if task.expired_report(metadata.time, now):
-            # Its id may already have left the replay set (`drivers.garbage`).
-            return _ShareCheck(PrepareError.REPORT_DROPPED)
-        reason, spend = self.check_extensions(
-            task,
-            Role.HELPER,
-            metadata,
-            share.extensions,
-            now,
-            self.settings.token_aggregation_grace_s,
-        )
-        if reason is not None:
-            return _ShareCheck(PrepareError.INVALID_MESSAGE, reason=reason)
-        return _ShareCheck(None, share.payload, spend=spend)
 
     def helper_continue(
         self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes

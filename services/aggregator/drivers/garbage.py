@@ -7,7 +7,7 @@ forgotten once no aggregator would accept the report or the token again:
 - a report older than its task's `report_expiry_age` is refused at upload (leader) and dropped
   in aggregation (helper), so its id, its payload and the aggregation jobs made only of such
   reports can go (a task without an expiry age keeps them all);
-- a token is only accepted until `grace` after its window ended (`Aggregator.check_extensions`),
+- a token is only accepted until `grace` after its window ended (`report_checks.ReportChecker`),
   and its window ends at most `clock_skew_s + window_seconds` after it was spent, so a token
   spent longer ago than that sum can go. `grace` is the larger of the two token graces, so a
   store shared by leader and helper tasks is safe for both.

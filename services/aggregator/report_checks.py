@@ -1,0 +1,275 @@
+"""One validation of a report share for both aggregators (DAP-09 §4.4.2, §4.5.1.3-§4.5.1.4;
+digest §8 "who checks what").
+
+The leader checks its own input share at upload and the helper its own at aggregation-job
+init, with the same checks in the order DAP-09 §4.5.1.4 gives the helper: the HPKE config id,
+decryption under the role's info string and the report's AAD, decoding (and the VDAF's share
+sizes), the report time against the clock and the task's window, then sagg's extensions
+(`shared.dap.extensions`) against this aggregator's own task definition:
+- a task with `recipe_digest` needs a RecipeBinding of that digest and of the task's
+  min_batch_size (001 §4.8: a leader provisioned with a lower B gets every report refused by
+  the helper);
+- a task with `tokens` needs a Privacy Pass token under one of the task's pinned issuer keys
+  (`TokenPolicy.key_ids`: the same for every device, so no key tags a report) that verifies
+  for the task, the report's time window and this aggregator's role (a token of the leader's
+  share never verifies at the helper, so a leader cannot reuse the tokens it sees); whether it
+  was spent before is the datastore's, in the transaction that accepts the report.
+
+A failed check is a `Refusal`, one vocabulary for both roles: its `problem` is what the leader
+answers the upload (DAP-09 §4.4.2), its `prepare_error` what the helper answers in the
+PrepareResp (DAP-09 §4.5.1.4), and its `reason` the counter label of both (`rejection_counts`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from services.aggregator.datastore import REASON_TOKEN_SPENT, TokenSpend
+from services.aggregator.tokens import IssuerKeyCache
+from shared import hpke
+from shared.codec import DecodeError
+from shared.dap.extensions import decode_extensions, token_challenge, token_window_start
+from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.messages import (
+    HpkeCiphertext,
+    PlaintextInputShare,
+    PrepareError,
+    ReportMetadata,
+    Role,
+)
+from shared.dap.problems import ProblemType
+from shared.privacypass.verify import InvalidTokenError, verify_token
+
+if TYPE_CHECKING:
+    from services.aggregator.service import Task
+
+_INVALID, _REJECTED = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
+
+
+class Refusal(Enum):
+    """Why a report share is refused: (counter reason, upload problem, helper PrepareError,
+    detail of the upload's problem document)."""
+
+    MALFORMED_REPORT = (
+        "invalid_message",
+        _INVALID,
+        PrepareError.INVALID_MESSAGE,
+        "malformed Report",
+    )
+    #: Leader only: a helper ciphertext no report of the task can have (`shared.dap.sizes`);
+    #: the leader would otherwise store it and re-send it in every aggregation job.
+    HELPER_SHARE_SIZE = (
+        "helper_share_size",
+        _INVALID,
+        PrepareError.INVALID_MESSAGE,
+        "the helper's input share has a size no report of this task can have",
+    )
+    UNKNOWN_CONFIG = (
+        "hpke_unknown_config_id",
+        ProblemType.OUTDATED_CONFIG,
+        PrepareError.HPKE_UNKNOWN_CONFIG_ID,
+        "unknown HPKE config id",
+    )
+    UNDECRYPTABLE = (
+        "hpke_decrypt_error",
+        _REJECTED,
+        PrepareError.HPKE_DECRYPT_ERROR,
+        "input share does not decrypt",
+    )
+    MALFORMED_SHARE = (
+        "invalid_message",
+        _INVALID,
+        PrepareError.INVALID_MESSAGE,
+        "malformed PlaintextInputShare, or an input or public share of the wrong size",
+    )
+    TOO_EARLY = (
+        "report_too_early",
+        ProblemType.REPORT_TOO_EARLY,
+        PrepareError.REPORT_TOO_EARLY,
+        "report time is in the future",
+    )
+    TASK_EXPIRED = ("task_expired", _REJECTED, PrepareError.TASK_EXPIRED, "task expired")
+    #: Older than `report_expiry_age`: its id may already have left the replay set
+    #: (`drivers.garbage`), so a replay could not be told.
+    REPORT_EXPIRED = (
+        "report_expired",
+        _REJECTED,
+        PrepareError.REPORT_DROPPED,
+        "report older than the expiry age",
+    )
+    EXTENSION = (
+        "invalid_extension",
+        _INVALID,
+        PrepareError.INVALID_MESSAGE,
+        "unrecognized or repeated report extension",
+    )
+    BINDING_MISSING = ("binding_missing", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    BINDING_MISMATCH = ("binding_mismatch", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    TOKEN_MISSING = ("token_missing", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    TOKEN_INVALID = ("token_invalid", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    TOKEN_EXPIRED = ("token_expired", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    #: A token under a key the task does not pin (a per-device key would tag the report), or of
+    #: an issuer this aggregator is not configured to trust (a task stored before the setting).
+    TOKEN_KEY_NOT_PINNED = ("token_key_not_pinned", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    TOKEN_ISSUER_NOT_ALLOWED = (
+        "token_issuer_not_allowed",
+        _REJECTED,
+        PrepareError.INVALID_MESSAGE,
+        "",
+    )
+    # What the datastore finds when it stores an accepted share (`put_reports`,
+    # `helper_init_job`): a replayed id, a batch collected already, a token spent before.
+    REPLAYED = (
+        "report_replayed",
+        _REJECTED,
+        PrepareError.REPORT_REPLAYED,
+        "report id already seen",
+    )
+    BATCH_COLLECTED = (
+        "batch_collected",
+        _REJECTED,
+        PrepareError.BATCH_COLLECTED,
+        "the report's batch was already collected",
+    )
+    TOKEN_SPENT = (REASON_TOKEN_SPENT, _REJECTED, PrepareError.INVALID_MESSAGE, "")
+
+    def __init__(
+        self, reason: str, problem: ProblemType, prepare_error: PrepareError, detail: str
+    ) -> None:
+        self.reason = reason
+        self.problem = problem
+        self.prepare_error = prepare_error
+        # The binding and token refusals share one detail: a client learns no more from it.
+        self.detail = detail or "report binding or token refused"
+
+    @property
+    def aggregation_reason(self) -> str | None:
+        """The counter reason at aggregation: None for the PrepareError's own name (what the
+        leader counts of the helper's answers too), refined only for invalid_message, which
+        many checks give."""
+        return self.reason if self.prepare_error == PrepareError.INVALID_MESSAGE else None
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A share that passed every check: its VDAF payload and the token to spend, if any."""
+
+    payload: bytes = field(repr=False)
+    spend: TokenSpend | None
+
+
+@dataclass(frozen=True)
+class ReportChecker:
+    """The checks of one aggregator process: its HPKE keys, issuer keys and clock tolerances."""
+
+    keypair: Callable[[int], hpke.HpkeKeyPair | None]
+    issuer_keys: IssuerKeyCache
+    clock_skew_s: int
+    #: How long after its window a token is still accepted, at upload and at aggregation (the
+    #: leader may aggregate a report long after it was uploaded).
+    token_upload_grace_s: int
+    token_aggregation_grace_s: int
+
+    def check(
+        self,
+        task: Task,
+        role: Role,
+        metadata: ReportMetadata,
+        public_share: bytes,
+        ciphertext: HpkeCiphertext,
+        now: int,
+        *,
+        wait: bool = True,
+        fetch: bool = True,
+    ) -> Accepted | Refusal:
+        """Check the input share of `role` (this aggregator's own) of one report.
+
+        Raises `IssuerUnavailableError` when the task's issuer keys cannot be had; `wait` and
+        `fetch` are `IssuerKeyCache.keys`'s."""
+        keypair = self.keypair(ciphertext.config_id)
+        if keypair is None:
+            return Refusal.UNKNOWN_CONFIG
+        try:
+            plaintext = hpke.open(
+                keypair,
+                ciphertext.enc,
+                input_share_info(role),
+                input_share_aad(task.id, metadata, public_share),
+                ciphertext.payload,
+            )
+        except hpke.HpkeError:
+            return Refusal.UNDECRYPTABLE
+        try:
+            share = PlaintextInputShare.decode(plaintext)
+        except DecodeError:
+            return Refusal.MALFORMED_SHARE
+        agg_id = 0 if role == Role.LEADER else 1
+        if (
+            len(share.payload) != task.vdaf.input_share_len(agg_id)
+            or len(public_share) != task.vdaf.public_share_len()
+        ):
+            return Refusal.MALFORMED_SHARE
+        if metadata.time > now + self.clock_skew_s:
+            return Refusal.TOO_EARLY
+        if task.task_expiration is not None and metadata.time > task.task_expiration:
+            return Refusal.TASK_EXPIRED
+        if task.expired_report(metadata.time, now):
+            return Refusal.REPORT_EXPIRED
+        grace_s = (
+            self.token_upload_grace_s if role == Role.LEADER else self.token_aggregation_grace_s
+        )
+        refusal, spend = self._check_extensions(
+            task, role, metadata, share, now, grace_s, wait=wait, fetch=fetch
+        )
+        return refusal if refusal is not None else Accepted(share.payload, spend)
+
+    def _check_extensions(
+        self,
+        task: Task,
+        role: Role,
+        metadata: ReportMetadata,
+        share: PlaintextInputShare,
+        now: int,
+        grace_s: int,
+        *,
+        wait: bool,
+        fetch: bool,
+    ) -> tuple[Refusal | None, TokenSpend | None]:
+        parsed = decode_extensions(share.extensions)
+        if not parsed.ok:
+            return Refusal.EXTENSION, None
+        if task.recipe_digest is not None:
+            binding = parsed.binding
+            if binding is None:
+                return Refusal.BINDING_MISSING, None
+            if (
+                not hmac.compare_digest(binding.recipe_digest, task.recipe_digest)
+                or binding.min_batch_size != task.min_batch_size
+            ):
+                return Refusal.BINDING_MISMATCH, None
+        policy = task.tokens
+        if policy is None:
+            return None, None
+        token = parsed.token
+        if token is None:
+            return Refusal.TOKEN_MISSING, None
+        window_end = token_window_start(metadata.time, policy.window_seconds) + (
+            policy.window_seconds
+        )
+        if now > window_end + grace_s:
+            return Refusal.TOKEN_EXPIRED, None
+        if not policy.pins(token.token_key_id):
+            return Refusal.TOKEN_KEY_NOT_PINNED, None
+        if not self.issuer_keys.allows(policy.issuer_url):
+            return Refusal.TOKEN_ISSUER_NOT_ALLOWED, None
+        challenge = token_challenge(task.id, metadata.time, policy, role)
+        keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
+        try:
+            verify_token(token, keys, challenge.digest())
+        except InvalidTokenError:
+            return Refusal.TOKEN_INVALID, None
+        return None, TokenSpend(token.token_key_id, challenge.redemption_context, token.nonce)
