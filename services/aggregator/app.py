@@ -58,7 +58,6 @@ from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
-    install_http_problem_handler,
     install_problem_handlers,
     problem_response,
 )
@@ -173,7 +172,6 @@ def create_app(
     # Uploads bypass this stack and cap their bodies at the task's largest report.
     install_body_limit(app, settings.max_request_body_bytes, dap=True)
     install_problem_handlers(app)
-    install_http_problem_handler(app)
 
     async def call(fn: Callable[..., Answer], *args: Any) -> Answer:
         return await run_in_threadpool(fn, *args)

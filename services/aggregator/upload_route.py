@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -36,7 +35,8 @@ from services.common.limits import content_too_large, declared_length
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
-    dap_problem_response,
+    ServiceError,
+    log_problem,
     problem_response,
 )
 from shared.dap.messages import MEDIA_REPORT
@@ -215,16 +215,12 @@ async def _respond(
         await send({"type": "http.response.start", "status": result.status, "headers": headers})
         await send({"type": "http.response.body", "body": result.body})
         return
-    response: Any
-    if isinstance(result, DapProblemError):
-        log.info("PUT %s -> %s", scope["path"], result.problem.value)
-        response = dap_problem_response(result)
-    elif isinstance(result, HttpProblemError):
-        response = result.response()
-    else:
+    if not isinstance(result, ServiceError):
         # The exception text may quote request data; log only its type and the route.
         log.error("unhandled %s on PUT %s", type(result).__name__, scope["path"])
-        response = problem_response(type_="about:blank", title="Internal Server Error", status=500)
+        result = ServiceError()
+    log_problem("PUT", scope["path"], result)
+    response = result.response()
     if close:
         # Answered before the body was read: the rest of it is never read.
         response.headers["Connection"] = "close"

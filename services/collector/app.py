@@ -50,7 +50,6 @@ from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
-    install_http_problem_handler,
     install_problem_handlers,
     problem_response,
 )
@@ -177,7 +176,6 @@ def create_app(
 
     install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
-    install_http_problem_handler(app)
 
     @app.exception_handler(StoreError)
     async def _on_store_error(request: Request, exc: Exception) -> Response:

@@ -27,7 +27,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.problems import (
     DapProblemError,
-    dap_problem_response,
     path_task_id,
     problem_response,
 )
@@ -84,7 +83,7 @@ def content_too_large(
         problem = DapProblemError(
             ProblemType.INVALID_MESSAGE, detail, task_id=task, status=HTTP_CONTENT_TOO_LARGE
         )
-        response = dap_problem_response(problem)
+        response = problem.response()
         response.headers.update(headers)
         return response
     return problem_response(

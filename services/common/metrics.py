@@ -27,7 +27,6 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from services.common.auth import require_bearer
-from services.common.problems import install_http_problem_handler
 
 #: Prometheus text exposition format 0.0.4, as every service's `GET /metrics` answers it.
 MEDIA_PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -172,8 +171,8 @@ def _sample(family: _Family, key: tuple[str, ...], value: Number) -> str:
 
 def install_metrics(app: FastAPI, registry: Registry, token_hash: bytes | None) -> None:
     """`GET /metrics` behind ``Authorization: Bearer <token>`` (SHA-256 `token_hash`; None
-    refuses every caller with 403, as the admin APIs do without an admin token)."""
-    install_http_problem_handler(app)
+    refuses every caller with 403, as the admin APIs do without an admin token). The app's
+    problem handlers (`install_problem_handlers`) answer the refusals."""
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -1,14 +1,18 @@
 """RFC 9457 problem documents carrying DAP-09 error types (DAP-09 §3.2, digest §2).
 
-Handlers raise `DapProblemError`; `install_problem_handlers` turns it into an
-``application/problem+json`` response. The `taskid` member is set whenever the task id is known
-from the path: divviup-ts fails with a TypeError on DAP problems without it.
+`ServiceError` is the base of every error a service answers over HTTP: each subclass carries
+its status and its problem type (a DAP-09 one, `DapProblemError`) or title (`about:blank`,
+`HttpProblemError` and the services' own refusals), and `install_problem_handlers` (on every
+app) turns it, and whatever the framework raises, into an ``application/problem+json``
+response here and nowhere else. The `taskid` member is set whenever the task id is known from
+the path: divviup-ts fails with a TypeError on DAP problems without it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,8 +34,72 @@ def path_task_id(path: str) -> str | None:
     return match.group(1) if match else None
 
 
-class DapProblemError(Exception):
-    """Abort the request with a DAP problem type."""
+def problem_response(
+    *,
+    type_: str,
+    title: str,
+    status: int,
+    detail: str | None = None,
+    task_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    members: Mapping[str, Any] | None = None,
+) -> Response:
+    """A problem document; `members` are extension members (RFC 9457 §3.2)."""
+    body: dict[str, Any] = {"type": type_, "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    if task_id is not None:
+        body["taskid"] = task_id
+    body.update(members or {})
+    return JSONResponse(
+        body,
+        status_code=status,
+        media_type=MEDIA_PROBLEM,
+        headers=None if headers is None else dict(headers),
+    )
+
+
+class ServiceError(Exception):
+    """Abort the request with a problem document: `status` (a class default for subclasses
+    that always answer the same) and `title`, `type_` about:blank unless a DAP problem type,
+    `members` extension members (RFC 9457 §3.2)."""
+
+    status: int = 500
+
+    def __init__(
+        self,
+        title: str = "Internal Server Error",
+        *,
+        detail: str | None = None,
+        status: int | None = None,
+        type_: str = "about:blank",
+        task_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        members: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.status = self.status if status is None else status
+        self.title = title
+        super().__init__(title if detail is None else detail)
+        self.detail = detail
+        self.type_ = type_
+        self.task_id = task_id
+        self.headers = headers
+        self.members = members
+
+    def response(self) -> Response:
+        return problem_response(
+            type_=self.type_,
+            title=self.title,
+            status=self.status,
+            detail=self.detail,
+            task_id=self.task_id,
+            headers=self.headers,
+            members=self.members,
+        )
+
+
+class DapProblemError(ServiceError):
+    """Abort the request with a DAP problem type (its status unless `status` overrides it)."""
 
     def __init__(
         self,
@@ -41,38 +109,31 @@ class DapProblemError(Exception):
         task_id: str | None = None,
         status: int | None = None,
     ) -> None:
-        super().__init__(f"{problem.value}: {detail}")
+        super().__init__(
+            _TITLES.get(problem, problem.value),
+            detail=detail,
+            status=problem.http_status if status is None else status,
+            type_=problem.urn,
+            task_id=task_id,
+        )
         self.problem = problem
-        self.detail = detail
-        self.task_id = task_id
-        self.status = status if status is not None else problem.http_status
+        self.args = (f"{problem.value}: {detail}",)
 
 
-def problem_response(
-    *,
-    type_: str,
-    title: str,
-    status: int,
-    detail: str | None = None,
-    task_id: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    body: dict[str, Any] = {"type": type_, "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    if task_id is not None:
-        body["taskid"] = task_id
-    return JSONResponse(body, status_code=status, media_type=MEDIA_PROBLEM, headers=headers)
+class HttpProblemError(ServiceError):
+    """Abort with a plain HTTP problem (no DAP type), e.g. 404 for an unknown collection job;
+    `retry_after` seconds after which the client may try again (a 503 of a full queue)."""
 
-
-def dap_problem_response(exc: DapProblemError) -> Response:
-    return problem_response(
-        type_=exc.problem.urn,
-        title=_TITLES.get(exc.problem, exc.problem.value),
-        status=exc.status,
-        detail=exc.detail,
-        task_id=exc.task_id,
-    )
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        *,
+        task_id: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+        super().__init__(title, status=status, task_id=task_id, headers=headers)
 
 
 _TITLES: dict[ProblemType, str] = {
@@ -97,13 +158,20 @@ _TITLES: dict[ProblemType, str] = {
 }
 
 
+def log_problem(method: str, path: str, exc: ServiceError) -> None:
+    """A DAP refusal at info (the problem type; never the detail, which may quote the
+    request)."""
+    if isinstance(exc, DapProblemError):
+        log.info("%s %s -> %s", method, path, exc.problem.value)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Every error leaves as a problem document; nothing becomes a bare 500 page."""
 
-    async def on_dap_problem(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, DapProblemError)
-        log.info("%s %s -> %s", request.method, request.url.path, exc.problem.value)
-        return dap_problem_response(exc)
+    async def on_service_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ServiceError)
+        log_problem(request.method, request.url.path, exc)
+        return exc.response()
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -126,46 +194,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # The exception text may quote request data; log only its type and the route.
         log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path)
-        return problem_response(type_="about:blank", title="Internal Server Error", status=500)
+        return ServiceError().response()
 
-    app.add_exception_handler(DapProblemError, on_dap_problem)
+    app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(Exception, on_unexpected)
-
-
-class HttpProblemError(Exception):
-    """Abort with a plain HTTP problem (no DAP type), e.g. 404 for an unknown collection job."""
-
-    def __init__(
-        self,
-        status: int,
-        title: str,
-        *,
-        task_id: str | None = None,
-        retry_after: int | None = None,
-    ) -> None:
-        super().__init__(title)
-        self.status = status
-        self.title = title
-        self.task_id = task_id
-        #: Seconds after which the client may try again (a 503 of a full queue).
-        self.retry_after = retry_after
-
-    def response(self) -> Response:
-        headers = None if self.retry_after is None else {"Retry-After": str(self.retry_after)}
-        return problem_response(
-            type_="about:blank",
-            title=self.title,
-            status=self.status,
-            task_id=self.task_id,
-            headers=headers,
-        )
-
-
-def install_http_problem_handler(app: FastAPI) -> None:
-    async def on_http_problem(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HttpProblemError)
-        return exc.response()
-
-    app.add_exception_handler(HttpProblemError, on_http_problem)

@@ -48,7 +48,7 @@ from services.common.health import install_healthz
 from services.common.http import http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
-from services.common.problems import install_problem_handlers, problem_response
+from services.common.problems import ServiceError, install_problem_handlers
 from services.recipe_server.keys import load_signer
 from services.recipe_server.metrics import CountingProvisioner, RecipeServerMetrics
 from services.recipe_server.provision import DapProvisioner, PartyTokens, Provisioner
@@ -58,7 +58,6 @@ from services.recipe_server.service import (
     ConflictError,
     ForbiddenError,
     InvalidDraftError,
-    NotFoundError,
     ProvisioningFailedError,
     RecipeService,
 )
@@ -77,11 +76,13 @@ _MAX_DRAFT = 8 * 1024 * 1024
 _T = TypeVar("_T")
 
 
-def _problem(status: int, title: str, **extra: Any) -> Response:
-    if not extra:
-        return problem_response(type_="about:blank", title=title, status=status)
-    body = {"type": "about:blank", "title": title, "status": status, **extra}
-    return JSONResponse(body, status_code=status, media_type="application/problem+json")
+#: The `refused` counter's reason of each refusal of a publication.
+_REFUSED: dict[type[ServiceError], str] = {
+    ForbiddenError: "forbidden",
+    ConflictError: "conflict",
+    InvalidDraftError: "invalid_draft",
+    ProvisioningFailedError: "provisioning_failed",
+}
 
 
 def _analysts(settings: RecipeServerSettings) -> dict[bytes, Analyst]:
@@ -184,19 +185,8 @@ def create_app(
     async def call(fn: Callable[..., _T], *args: Any) -> _T:
         return await run_in_threadpool(fn, *args)
 
-    def errors(exc: ValidationError) -> list[dict[str, str]]:
-        return [
-            {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
-            for e in exc.errors()
-        ]
-
-    @app.exception_handler(NotFoundError)
-    async def on_not_found(_: Request, exc: Exception) -> Response:
-        return _problem(404, str(exc))
-
-    @app.exception_handler(BadRequestError)
-    async def on_bad_request(_: Request, exc: Exception) -> Response:
-        return _problem(400, str(exc))
+    def errors(exc: ValidationError) -> list[tuple[str, str]]:
+        return [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"]) for e in exc.errors()]
 
     @app.get("/keys")
     async def keys() -> Response:
@@ -219,36 +209,21 @@ def create_app(
         if analyst is None:
             refused.inc(reason="unauthorized")
             # Unknown and missing tokens look alike: nothing tells a prober which tokens exist.
-            return problem_response(
-                type_="about:blank",
-                title="Unauthorized",
-                status=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise ServiceError("Unauthorized", status=401, headers={"WWW-Authenticate": "Bearer"})
         raw = await request.body()
         if len(raw) > _MAX_DRAFT:
             refused.inc(reason="too_large")
-            return _problem(413, "draft too large")
+            raise ServiceError("draft too large", status=413)
         try:
             draft = RecipeDraft.model_validate_json(raw)
         except ValidationError as exc:
             refused.inc(reason="invalid_draft")
-            return _problem(422, "Invalid recipe draft", errors=errors(exc))
+            raise InvalidDraftError(errors(exc)) from None
         try:
             result = await call(service.publish, draft, analyst)
-        except ForbiddenError as exc:
-            refused.inc(reason="forbidden")
-            return _problem(403, str(exc))
-        except ConflictError as exc:
-            refused.inc(reason="conflict")
-            return _problem(409, str(exc))
-        except InvalidDraftError as exc:
-            refused.inc(reason="invalid_draft")
-            problems = [{"field": f, "message": m} for f, m in exc.problems]
-            return _problem(422, "Invalid recipe draft", errors=problems)
-        except ProvisioningFailedError as exc:
-            refused.inc(reason="provisioning_failed")
-            return _problem(502, f"Task provisioning failed: {exc}")
+        except (ForbiddenError, ConflictError, InvalidDraftError, ProvisioningFailedError) as exc:
+            refused.inc(reason=_REFUSED[type(exc)])
+            raise
         metrics.published.inc(outcome="created" if result.created else "existing")
         if result.created:
             log.info(

@@ -50,6 +50,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.common.clock import Clock
+from services.common.problems import ServiceError
 from services.recipe_server.provision import (
     NewTask,
     Provisioner,
@@ -104,32 +105,45 @@ class Analyst:
         return not self.analysis_prefixes or analysis_id.startswith(self.analysis_prefixes)
 
 
-class InvalidDraftError(Exception):
-    """422: problems as (field path, message)."""
+class InvalidDraftError(ServiceError):
+    """422: problems as (field path, message), in the `errors` member."""
+
+    status = 422
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{f}: {m}" for f, m in problems))
+        super().__init__(
+            "Invalid recipe draft",
+            detail="; ".join(f"{f}: {m}" for f, m in problems),
+            members={"errors": [{"field": f, "message": m} for f, m in problems]},
+        )
         self.problems = problems
 
 
-class ForbiddenError(Exception):
-    """403."""
+class ForbiddenError(ServiceError):
+    status = 403
 
 
-class ConflictError(Exception):
-    """409."""
+class ConflictError(ServiceError):
+    status = 409
 
 
-class NotFoundError(Exception):
-    """404."""
+class NotFoundError(ServiceError):
+    status = 404
 
 
-class BadRequestError(Exception):
-    """400: malformed query parameters."""
+class BadRequestError(ServiceError):
+    """Malformed query parameters."""
+
+    status = 400
 
 
-class ProvisioningFailedError(Exception):
-    """502: a DAP party refused the task or could not be reached."""
+class ProvisioningFailedError(ServiceError):
+    """A DAP party refused the task or could not be reached."""
+
+    status = 502
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Task provisioning failed: {reason}")
 
 
 class _RacedError(Exception):

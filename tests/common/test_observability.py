@@ -15,6 +15,7 @@ from services.common.auth import hash_token
 from services.common.health import install_healthz
 from services.common.logs import JsonFormatter
 from services.common.metrics import Counter, Registry, Scrape, install_metrics
+from services.common.problems import install_problem_handlers
 from tests.exposition import parse, value
 
 TOKEN = "metrics-token-0123456789abcdef"
@@ -79,9 +80,10 @@ def test_registry_refuses_mistakes() -> None:
 
 
 def test_metrics_endpoint_auth() -> None:
-    app = FastAPI()
+    app, off = FastAPI(), FastAPI()
+    for each in (app, off):
+        install_problem_handlers(each)  # what every service's app installs
     install_metrics(app, _registry({"new": 1})[0], hash_token(TOKEN))
-    off = FastAPI()
     install_metrics(off, _registry({})[0], None)
     with TestClient(app) as client, TestClient(off) as disabled:
         assert client.get("/metrics").status_code == 401
