@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from client_sdk.errors import ClientError
 from client_sdk.policy import DevicePolicy
 from client_sdk.storage import StateDb
 from shared.recipe.accounting import check_recipe_claims
@@ -59,7 +60,7 @@ def recipe_claim_problems(recipe: Recipe, canonical: bytes | None = None) -> tup
     return found
 
 
-class BudgetRefusedError(Exception):
+class BudgetRefusedError(ClientError):
     """A check failed; `reasons` says which (nothing was consumed)."""
 
     def __init__(self, reasons: list[str]) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from client_sdk.errors import ClientError
 from client_sdk.events import EventStore
 from shared.dp import vdaf_mapping
 from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
@@ -69,7 +70,7 @@ Measurement = int | list[int]
 Answer = int | str
 
 
-class NoDataError(ValueError):
+class NoDataError(ClientError, ValueError):
     """The query cannot be answered from this device's data (e.g. an integer feature with no
     value: there is no OOV bucket to fall back to)."""
 

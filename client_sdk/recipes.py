@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from client_sdk.errors import ClientError
 from client_sdk.storage import StateDb
 from shared.b64url import b64url_decode
 from shared.recipe.log import LogVerificationError, LogVerifier, SignedTreeHead
@@ -33,7 +34,7 @@ __all__ = ["RecipeClient", "RecipeRefusedError", "VerifiedRecipe"]
 _STH_KEY = "log.latest_sth"
 
 
-class RecipeRefusedError(Exception):
+class RecipeRefusedError(ClientError):
     """The recipe cannot be trusted or fetched; the message says why (it goes to the audit)."""
 
     def __init__(self, reason: str, recipe_id: str | None = None) -> None:

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from client_sdk.errors import ClientError
 from shared import hpke
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.ids import ReportId, TaskId
@@ -33,7 +34,7 @@ from shared.vdaf.prio3 import Prio3
 __all__ = ["NoUsableConfigError", "ReportInput", "build_reports", "choose_config"]
 
 
-class NoUsableConfigError(ValueError):
+class NoUsableConfigError(ClientError, ValueError):
     """The aggregator offers no HPKE suite this SDK implements."""
 
 

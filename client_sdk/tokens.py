@@ -22,6 +22,7 @@ from typing import Protocol
 
 import httpx
 
+from client_sdk.errors import ClientError
 from client_sdk.storage import StateDb
 from shared import b64url
 from shared.dap.extensions import token_challenge, token_window_start
@@ -55,7 +56,7 @@ class DeviceIdentity(Protocol):
     def sign(self, nonce: bytes, body: bytes) -> bytes: ...
 
 
-class TokenError(Exception):
+class TokenError(ClientError):
     """No token could be obtained (the message names the step, never the token)."""
 
 

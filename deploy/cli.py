@@ -50,10 +50,10 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
+from client_sdk.errors import ClientError
 from client_sdk.http import http_client, http_failure
 from deploy import privacy
 from deploy.collect import (
-    CollectError,
     fetch_task,
     format_result,
     request_collection,
@@ -66,8 +66,9 @@ from deploy.config import (
     load_deployment,
     write_deployment,
 )
-from deploy.demo import ANALYSES, DemoError, run_demo
+from deploy.demo import ANALYSES, run_demo
 from deploy.demo.framework import SCALES
+from deploy.errors import DeployError
 from deploy.keys import (
     ADMIN_TOKEN_SERVICES,
     DATASTORE_KEY_SERVICES,
@@ -83,7 +84,7 @@ from deploy.keys import (
     pin_issuer_keys,
     provisioner_token_file,
 )
-from deploy.launcher import DEFAULT_PORTS, Cluster, LaunchError, UpOptions, wait_for_shutdown
+from deploy.launcher import DEFAULT_PORTS, Cluster, UpOptions, wait_for_shutdown
 from deploy.recipes import (
     RecipeError,
     fetch_recipe,
@@ -92,10 +93,9 @@ from deploy.recipes import (
     load_draft,
     publish_recipe,
 )
-from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
+from deploy.tasks import PartyTokens, TaskParams, create_task
 from deploy.upload import (
     ClientTask,
-    UploadError,
     expected_aggregate,
     random_measurements,
     upload_reports,
@@ -109,8 +109,10 @@ from services.collector.analysis import (
     to_table,
 )
 from services.collector.charts import write_chart
+from services.common.problems import ServiceError
 from services.interop.cli import add_interop_parser
 from shared.dp.amplification import Analysis
+from shared.errors import SaggError
 from shared.recipe.model import Recipe
 from shared.transport import TransportPolicy
 
@@ -120,7 +122,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-class CliError(Exception):
+class CliError(DeployError):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
@@ -1013,16 +1015,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _devices_defaults(args)
         code: int = args.func(args)
         return code
-    except (
-        CliError,
-        CollectError,
-        ProvisionError,
-        UploadError,
-        LaunchError,
-        RecipeError,
-        KeysError,
-        DemoError,
-    ) as exc:
+    except (DeployError, ClientError, ServiceError, SaggError) as exc:  # each layer's base
         print(f"sagg: {exc}", file=sys.stderr)
     except httpx.HTTPError as exc:  # `sagg devices run` reaching no server, e.g. TLS refused
         print(f"sagg: HTTP request failed: {http_failure(exc)}", file=sys.stderr)

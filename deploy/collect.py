@@ -17,6 +17,7 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.http import http_failure
+from deploy.errors import DeployError
 from shared.dap.task import CollectorTaskInfo
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-class CollectError(Exception):
+class CollectError(DeployError):
     """The collection could not be started or did not finish; one-line message."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from deploy.errors import DeployError
 from deploy.keys import ADMIN_TOKEN_SERVICES
 from services.common.auth import MIN_TOKEN_LENGTH
 from shared.files import private_dir, read_private, write_private
@@ -36,7 +37,7 @@ DEFAULT_DATA_DIR = Path(".data")
 DEPLOYMENT_FILE = "deployment.json"
 
 
-class DeploymentError(Exception):
+class DeploymentError(DeployError):
     """The deployment file is unreadable or invalid; the message names it."""
 
 

@@ -49,6 +49,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from client_sdk.http import http_failure
+from deploy.errors import DeployError
 from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
 from services.token_issuer.devices import ManufacturerCA
@@ -93,7 +94,7 @@ PINNED_KEYS_DIR = "issuer"
 DATASTORE_KEY_SERVICES = ("leader", "helper", "collector", "token-issuer")
 
 
-class KeysError(Exception):
+class KeysError(DeployError):
     """A key file exists but cannot be used; the message names it."""
 
 

@@ -41,6 +41,7 @@ from psycopg import sql
 
 from client_sdk.http import http_client
 from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
+from deploy.errors import DeployError
 from deploy.keys import (
     PROVISIONED_PARTIES,
     TOKEN_KEY_IDS_FILE,
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 
-class LaunchError(Exception):
+class LaunchError(DeployError):
     """A service did not start; the message is one line."""
 
 

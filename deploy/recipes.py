@@ -17,6 +17,7 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.http import http_client, http_failure
+from deploy.errors import DeployError
 from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
@@ -32,7 +33,7 @@ from shared.transport import TransportPolicy
 __all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
 
 
-class RecipeError(Exception):
+class RecipeError(DeployError):
     """Publishing or listing failed; the message is one line."""
 
 

@@ -18,6 +18,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from client_sdk.http import http_client, http_failure
+from services.common.problems import ServiceError
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
@@ -35,8 +36,10 @@ from shared.vdaf.spec import VdafSpec
 __all__ = ["PartyTokens", "ProvisionError", "TaskParams", "create_task"]
 
 
-class ProvisionError(Exception):
+class ProvisionError(ServiceError):
     """A party refused or could not be reached; the message is one line."""
+
+    status = 502
 
 
 @dataclass(frozen=True, repr=False)

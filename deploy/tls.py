@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from deploy.errors import DeployError
 from shared.files import create_private, private_dir, read_private, write_private
 
 __all__ = ["LocalTls", "ServiceCert", "TlsError", "ensure_local_tls"]
@@ -37,7 +38,7 @@ _CA_YEARS = 5
 _LEAF_DAYS = 30
 
 
-class TlsError(Exception):
+class TlsError(DeployError):
     """The local CA exists but cannot be used; the message names the file."""
 
 

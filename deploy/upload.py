@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from client_sdk.errors import ClientError
 from client_sdk.http import http_client, http_failure
 from client_sdk.reports import NoUsableConfigError, ReportInput, choose_config
 from client_sdk.reports import build_reports as sdk_build_reports
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-class UploadError(Exception):
+class UploadError(ClientError):
     """An upload could not be done; the message is one line."""
 
 

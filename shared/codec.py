@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Protocol, Self, TypeAlias, TypeVar
 
+from shared.errors import SaggError
+
 __all__ = [
     "Buffer",
     "DecodeError",
@@ -47,7 +49,7 @@ U32_MAX = 0xFFFF_FFFF
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 
-class DecodeError(ValueError):
+class DecodeError(SaggError, ValueError):
     """Malformed wire bytes. The message says what was being decoded and at which offset."""
 
 

@@ -22,6 +22,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from shared.errors import SaggError
+
 __all__ = [
     "UnsafePathError",
     "create_private",
@@ -34,7 +36,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class UnsafePathError(OSError):
+class UnsafePathError(SaggError, OSError):
     """A symbolic link or a non-regular file where an owner-only file or directory belongs."""
 
 

@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hmac import HMAC
 
+from shared.errors import SaggError
+
 HPKE_KEM_X25519_HKDF_SHA256: Final = 0x0020
 
 HPKE_KDF_HKDF_SHA256: Final = 0x0001
@@ -84,7 +86,7 @@ _ZERO_SALT: Final = bytes(_N_H)
 _ALL_ZERO_DH: Final = bytes(_N_SECRET)
 
 
-class HpkeError(Exception):
+class HpkeError(SaggError):
     """Any HPKE failure: malformed or low-order keys, a failed AEAD check, an unsupported suite."""
 
 

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlsplit
 
+from shared.errors import SaggError
+
 __all__ = ["InsecureTransportError", "TransportPolicy", "check_url", "is_loopback_host"]
 
 
-class InsecureTransportError(ValueError):
+class InsecureTransportError(SaggError, ValueError):
     """A URL the policy refuses; the message names the host, never the path or credentials."""
 
 

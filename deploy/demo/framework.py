@@ -44,6 +44,7 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import SimulationSummary, Simulator
 from deploy.collect import request_collection, wait_for_collection
 from deploy.config import Deployment
+from deploy.errors import DeployError
 from deploy.recipes import publish_recipe
 from services.collector.analysis import (
     Analysis,
@@ -90,7 +91,7 @@ DEFAULT_ALPHA = 1e-3
 SAMPLE_SIGMAS = 4.0
 
 
-class DemoError(Exception):
+class DemoError(DeployError):
     """The demo could not run (a service refused, a collection did not finish, ...)."""
 
 

@@ -40,7 +40,7 @@ from services.collector.collect import (
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import CollectionPoller, PollerConfig, millis
 from services.collector.settings import CollectorSettings
-from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
+from services.collector.store import JobRow, PutTaskOutcome, Store, open_store
 from services.common.auth import require_bearer, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
@@ -51,7 +51,6 @@ from services.common.metrics import install_metrics
 from services.common.problems import (
     HttpProblemError,
     install_problem_handlers,
-    problem_response,
 )
 from shared import hpke
 from shared.b64url import b64url_encode
@@ -176,17 +175,6 @@ def create_app(
 
     install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
-
-    @app.exception_handler(StoreError)
-    async def _on_store_error(request: Request, exc: Exception) -> Response:
-        # The driver's type only: its message can quote statement parameters.
-        cause = exc.__cause__ or exc
-        log.error(
-            "store error on %s %s: %s", request.method, request.url.path, type(cause).__name__
-        )
-        return problem_response(
-            type_="about:blank", title="the collector's database is unavailable", status=503
-        )
 
     def ready() -> bool:
         db().ping()

@@ -31,6 +31,7 @@ import psycopg
 
 from services.common.crypter import Crypter
 from services.common.db import Database, Migration, Row, TransientDbError, Tx
+from services.common.problems import ServiceError
 
 __all__ = [
     "JobCount",
@@ -48,8 +49,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class StoreError(Exception):
-    """The database could not be opened or used (bad URL, unreachable server...)."""
+class StoreError(ServiceError):
+    """The database could not be opened or used (bad URL, unreachable server...): 503. The
+    message, for the log, may quote statement parameters; the answer never carries it."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__("the collector's database is unavailable")
+        self.args = (message,)
 
 
 class JobState(StrEnum):

@@ -24,6 +24,8 @@ from shared.dap.problems import MEDIA_PROBLEM, ProblemType
 
 log = logging.getLogger(__name__)
 
+HTTP_SERVER_ERROR = 500
+
 
 _TASK_PATH = re.compile(r"^/tasks/([A-Za-z0-9_-]+)(?:/|$)")
 
@@ -159,10 +161,13 @@ _TITLES: dict[ProblemType, str] = {
 
 
 def log_problem(method: str, path: str, exc: ServiceError) -> None:
-    """A DAP refusal at info (the problem type; never the detail, which may quote the
-    request)."""
+    """A DAP refusal at info (its type), a server-side failure that another exception caused
+    at error (the cause's type: a driver's message can quote statement parameters); never the
+    detail."""
     if isinstance(exc, DapProblemError):
         log.info("%s %s -> %s", method, path, exc.problem.value)
+    elif exc.status >= HTTP_SERVER_ERROR and exc.__cause__ is not None:
+        log.error("%s on %s %s: %s", exc.title, method, path, type(exc.__cause__).__name__)
 
 
 def install_problem_handlers(app: FastAPI) -> None:

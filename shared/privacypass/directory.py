@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from shared.errors import SaggError
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 from shared.privacypass.keys import InvalidKeyError, TokenKey
 from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA
@@ -33,7 +34,7 @@ MEDIA_ISSUER_DIRECTORY: Final = "application/private-token-issuer-directory"
 __all__ = ["DirectoryError", "DirectoryKey", "IssuerDirectory"]
 
 
-class DirectoryError(ValueError):
+class DirectoryError(SaggError, ValueError):
     """A directory document that does not follow RFC 9578 §4."""
 
 

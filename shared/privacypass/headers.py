@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from shared import b64url as base64url
+from shared.errors import SaggError
 from shared.privacypass.messages import TokenChallenge
 
 #: The HTTP authentication scheme name (RFC 9577 §2).
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class HeaderError(ValueError):
+class HeaderError(SaggError, ValueError):
     """A malformed WWW-Authenticate or Authorization header value."""
 
 

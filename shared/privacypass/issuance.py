@@ -8,6 +8,7 @@ the key by truncated id among the keys of the current epochs and maps `IssuanceE
 from __future__ import annotations
 
 from shared.codec import DecodeError
+from shared.errors import SaggError
 from shared.privacypass import rsabssa
 from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import TokenRequest, TokenResponse
@@ -16,7 +17,7 @@ from shared.privacypass.rsabssa import BLIND_RSA_MODULUS_BITS, BLIND_RSA_PUBLIC_
 __all__ = ["IssuanceError", "IssuerKey", "issue"]
 
 
-class IssuanceError(ValueError):
+class IssuanceError(SaggError, ValueError):
     """A TokenRequest the issuer must refuse with 422 (RFC 9578 §6.2).
 
     `reason` is a short fixed name (``malformed``, ``unknown_key_id``, ``invalid_blinded_msg``

@@ -20,6 +20,7 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
+from shared.errors import SaggError
 from shared.privacypass.rsabssa import BLIND_RSA_NK, RsaPublicKey
 
 #: Nid: SHA-256 of the issuer key's SPKI (RFC 9578 §6, Nid = 32).
@@ -38,7 +39,7 @@ _PSS_SHA384_ALGORITHM: Final = bytes.fromhex(
 )
 
 
-class InvalidKeyError(ValueError):
+class InvalidKeyError(SaggError, ValueError):
     """An issuer key encoding that is not the RFC 9578 §6.5 RSASSA-PSS SPKI of a 2048-bit key."""
 
 

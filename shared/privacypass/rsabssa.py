@@ -36,6 +36,8 @@ from typing import Any, Final
 import gmpy2
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from shared.errors import SaggError
+
 #: Issuer RSA modulus for token type 2, in bits (RFC 9578 §6: "Blind RSA (SHA-384, 2048-bit)").
 BLIND_RSA_MODULUS_BITS: Final = 2048
 
@@ -80,7 +82,7 @@ __all__ = [
 _HASH_LEN: Final = 48  # SHA-384 output size, hLen in RFC 8017 §9.1
 
 
-class RsabssaError(ValueError):
+class RsabssaError(SaggError, ValueError):
     """Any RSABSSA failure."""
 
 

@@ -20,6 +20,7 @@ import hmac
 from collections.abc import Iterable
 
 from shared.codec import DecodeError
+from shared.errors import SaggError
 from shared.privacypass import rsabssa
 from shared.privacypass.headers import HeaderError, parse_authorization
 from shared.privacypass.keys import TokenKey
@@ -28,7 +29,7 @@ from shared.privacypass.messages import Token
 __all__ = ["InvalidTokenError", "verify_authorization", "verify_token"]
 
 
-class InvalidTokenError(ValueError):
+class InvalidTokenError(SaggError, ValueError):
     """A token that must not be accepted; the message says which check failed."""
 
 

@@ -24,13 +24,15 @@ import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
+from shared.errors import SaggError
+
 __all__ = ["CanonicalizationError", "canonical_json", "format_number"]
 
 #: Largest integer magnitude a double represents exactly (I-JSON, RFC 7493 §2.2).
 MAX_SAFE_INTEGER = 2**53
 
 
-class CanonicalizationError(ValueError):
+class CanonicalizationError(SaggError, ValueError):
     """The value has no canonical JSON form."""
 
 

@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shared.b64url import b64url_decode, b64url_encode
+from shared.errors import SaggError
 from shared.recipe.model import Recipe
 from shared.recipe.signing import (
     RecipeSigner,
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 
-class LogVerificationError(ValueError):
+class LogVerificationError(SaggError, ValueError):
     """A proof, tree head or signature does not verify."""
 
 

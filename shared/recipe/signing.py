@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import PublicFormat
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from shared.b64url import b64url_decode, b64url_encode
+from shared.errors import SaggError
 from shared.recipe.canonical import CanonicalizationError, canonical_json
 from shared.recipe.model import Recipe
 
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class RecipeVerificationError(ValueError):
+class RecipeVerificationError(SaggError, ValueError):
     """The recipe is malformed, not canonical, or not signed by the expected key."""
 
 
