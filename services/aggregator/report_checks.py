@@ -26,7 +26,7 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from services.aggregator.datastore import REASON_TOKEN_SPENT, TokenSpend
 from services.aggregator.tokens import IssuerKeyCache
@@ -51,100 +51,64 @@ _INVALID, _REJECTED = ProblemType.INVALID_MESSAGE, ProblemType.REPORT_REJECTED
 
 
 class Refusal(Enum):
-    """Why a report share is refused: (counter reason, upload problem, helper PrepareError,
-    detail of the upload's problem document)."""
+    """Why a report share is refused: the counter reason, the upload's problem type, the
+    helper's PrepareError (by default those of a binding or token refusal: reportRejected,
+    invalid_message), and the upload problem's `detail`."""
 
-    MALFORMED_REPORT = (
-        "invalid_message",
-        _INVALID,
-        PrepareError.INVALID_MESSAGE,
-        "malformed Report",
-    )
+    MALFORMED_REPORT = ("invalid_message", _INVALID)
     #: Leader only: a helper ciphertext no report of the task can have (`shared.dap.sizes`);
     #: the leader would otherwise store it and re-send it in every aggregation job.
-    HELPER_SHARE_SIZE = (
-        "helper_share_size",
-        _INVALID,
-        PrepareError.INVALID_MESSAGE,
-        "the helper's input share has a size no report of this task can have",
-    )
+    HELPER_SHARE_SIZE = ("helper_share_size", _INVALID)
     UNKNOWN_CONFIG = (
         "hpke_unknown_config_id",
         ProblemType.OUTDATED_CONFIG,
         PrepareError.HPKE_UNKNOWN_CONFIG_ID,
-        "unknown HPKE config id",
     )
-    UNDECRYPTABLE = (
-        "hpke_decrypt_error",
-        _REJECTED,
-        PrepareError.HPKE_DECRYPT_ERROR,
-        "input share does not decrypt",
-    )
-    MALFORMED_SHARE = (
-        "invalid_message",
-        _INVALID,
-        PrepareError.INVALID_MESSAGE,
-        "malformed PlaintextInputShare, or an input or public share of the wrong size",
-    )
-    TOO_EARLY = (
-        "report_too_early",
-        ProblemType.REPORT_TOO_EARLY,
-        PrepareError.REPORT_TOO_EARLY,
-        "report time is in the future",
-    )
-    TASK_EXPIRED = ("task_expired", _REJECTED, PrepareError.TASK_EXPIRED, "task expired")
+    UNDECRYPTABLE = ("hpke_decrypt_error", _REJECTED, PrepareError.HPKE_DECRYPT_ERROR)
+    MALFORMED_SHARE = ("invalid_message", _INVALID)
+    TOO_EARLY = ("report_too_early", ProblemType.REPORT_TOO_EARLY, PrepareError.REPORT_TOO_EARLY)
+    TASK_EXPIRED = ("task_expired", _REJECTED, PrepareError.TASK_EXPIRED)
     #: Older than `report_expiry_age`: its id may already have left the replay set
     #: (`drivers.garbage`), so a replay could not be told.
-    REPORT_EXPIRED = (
-        "report_expired",
-        _REJECTED,
-        PrepareError.REPORT_DROPPED,
-        "report older than the expiry age",
-    )
-    EXTENSION = (
-        "invalid_extension",
-        _INVALID,
-        PrepareError.INVALID_MESSAGE,
-        "unrecognized or repeated report extension",
-    )
-    BINDING_MISSING = ("binding_missing", _REJECTED, PrepareError.INVALID_MESSAGE, "")
-    BINDING_MISMATCH = ("binding_mismatch", _REJECTED, PrepareError.INVALID_MESSAGE, "")
-    TOKEN_MISSING = ("token_missing", _REJECTED, PrepareError.INVALID_MESSAGE, "")
-    TOKEN_INVALID = ("token_invalid", _REJECTED, PrepareError.INVALID_MESSAGE, "")
-    TOKEN_EXPIRED = ("token_expired", _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    REPORT_EXPIRED = ("report_expired", _REJECTED, PrepareError.REPORT_DROPPED)
+    EXTENSION = ("invalid_extension", _INVALID)
+    BINDING_MISSING = "binding_missing"
+    BINDING_MISMATCH = "binding_mismatch"
+    TOKEN_MISSING = "token_missing"
+    TOKEN_INVALID = "token_invalid"
+    TOKEN_EXPIRED = "token_expired"
     #: A token under a key the task does not pin (a per-device key would tag the report), or of
     #: an issuer this aggregator is not configured to trust (a task stored before the setting).
-    TOKEN_KEY_NOT_PINNED = ("token_key_not_pinned", _REJECTED, PrepareError.INVALID_MESSAGE, "")
-    TOKEN_ISSUER_NOT_ALLOWED = (
-        "token_issuer_not_allowed",
-        _REJECTED,
-        PrepareError.INVALID_MESSAGE,
-        "",
-    )
+    TOKEN_KEY_NOT_PINNED = "token_key_not_pinned"
+    TOKEN_ISSUER_NOT_ALLOWED = "token_issuer_not_allowed"
     # What the datastore finds when it stores an accepted share (`put_reports`,
     # `helper_init_job`): a replayed id, a batch collected already, a token spent before.
-    REPLAYED = (
-        "report_replayed",
-        _REJECTED,
-        PrepareError.REPORT_REPLAYED,
-        "report id already seen",
-    )
-    BATCH_COLLECTED = (
-        "batch_collected",
-        _REJECTED,
-        PrepareError.BATCH_COLLECTED,
-        "the report's batch was already collected",
-    )
-    TOKEN_SPENT = (REASON_TOKEN_SPENT, _REJECTED, PrepareError.INVALID_MESSAGE, "")
+    REPLAYED = ("report_replayed", _REJECTED, PrepareError.REPORT_REPLAYED)
+    BATCH_COLLECTED = ("batch_collected", _REJECTED, PrepareError.BATCH_COLLECTED)
+    TOKEN_SPENT = REASON_TOKEN_SPENT
 
-    def __init__(
-        self, reason: str, problem: ProblemType, prepare_error: PrepareError, detail: str
-    ) -> None:
-        self.reason = reason
-        self.problem = problem
-        self.prepare_error = prepare_error
-        # The binding and token refusals share one detail: a client learns no more from it.
-        self.detail = detail or "report binding or token refused"
+    def __new__(
+        cls,
+        reason: str,
+        problem: ProblemType = _REJECTED,
+        prepare_error: PrepareError = PrepareError.INVALID_MESSAGE,
+    ) -> Refusal:
+        # Numbered, not valued by the tuple: refusals may share a reason (two malformed kinds).
+        member = object.__new__(cls)
+        member._value_ = len(cls.__members__)
+        member.reason = reason
+        member.problem = problem
+        member.prepare_error = prepare_error
+        return member
+
+    reason: str
+    problem: ProblemType
+    prepare_error: PrepareError
+
+    @property
+    def detail(self) -> str:
+        # Every binding and token refusal has the same detail: a client learns no more from it.
+        return _DETAILS.get(self, "report binding or token refused")
 
     @property
     def aggregation_reason(self) -> str | None:
@@ -152,6 +116,21 @@ class Refusal(Enum):
         leader counts of the helper's answers too), refined only for invalid_message, which
         many checks give."""
         return self.reason if self.prepare_error == PrepareError.INVALID_MESSAGE else None
+
+
+_DETAILS: Final = {
+    Refusal.MALFORMED_REPORT: "malformed Report",
+    Refusal.HELPER_SHARE_SIZE: "the helper's input share has a size no report of the task can have",
+    Refusal.UNKNOWN_CONFIG: "unknown HPKE config id",
+    Refusal.UNDECRYPTABLE: "input share does not decrypt",
+    Refusal.MALFORMED_SHARE: "malformed PlaintextInputShare, or a share of the wrong size",
+    Refusal.TOO_EARLY: "report time is in the future",
+    Refusal.TASK_EXPIRED: "task expired",
+    Refusal.REPORT_EXPIRED: "report older than the expiry age",
+    Refusal.EXTENSION: "unrecognized or repeated report extension",
+    Refusal.REPLAYED: "report id already seen",
+    Refusal.BATCH_COLLECTED: "the report's batch was already collected",
+}
 
 
 @dataclass(frozen=True)

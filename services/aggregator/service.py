@@ -174,6 +174,10 @@ class Task:
             self.vdaf, token=self.tokens is not None, binding=self.recipe_digest is not None
         )
 
+    def problem(self, kind: ProblemType, detail: str, status: int | None = None) -> DapProblemError:
+        """A DAP problem about this task (its document names the task: `taskid`)."""
+        return DapProblemError(kind, detail, task_id=self.b64, status=status)
+
     def expired_report(self, report_time: int, now: int) -> bool:
         """Older than `report_expiry_age`: refused, since its replay record may be gone."""
         return self.report_expiry_age is not None and report_time < now - self.report_expiry_age
@@ -283,11 +287,8 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
         return outcome
     if outcome == UPLOAD_STORED:
         return Answer(HTTP_CREATED)
-    return _refusal_problem(task, _STORE_REFUSALS[outcome])
-
-
-def _refusal_problem(task: Task, refusal: Refusal) -> DapProblemError:
-    return DapProblemError(refusal.problem, refusal.detail, task_id=task.b64)
+    refusal = _STORE_REFUSALS[outcome]
+    return task.problem(refusal.problem, refusal.detail)
 
 
 def _task_key(task_id: str) -> bytes:
@@ -469,15 +470,11 @@ class Aggregator:
 
     def check_aggregator_auth(self, task: Task, headers: Mapping[str, str]) -> None:
         if not token_matches(task.record.aggregator_token_hash, presented_token(headers)):
-            raise DapProblemError(
-                ProblemType.UNAUTHORIZED_REQUEST, "bad aggregator token", task_id=task.b64
-            )
+            raise task.problem(ProblemType.UNAUTHORIZED_REQUEST, "bad aggregator token")
 
     def check_collector_auth(self, task: Task, headers: Mapping[str, str]) -> None:
         if not token_matches(task.record.collector_token_hash, presented_token(headers)):
-            raise DapProblemError(
-                ProblemType.UNAUTHORIZED_REQUEST, "bad collector token", task_id=task.b64
-            )
+            raise task.problem(ProblemType.UNAUTHORIZED_REQUEST, "bad collector token")
 
     # --- upload (leader, DAP-09 §4.4.2) ------------------------------------------------------
 
@@ -519,7 +516,7 @@ class Aggregator:
             return
         try:
             if isinstance(report, Refusal):
-                problem = _refusal_problem(task, report)
+                problem = task.problem(report.problem, report.detail)
                 # The refusal stands whether or not its count could be stored.
                 self.uploads.count_refusal(task.id.value, report.reason, lambda _: done(problem))
             else:
@@ -582,9 +579,7 @@ class Aggregator:
         self.check_aggregator_auth(task, headers)
 
         def invalid(detail: str, status: int | None = None) -> DapProblemError:
-            return DapProblemError(
-                ProblemType.INVALID_MESSAGE, detail, task_id=task.b64, status=status
-            )
+            return task.problem(ProblemType.INVALID_MESSAGE, detail, status)
 
         try:
             job = AggregationJobId.from_b64url(job_id)
@@ -723,24 +718,21 @@ class Aggregator:
         task = self.task(task_id, "helper")
         self.check_aggregator_auth(task, headers)
 
-        def problem(kind: ProblemType, detail: str) -> DapProblemError:
-            return DapProblemError(kind, detail, task_id=task.b64)
-
         try:
             job = AggregationJobId.from_b64url(job_id)
             request = AggregationJobContinueReq.decode(body)
         except DecodeError:
-            raise problem(ProblemType.INVALID_MESSAGE, "malformed continue request") from None
+            raise task.problem(ProblemType.INVALID_MESSAGE, "malformed continue request") from None
         row = self.ds.aggregation_job(task.id.value, job.value)
         if row is None or row["role"] != "helper" or row["state"] == "abandoned":
-            raise problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown aggregation job")
+            raise task.problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown aggregation job")
         if request.step == 0:
-            raise problem(ProblemType.INVALID_MESSAGE, "step 0 is not a continuation")
+            raise task.problem(ProblemType.INVALID_MESSAGE, "step 0 is not a continuation")
         if request.step != int(row["step"]) + 1:
-            raise problem(ProblemType.STEP_MISMATCH, f"the job is at step {row['step']}")
+            raise task.problem(ProblemType.STEP_MISMATCH, f"the job is at step {row['step']}")
         ids = [p.report_id for p in request.prepare_continues]
         if len(set(ids)) != len(ids):
-            raise problem(ProblemType.INVALID_MESSAGE, "duplicate report ids")
+            raise task.problem(ProblemType.INVALID_MESSAGE, "duplicate report ids")
         waiting = {
             bytes(r["report_id"])
             for r in self.ds.report_aggregations(task.id.value, job.value)
@@ -749,7 +741,7 @@ class Aggregator:
         # One-round Prio3 finishes every report at init, so `waiting` is always empty and
         # every continuation names a report without preparation state.
         missing = [rid for rid in ids if rid.value not in waiting]
-        raise problem(
+        raise task.problem(
             ProblemType.INVALID_MESSAGE,
             f"{len(missing) or len(ids)} report(s) have no preparation state to continue",
         )
@@ -760,13 +752,9 @@ class Aggregator:
         try:
             job = AggregationJobId.from_b64url(job_id)
         except DecodeError:
-            raise DapProblemError(
-                ProblemType.INVALID_MESSAGE, "malformed job id", task_id=task.b64
-            ) from None
+            raise task.problem(ProblemType.INVALID_MESSAGE, "malformed job id") from None
         if not self.ds.abandon_helper_job(task.id.value, job.value):
-            raise DapProblemError(
-                ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown job", task_id=task.b64
-            )
+            raise task.problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown job")
         return Answer(204)
 
     # --- helper aggregate shares (DAP-09 §4.6.2) ---------------------------------------------
@@ -777,20 +765,17 @@ class Aggregator:
         task = self.task(task_id, "helper")
         self.check_aggregator_auth(task, headers)
 
-        def problem(kind: ProblemType, detail: str) -> DapProblemError:
-            return DapProblemError(kind, detail, task_id=task.b64)
-
         try:
             request = AggregateShareReq.decode(body)
         except DecodeError:
-            raise problem(ProblemType.INVALID_MESSAGE, "malformed AggregateShareReq") from None
+            raise task.problem(ProblemType.INVALID_MESSAGE, "malformed AggregateShareReq") from None
         selector = request.batch_selector
         if selector.query_type != task.query_type:
-            raise problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
+            raise task.problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
         if selector.batch_interval is not None and not interval_is_valid(
             selector.batch_interval, task.time_precision
         ):
-            raise problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
+            raise task.problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
         lo, hi = selector_key_range(selector)
 
         def build_response(agg_share: FieldArray) -> bytes:
@@ -819,7 +804,7 @@ class Aggregator:
             task.rate_limit,
         )
         if refusal is not None:
-            raise problem(refusal.problem, refusal.detail)
+            raise task.problem(refusal.problem, refusal.detail)
         assert response is not None
         return Answer(200, response)
 
@@ -831,23 +816,20 @@ class Aggregator:
         task = self.task(task_id, "leader")
         self.check_collector_auth(task, headers)
 
-        def problem(kind: ProblemType, detail: str, status: int | None = None) -> DapProblemError:
-            return DapProblemError(kind, detail, task_id=task.b64, status=status)
-
         try:
             job = CollectionJobId.from_b64url(job_id)
             request = CollectionReq.decode(body)
         except DecodeError:
-            raise problem(ProblemType.INVALID_MESSAGE, "malformed CollectionReq") from None
+            raise task.problem(ProblemType.INVALID_MESSAGE, "malformed CollectionReq") from None
         query = request.query
         if query.query_type != task.query_type:
-            raise problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
+            raise task.problem(ProblemType.INVALID_MESSAGE, "query type does not match the task")
         interval: tuple[int, int] | None = None
         batch_key: bytes | None = None
         current = False
         if query.batch_interval is not None:
             if not interval_is_valid(query.batch_interval, task.time_precision):
-                raise problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
+                raise task.problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
             interval = (query.batch_interval.start, query.batch_interval.duration)
         else:
             assert query.fixed_size_query is not None
@@ -869,9 +851,9 @@ class Aggregator:
             self.clock.now(),
         )
         if kind is not None:
-            raise problem(kind, "batch check failed")
+            raise task.problem(kind, "batch check failed")
         if result == "conflict":
-            raise problem(
+            raise task.problem(
                 ProblemType.INVALID_MESSAGE,
                 "collection job exists with another request",
                 HTTP_CONFLICT,
@@ -896,7 +878,7 @@ class Aggregator:
                     502, "the collection failed: helper unavailable", task_id=task.b64
                 ) from None
             detail = _COLLECTION_FAILURES.get(kind, "the helper refused the aggregate share")
-            raise DapProblemError(kind, f"the collection failed: {detail}", task_id=task.b64)
+            raise task.problem(kind, f"the collection failed: {detail}")
         return Answer(202, headers={"Retry-After": str(self.settings.collection_retry_s)})
 
     def delete_collection_job(
@@ -912,9 +894,7 @@ class Aggregator:
         try:
             job = CollectionJobId.from_b64url(job_id)
         except DecodeError:
-            raise DapProblemError(
-                ProblemType.INVALID_MESSAGE, "malformed collection job id", task_id=task.b64
-            ) from None
+            raise task.problem(ProblemType.INVALID_MESSAGE, "malformed collection job id") from None
         row = self.ds.collection_job(task.id.value, job.value)
         if row is None:
             raise HttpProblemError(404, "unknown collection job", task_id=task.b64)

@@ -79,14 +79,10 @@ class ServiceError(Exception):
         headers: Mapping[str, str] | None = None,
         members: Mapping[str, Any] | None = None,
     ) -> None:
-        self.status = self.status if status is None else status
-        self.title = title
         super().__init__(title if detail is None else detail)
-        self.detail = detail
-        self.type_ = type_
-        self.task_id = task_id
-        self.headers = headers
-        self.members = members
+        self.status = self.status if status is None else status
+        self.title, self.detail, self.type_ = title, detail, type_
+        self.task_id, self.headers, self.members = task_id, headers, members
 
     def response(self) -> Response:
         return problem_response(
