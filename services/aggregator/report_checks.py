@@ -29,6 +29,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Final
 
 from services.aggregator.datastore import REASON_TOKEN_SPENT, TokenSpend
+from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import IssuerKeyCache
 from shared import hpke
 from shared.codec import DecodeError
@@ -147,11 +148,9 @@ class ReportChecker:
 
     keypair: Callable[[int], hpke.HpkeKeyPair | None]
     issuer_keys: IssuerKeyCache
-    clock_skew_s: int
-    #: How long after its window a token is still accepted, at upload and at aggregation (the
-    #: leader may aggregate a report long after it was uploaded).
-    token_upload_grace_s: int
-    token_aggregation_grace_s: int
+    #: `clock_skew_s`, and how long after its window a token is still accepted at upload and
+    #: at aggregation (the leader may aggregate a report long after it was uploaded).
+    settings: AggregatorSettings
 
     def check(
         self,
@@ -192,14 +191,16 @@ class ReportChecker:
             or len(public_share) != task.vdaf.public_share_len()
         ):
             return Refusal.MALFORMED_SHARE
-        if metadata.time > now + self.clock_skew_s:
+        if metadata.time > now + self.settings.clock_skew_s:
             return Refusal.TOO_EARLY
         if task.task_expiration is not None and metadata.time > task.task_expiration:
             return Refusal.TASK_EXPIRED
         if task.expired_report(metadata.time, now):
             return Refusal.REPORT_EXPIRED
         grace_s = (
-            self.token_upload_grace_s if role == Role.LEADER else self.token_aggregation_grace_s
+            self.settings.token_upload_grace_s
+            if role == Role.LEADER
+            else self.settings.token_aggregation_grace_s
         )
         refusal, spend = self._check_extensions(
             task, role, metadata, share, now, grace_s, wait=wait, fetch=fetch

@@ -337,13 +337,6 @@ class Aggregator:
             max_queue=settings.upload_queue_max,
             metrics=metrics,
         )
-        self.checks = ReportChecker(
-            self.keypair,
-            self.issuer_keys,
-            clock_skew_s=settings.clock_skew_s,
-            token_upload_grace_s=settings.token_upload_grace_s,
-            token_aggregation_grace_s=settings.token_aggregation_grace_s,
-        )
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
         #: Every provisioned task id and when it was read (unknown ids are refused by it).
@@ -354,6 +347,11 @@ class Aggregator:
         self._keys_loaded = 0.0
         #: Randomness of the aggregator noise; tests inject a seeded source.
         self.noise_randbits: RandBits = secrets.randbits
+
+    @property
+    def checks(self) -> ReportChecker:
+        """The report-share checks under the current settings (tests change them live)."""
+        return ReportChecker(self.keypair, self.issuer_keys, self.settings)
 
     # --- tasks and keys ----------------------------------------------------------------------
 
@@ -615,10 +613,11 @@ class Aggregator:
         public_shares: list[bytes] = []
         input_shares: list[bytes] = []
         inbound: list[bytes] = []
+        checks = self.checks
         for i, prep_init in enumerate(request.prepare_inits):
             share = prep_init.report_share
             try:
-                check = self.checks.check(
+                check = checks.check(
                     task,
                     Role.HELPER,
                     share.report_metadata,
