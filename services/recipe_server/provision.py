@@ -9,9 +9,9 @@ that digest, the recipe's token policy, its rate validation (001 §4.8) and its 
 (004 §5), if any (`services.common.provisioning.create_task`: collector first, for its HPKE
 config, then leader and helper, each with the provisioning token that party gave the recipe
 server: it may create and read back a task's public parameters, never its secrets, through
-`services.common.admin_client`). A device then needs no
-unauthenticated config fetch, the keys it encrypts to are the logged ones (001 §4.1), and both
-aggregators refuse reports without a token of the recipe's issuer or without its binding.
+`services.common.admin_client`). A device then needs no unauthenticated config fetch, the keys
+it encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without a
+token of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
@@ -37,6 +37,7 @@ from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList, QueryType
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.transport import http_failure
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -151,9 +152,8 @@ class DapProvisioner:
         try:
             response = self._http.get(f"{base}/hpke_config", params=params)
         except httpx.HTTPError as exc:
-            raise ProvisionError(
-                f"cannot reach the {what} at {base}: {type(exc).__name__}"
-            ) from None
+            failure = http_failure(exc)
+            raise ProvisionError(f"cannot reach the {what} at {base}: {failure}") from None
         if response.status_code != 200:
             raise ProvisionError(f"the {what} has no HPKE config: HTTP {response.status_code}")
         try:
