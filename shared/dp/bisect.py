@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from shared.errors import SaggError
+
 Number = TypeVar("Number", int, float)
 
 #: Enough halvings to exhaust a float64 interval of any width the accountants use.
 MAX_STEPS = 2200
 
 
-class NoThresholdError(ValueError):
+class NoThresholdError(SaggError, ValueError):
     """The predicate fails even at the search's limit."""
 
 
