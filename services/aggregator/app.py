@@ -58,8 +58,8 @@ from services.common.metrics import Registry, install_metrics
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
+    ServiceError,
     install_problem_handlers,
-    problem_response,
 )
 from shared import hpke
 from shared.codec import DecodeError
@@ -244,13 +244,10 @@ def create_app(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                 for e in exc.errors(include_input=False, include_url=False)
             ]
-            return problem_response(
-                type_="about:blank",
-                title="invalid task definition",
-                status=400,
-                detail="; ".join(errors),
-                task_id=task_id,
-            )
+            detail = "; ".join(errors)
+            raise ServiceError(
+                "invalid task definition", detail=detail, status=400, task_id=task_id
+            ) from None
         if definition.task_id != task_id:
             raise HttpProblemError(400, "task id in the path and the body differ", task_id=task_id)
         config = definition.collector_config

@@ -37,7 +37,6 @@ from services.common.problems import (
     HttpProblemError,
     ServiceError,
     log_problem,
-    problem_response,
 )
 from shared.dap.messages import MEDIA_REPORT
 from shared.dap.problems import ProblemType
@@ -133,13 +132,10 @@ async def handle_upload(
 ) -> None:
     """Answer one request to the upload resource."""
     if scope["method"] != "PUT":
-        response = problem_response(
-            type_="about:blank",
-            title="Method Not Allowed",
-            status=HTTP_METHOD_NOT_ALLOWED,
-            task_id=task_id,
-            headers={"Allow": "PUT", "Connection": "close"},
-        )
+        headers = {"Allow": "PUT", "Connection": "close"}
+        not_allowed = ServiceError("Method Not Allowed", status=HTTP_METHOD_NOT_ALLOWED)
+        not_allowed.task_id, not_allowed.headers = task_id, headers
+        response = not_allowed.response()
         await response(scope, receive, send)
         return
     if _media_type(scope) != MEDIA_REPORT:

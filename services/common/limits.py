@@ -27,8 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.problems import (
     DapProblemError,
+    ServiceError,
     path_task_id,
-    problem_response,
 )
 from shared.dap.problems import ProblemType
 
@@ -86,14 +86,9 @@ def content_too_large(
         response = problem.response()
         response.headers.update(headers)
         return response
-    return problem_response(
-        type_="about:blank",
-        title="Content Too Large",
-        status=HTTP_CONTENT_TOO_LARGE,
-        detail=detail,
-        task_id=task,
-        headers=headers,
-    )
+    too_large = ServiceError("Content Too Large", detail=detail, status=HTTP_CONTENT_TOO_LARGE)
+    too_large.task_id, too_large.headers = task, headers
+    return too_large.response()
 
 
 @dataclass

@@ -36,31 +36,6 @@ def path_task_id(path: str) -> str | None:
     return match.group(1) if match else None
 
 
-def problem_response(
-    *,
-    type_: str,
-    title: str,
-    status: int,
-    detail: str | None = None,
-    task_id: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    members: Mapping[str, Any] | None = None,
-) -> Response:
-    """A problem document; `members` are extension members (RFC 9457 §3.2)."""
-    body: dict[str, Any] = {"type": type_, "title": title, "status": status}
-    if detail:
-        body["detail"] = detail
-    if task_id is not None:
-        body["taskid"] = task_id
-    body.update(members or {})
-    return JSONResponse(
-        body,
-        status_code=status,
-        media_type=MEDIA_PROBLEM,
-        headers=None if headers is None else dict(headers),
-    )
-
-
 class ServiceError(Exception):
     """Abort the request with a problem document: `status` (a class default for subclasses
     that always answer the same) and `title`, `type_` about:blank unless a DAP problem type,
@@ -85,15 +60,15 @@ class ServiceError(Exception):
         self.task_id, self.headers, self.members = task_id, headers, members
 
     def response(self) -> Response:
-        return problem_response(
-            type_=self.type_,
-            title=self.title,
-            status=self.status,
-            detail=self.detail,
-            task_id=self.task_id,
-            headers=self.headers,
-            members=self.members,
-        )
+        """The problem document (RFC 9457 §3; `taskid` and `members` as extension members)."""
+        body: dict[str, Any] = {"type": self.type_, "title": self.title, "status": self.status}
+        if self.detail:
+            body["detail"] = self.detail
+        if self.task_id is not None:
+            body["taskid"] = self.task_id
+        body.update(self.members or {})
+        headers = None if self.headers is None else dict(self.headers)
+        return JSONResponse(body, self.status, headers, media_type=MEDIA_PROBLEM)
 
 
 class DapProblemError(ServiceError):
@@ -176,21 +151,16 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        return problem_response(
-            type_="about:blank",
-            title=str(exc.detail),
-            status=exc.status_code,
-            headers=dict(exc.headers) if exc.headers else None,
-            task_id=path_task_id(request.url.path),
-        )
+        task_id = path_task_id(request.url.path)
+        headers = exc.headers or None
+        return ServiceError(
+            str(exc.detail), status=exc.status_code, task_id=task_id, headers=headers
+        ).response()
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
-        return problem_response(
-            type_="about:blank",
-            title="Bad Request",
-            status=400,
-            task_id=path_task_id(request.url.path),
-        )
+        return ServiceError(
+            "Bad Request", status=400, task_id=path_task_id(request.url.path)
+        ).response()
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # The exception text may quote request data; log only its type and the route.

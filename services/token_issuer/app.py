@@ -48,7 +48,7 @@ from services.common.health import install_healthz
 from services.common.http import http_client as new_http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
-from services.common.problems import install_problem_handlers, problem_response
+from services.common.problems import ServiceError, install_problem_handlers
 from services.token_issuer.attester import (
     AttesterService,
     HttpIssuerChannel,
@@ -92,7 +92,7 @@ def load_trust_anchors(paths: list[Path]) -> list[x509.Certificate]:
 
 
 def _problem(status: int, title: str, headers: dict[str, str] | None = None) -> Response:
-    return problem_response(type_="about:blank", title=title, status=status, headers=headers)
+    return ServiceError(title, status=status, headers=headers).response()
 
 
 async def _read_body(request: Request) -> bytes | None:
