@@ -17,7 +17,10 @@ sizes), the report time against the clock and the task's window, then sagg's ext
 
 A failed check is a `Refusal`, one vocabulary for both roles: its `problem` is what the leader
 answers the upload (DAP-09 §4.4.2), its `prepare_error` what the helper answers in the
-PrepareResp (DAP-09 §4.5.1.4), and its `reason` the counter label of both (`rejection_counts`).
+PrepareResp (DAP-09 §4.5.1.4), and its `reason` the counter label (`rejection_counts`; at
+aggregation the PrepareError's name unless that is invalid_message, which many checks give).
+The leader's upload (`Aggregator.upload`) checks the whole Report first (its encoding, the
+helper ciphertext's size); the datastore adds replays, collected batches and spent tokens.
 """
 
 from __future__ import annotations
