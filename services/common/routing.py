@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
@@ -61,6 +61,8 @@ _BINARY: Final = {"type": "string", "format": "binary"}
 InvalidRequest = Callable[[Request, RequestValidationError], Awaitable[Response]]
 _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 _ANSWER = "sagg_answers_invalid"
+HTTP_BAD_REQUEST = 400
+_UNPARSABLE: Final = {"type": "json_invalid", "loc": ("body",), "msg": "the body is not JSON"}
 
 
 def answers_invalid(answer: InvalidRequest) -> Callable[[_Endpoint], _Endpoint]:
@@ -87,6 +89,12 @@ class ProblemRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 return await answer(request, exc)
+            except HTTPException as exc:
+                # FastAPI's 400 for a body its JSON parser gave up on (nesting beyond the
+                # recursion limit), raised from the parser's error: an unparsable body too.
+                if exc.status_code != HTTP_BAD_REQUEST or exc.__cause__ is None:
+                    raise
+                return await answer(request, RequestValidationError([_UNPARSABLE]))
 
         return handle
 
