@@ -65,7 +65,13 @@ from services.common.problems import (
     install_problem_handlers,
     problem_response,
 )
-from services.common.routing import answers_invalid, api_router, binary_body, binary_response
+from services.common.routing import (
+    answers_invalid,
+    api_router,
+    binary_body,
+    binary_response,
+    created_or_found,
+)
 from shared import hpke
 from shared.codec import DecodeError
 from shared.dap import messages as dap
@@ -350,11 +356,7 @@ def _provisioning_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
         auth.check(request)
         return _invalid_definition(request.path_params["task_id"], exc)
 
-    @router.put(
-        "/internal/tasks/{task_id}",
-        response_model=TaskCreated,
-        responses={201: {"model": TaskCreated, "description": "created"}},
-    )
+    @router.put("/internal/tasks/{task_id}", **created_or_found(TaskCreated))
     @answers_invalid(invalid_definition)
     async def admin_put_task(task_id: str, definition: TaskDefinition) -> Response:
         return await run_in_threadpool(put_task, task_id, definition)

@@ -54,7 +54,7 @@ from services.common.problems import (
     install_problem_handlers,
     problem_response,
 )
-from services.common.routing import answers_invalid, api_router
+from services.common.routing import answers_invalid, api_router, created_or_found
 from shared import hpke
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
@@ -222,11 +222,7 @@ def _provisioning_routes(db: Callable[[], Store], clock: Clock, auth: BearerAuth
         check_task_id(request.path_params["task_id"])
         raise _invalid_body(exc)
 
-    @router.put(
-        "/internal/tasks/{task_id}",
-        response_model=TaskProvisioned,
-        responses={201: {"model": TaskProvisioned, "description": "created"}},
-    )
+    @router.put("/internal/tasks/{task_id}", **created_or_found(TaskProvisioned))
     @answers_invalid(invalid_task)
     async def put_task(task_id: str, task: CollectorTask) -> Response:
         check_task_id(task_id)

@@ -33,6 +33,7 @@ __all__ = [
     "api_router",
     "binary_body",
     "binary_response",
+    "created_or_found",
 ]
 
 
@@ -110,6 +111,12 @@ def api_router(tag: str, dependencies: Sequence[Any] = ()) -> APIRouter:
         route_class=ProblemRoute,
         strict_content_type=False,
     )
+
+
+def created_or_found(model: type[BaseModel]) -> dict[str, Any]:
+    """The route arguments of an idempotent creation: `model` answered 201 when created, 200
+    when it was there already."""
+    return {"response_model": model, "responses": {201: {"model": model, "description": "created"}}}
 
 
 def binary_body(media_type: str) -> dict[str, Any]:

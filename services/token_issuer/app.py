@@ -50,7 +50,13 @@ from services.common.http import http_client as new_http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
-from services.common.routing import answers_invalid, api_router, binary_body, binary_response
+from services.common.routing import (
+    answers_invalid,
+    api_router,
+    binary_body,
+    binary_response,
+    created_or_found,
+)
 from services.token_issuer.attester import (
     AttesterService,
     HttpIssuerChannel,
@@ -293,11 +299,7 @@ def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> 
     async def invalid_enrolment(_: Request, __: RequestValidationError) -> Response:
         return bad_enrolment()
 
-    @router.post(
-        ATTESTER_ENROLL_PATH,
-        response_model=Enrolled,
-        responses={201: {"model": Enrolled, "description": "a new device"}},
-    )
+    @router.post(ATTESTER_ENROLL_PATH, **created_or_found(Enrolled))
     @answers_invalid(invalid_enrolment)
     async def enroll(body: EnrollBody, request: Request) -> Response:
         if len(await request.body()) > _MAX_BODY:
