@@ -50,7 +50,7 @@ from services.aggregator.metrics import AggregatorCollector, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
-from services.common.auth import BearerAuth, hash_token, token_hash
+from services.common.auth import DAP_CREDENTIALS, BearerAuth, hash_token, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
@@ -228,11 +228,10 @@ async def _call(fn: Callable[..., Answer], *args: Any) -> Answer:
 def _dap_routes(agg: Aggregator) -> APIRouter:
     """DAP-09 §4 (but uploads: `upload_route`); the parties authenticate with the task's
     tokens, checked by `Aggregator`."""
-    router = api_router("dap")
+    router = api_router("dap", response_class=Response)
 
     @router.get(
         "/hpke_config",
-        response_class=Response,
         responses=binary_response(dap.MEDIA_HPKE_CONFIG_LIST),
     )
     async def hpke_config(task_id: Annotated[str | None, Query()] = None) -> Response:
@@ -250,24 +249,27 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
     job_resp = binary_response(dap.MEDIA_AGGREGATION_JOB_RESP, 200, 201)
     init, cont = dap.MEDIA_AGGREGATION_JOB_INIT_REQ, dap.MEDIA_AGGREGATION_JOB_CONTINUE_REQ
 
-    @router.put(jobs, responses=job_resp, openapi_extra=binary_body(init))
+    task_auth = list(DAP_CREDENTIALS)
+
+    @router.put(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(init))
     async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:
         body = await _body(request, init, task_id)
         answer = await _call(agg.helper_init, task_id, job_id, request.headers, body)
         return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
-    @router.post(jobs, responses=job_resp, openapi_extra=binary_body(cont))
+    @router.post(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(cont))
     async def aggregation_continue(task_id: str, job_id: str, request: Request) -> Response:
         body = await _body(request, cont, task_id)
         answer = await _call(agg.helper_continue, task_id, job_id, request.headers, body)
         return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
-    @router.delete(jobs, status_code=204, response_class=Response)
+    @router.delete(jobs, dependencies=task_auth, status_code=204)
     async def aggregation_delete(task_id: str, job_id: str, request: Request) -> Response:
         return _respond(await _call(agg.helper_delete, task_id, job_id, request.headers))
 
     @router.post(
         "/tasks/{task_id}/aggregate_shares",
+        dependencies=task_auth,
         responses=binary_response(dap.MEDIA_AGGREGATE_SHARE),
         openapi_extra=binary_body(dap.MEDIA_AGGREGATE_SHARE_REQ),
     )
@@ -280,8 +282,8 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
 
     @router.put(
         collections,
+        dependencies=task_auth,
         status_code=201,
-        response_class=Response,
         openapi_extra=binary_body(dap.MEDIA_COLLECT_REQ),
     )
     async def collection_put(task_id: str, job_id: str, request: Request) -> Response:
@@ -289,12 +291,16 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         answer = await _call(agg.put_collection_job, task_id, job_id, request.headers, body)
         return _respond(answer)
 
-    @router.post(collections, responses=binary_response(dap.MEDIA_COLLECTION, 200, 202))
+    @router.post(
+        collections,
+        dependencies=task_auth,
+        responses=binary_response(dap.MEDIA_COLLECTION, 200, 202),
+    )
     async def collection_poll(task_id: str, job_id: str, request: Request) -> Response:
         answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
         return _respond(answer, dap.MEDIA_COLLECTION)
 
-    @router.delete(collections, status_code=204, response_class=Response)
+    @router.delete(collections, dependencies=task_auth, status_code=204)
     async def collection_delete(task_id: str, job_id: str, request: Request) -> Response:
         return _respond(await _call(agg.delete_collection_job, task_id, job_id, request.headers))
 
@@ -377,7 +383,7 @@ def _admin_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
     router = api_router("admin", [auth.dependency])
     ds = agg.ds
 
-    @router.delete("/internal/tasks/{task_id}", status_code=204, response_class=Response)
+    @router.delete("/internal/tasks/{task_id}", status_code=204)
     async def admin_delete_task(task_id: str) -> Response:
         key = _task_key(task_id)
         if not await run_in_threadpool(ds.delete_task, key):

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import HTTPException, Request, Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, SecretStr
 
 from services.common.problems import HttpProblemError
@@ -90,6 +90,13 @@ def require_bearer(headers: Mapping[str, str], *allowed: bytes | None) -> None:
 #: The scheme the OpenAPI descriptions declare; the check itself is `require_bearer`'s, so a
 #: missing token is a problem document too (auto_error would answer FastAPI's own 403).
 BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearer")
+
+
+#: The DAP parties' credentials (DAP-09 §3.1): either header, checked against the task's token
+#: hash by the aggregator itself. As dependencies these only declare the schemes: a route
+#: listing both accepts either.
+DAP_AUTH_SCHEME = APIKeyHeader(name=DAP_AUTH_HEADER, auto_error=False, scheme_name="dap-auth")
+DAP_CREDENTIALS: Final = (Security(DAP_AUTH_SCHEME), Security(BEARER_SCHEME))
 
 
 class BearerAuth:

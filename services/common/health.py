@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
+from services.common.routing import api_router
+
 __all__ = ["Health", "health_router", "install_healthz"]
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ def health_router(probe: Callable[[], bool], details: Mapping[str, str] | None =
     """`GET /healthz`: `probe` runs in the thread pool and returns whether the store is ready
     (migrated); an exception from it (store unreachable) is a 503 too."""
     extra = dict(details or {})
-    router = APIRouter(tags=["ops"])
+    router = api_router("ops")
 
     @router.get(
         "/healthz",

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.auth import BearerAuth
 from services.common.problems import install_http_problem_handler
+from services.common.routing import api_router
 
 __all__ = [
     "MEDIA_PROMETHEUS_TEXT",
@@ -121,11 +122,10 @@ def install_request_metrics(app: FastAPI, registry: CollectorRegistry) -> Reques
 
 def metrics_router(registry: CollectorRegistry, auth: BearerAuth) -> APIRouter:
     """``GET /metrics`` behind `auth`."""
-    router = APIRouter(tags=["ops"], dependencies=[auth.dependency])
+    router = api_router("ops", [auth.dependency], response_class=Response)
 
     @router.get(
         "/metrics",
-        response_class=Response,
         responses={200: {"description": "the metrics", "content": {MEDIA_PROMETHEUS_TEXT: {}}}},
     )
     async def metrics() -> Response:

@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -100,13 +100,17 @@ class ProblemRoute(APIRoute):
         return handle
 
 
-def api_router(tag: str, dependencies: Sequence[Any] = ()) -> APIRouter:
-    """The routes of one audience (DAP, admin, devices...), `dependencies` their credentials.
+def api_router(
+    tag: str, dependencies: Sequence[Any] = (), response_class: type[Response] = JSONResponse
+) -> APIRouter:
+    """The routes of one audience (DAP, admin, devices...), `dependencies` their credentials,
+    `response_class` their answers' (`Response`: binary ones, declared by `binary_response`).
 
     A JSON body without a Content-Type is taken as JSON, as the services always did."""
     return APIRouter(
         tags=[tag],
         dependencies=list(dependencies),
+        default_response_class=response_class,
         responses=PROBLEM_RESPONSES,
         route_class=ProblemRoute,
         strict_content_type=False,

@@ -184,7 +184,9 @@ def test_the_descriptions_declare_bodies_errors_and_credentials(svc: Services) -
     assert MEDIA_PROBLEM in put_task["responses"]["default"]["content"]
     init = leader["paths"]["/tasks/{task_id}/aggregation_jobs/{job_id}"]["put"]
     assert MEDIA_AGGREGATION_JOB_INIT_REQ in init["requestBody"]["content"]
-    assert "security" not in init  # the task's own tokens, checked by the aggregator
+    # The task's own tokens, in either header, checked by the aggregator.
+    assert init["security"] == [{"dap-auth": []}, {"bearer": []}]
+    assert "security" not in leader["paths"]["/hpke_config"]["get"]
     assert leader["paths"]["/metrics"]["get"]["security"] == [{"bearer": []}]
     assert "security" not in leader["paths"]["/healthz"]["get"]
     assert leader["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
