@@ -26,6 +26,7 @@ from services.aggregator.app import create_app
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.settings import AggregatorSettings
 from services.interop.common import (
+    Command,
     CommandBody,
     InteropError,
     InteropVdaf,
@@ -130,12 +131,10 @@ def build_aggregator_app(settings: AggregatorSettings) -> FastAPI:
         transport=httpx.ASGITransport(app=dap), base_url="http://aggregator.internal"
     )
 
-    async def endpoint_for_task(body: dict[str, Any]) -> dict[str, Any]:
-        EndpointForTask.model_validate(body)
+    async def endpoint_for_task(_: EndpointForTask) -> dict[str, Any]:
         return {"endpoint": DAP_PREFIX}
 
-    async def add_task(body: dict[str, Any]) -> dict[str, Any]:
-        request = AddTask.model_validate(body)
+    async def add_task(request: AddTask) -> dict[str, Any]:
         definition = request.definition()
         response = await internal.put(
             f"/internal/tasks/{definition.task_id}",
@@ -161,8 +160,10 @@ def build_aggregator_app(settings: AggregatorSettings) -> FastAPI:
             await internal.aclose()
             dap.state.aggregator.ds.db.close()
 
-    app = interop_app(
-        "aggregator", {"endpoint_for_task": endpoint_for_task, "add_task": add_task}, lifespan
-    )
+    commands = {
+        "endpoint_for_task": Command(EndpointForTask, endpoint_for_task),
+        "add_task": Command(AddTask, add_task),
+    }
+    app = interop_app("aggregator", commands, lifespan)
     app.mount(DAP_PREFIX.rstrip("/"), dap)
     return app
