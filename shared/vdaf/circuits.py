@@ -323,8 +323,16 @@ class SumVec(_ChunkedRangeCheck):
     def params(self) -> dict[str, int]:
         bound = self.encoding.max_value
         if self.joint_rand_per_chunk:
-            return {"length": self.length, "max_measurement": bound, "chunk_length": self.chunk_length}
-        return {"length": self.length, "bits": self.encoding.bits, "chunk_length": self.chunk_length}
+            return {
+                "length": self.length,
+                "max_measurement": bound,
+                "chunk_length": self.chunk_length,
+            }
+        return {
+            "length": self.length,
+            "bits": self.encoding.bits,
+            "chunk_length": self.chunk_length,
+        }
 
 
 class Histogram(_ChunkedRangeCheck):

@@ -1,4 +1,4 @@
-"""The generic fully linear proof system of BBCGGI19 Theorem 4.3 (VDAF-08 §7.3, VDAF-20 §7.3), batched.
+"""The generic FLP of BBCGGI19 Theorem 4.3 (VDAF-08 §7.3, VDAF-20 §7.3), batched.
 
 `prove`, `query` and `decide` take a whole batch of reports at once: every array has a leading
 report axis. Wire and gadget polynomials are handled with NTTs over the P-th roots of unity,

@@ -332,9 +332,7 @@ class Prio3:
         blinds: list[bytes] = [b""] * n
         parts: list[list[bytes]] = [[] for _ in range(n)]
         for r in range(n):
-            decoded = self._decode_shares(
-                dst, agg_id, nonces[r], public_shares[r], input_shares[r]
-            )
+            decoded = self._decode_shares(dst, agg_id, nonces[r], public_shares[r], input_shares[r])
             if decoded is None:
                 status[r] = PrepStatus.DECODE_ERROR
                 continue
@@ -543,7 +541,9 @@ class Prio3:
         else:
             seeds_end = self.version.helper_seeds * size
             meas = self._helper_meas_share(dst, agg_id, input_share[:size])
-            proofs = self._helper_proofs_share(dst, agg_id, input_share[seeds_end - size : seeds_end])
+            proofs = self._helper_proofs_share(
+                dst, agg_id, input_share[seeds_end - size : seeds_end]
+            )
             blind = input_share[seeds_end:]
         return meas, proofs, blind, parts
 

@@ -94,7 +94,7 @@ class XofTurboShake128:
 
 
 class XofTurboShake128V20(XofTurboShake128):
-    """XofTurboShake128 as VDAF-12..20 frame it (VDAF-20 §6.2.1): 32-byte seeds, 2-byte DST length."""
+    """XofTurboShake128 as VDAF-12..20 frame it (VDAF-20 §6.2.1): 32-byte seeds, u16 DST length."""
 
     SEED_SIZE = XOF_SEED_SIZE_V20
 

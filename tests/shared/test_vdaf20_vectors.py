@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from shared.vdaf import prio3_20
 from shared.vdaf.circuits import GadgetOracle, Valid
 from shared.vdaf.field import Field64, Field128, FieldArray
 from shared.vdaf.gadgets import PolyEval
-from shared.vdaf.prio3 import PrepBatch, PrepStatus, Prio3
+from shared.vdaf.prio3 import VDAF_08, PrepBatch, PrepStatus, Prio3, prio3_count
+from shared.vdaf.spec import VdafSpec
 from shared.vdaf.xof import XofTurboShake128V20
 from tests.conftest import vectors_path
 
@@ -162,7 +164,10 @@ def test_prio3_vector(name: str) -> None:
 
     ops = _ops(vec, "verifier_shares_to_message")
     messages = vdaf.prep_shares_to_prep_batch(
-        [[bytes.fromhex(s) for s in reports[op["report_index"]]["verifier_shares"][0]] for op in ops],
+        [
+            [bytes.fromhex(s) for s in reports[op["report_index"]]["verifier_shares"][0]]
+            for op in ops
+        ],
         ctx,
     )
     for op, message in zip(ops, messages, strict=True):
@@ -233,12 +238,10 @@ def test_dst_worked_example() -> None:
     """VDAF-20 §6.2.3 with the digest's example: Prio3Count, usage 1, ctx "some application"."""
     vdaf = prio3_20.prio3_count()
     dst = vdaf._dsts(b"some application")[1]
-    assert dst.hex() == "12" "00" "00000001" "0001" + b"some application".hex()
+    assert dst.hex() == "1200000000010001" + b"some application".hex()
 
 
 def test_vdaf08_takes_no_context() -> None:
-    from shared.vdaf.prio3 import prio3_count
-
     with pytest.raises(ValueError, match="no application context"):
         prio3_count().shard(1, bytes(16), bytes(48), b"ctx")
 
@@ -257,3 +260,42 @@ def test_contexts_separate_reports() -> None:
         msgs = vdaf.prep_shares_to_prep_batch([[b.prep_shares[0] for b in batches]], ctx)
         assert (msgs[0] is not None) == accepted
         assert bool(np.all([vdaf.prep_next_batch(b, msgs)[0] for b in batches])) == accepted
+
+
+def test_spec_chooses_the_draft() -> None:
+    """VdafSpec's `version`: absent is VDAF-08 (and serializes as before); VDAF-20 has its own
+    types and parameters."""
+    old = VdafSpec(type="Prio3Sum", bits=8)
+    assert old.model_dump(exclude_none=True) == {"type": "Prio3Sum", "bits": 8}
+    assert old.instance().version is VDAF_08
+    new = VdafSpec(version="VDAF-20", type="Prio3Sum", max_measurement=1337)
+    vdaf = new.instance()
+    assert (vdaf.version, vdaf.ID, vdaf.field) == (prio3_20.VDAF_20, 2, Field64)
+    assert new.describe() == "Prio3Sum(max_measurement=1337) [VDAF-20]"
+    assert VdafSpec.model_validate(new.model_dump(exclude_none=True)) == new
+    spec = VdafSpec(
+        version="VDAF-20", type="Prio3MultihotCountVec", length=4, max_weight=2, chunk_length=2
+    )
+    assert spec.instance().ID == prio3_20.ALGO_PRIO3_MULTIHOT_COUNT_VEC
+    for bad in (
+        {"version": "VDAF-20", "type": "Prio3Sum", "bits": 8},
+        {"type": "Prio3Sum", "max_measurement": 255},
+        {
+            "version": "VDAF-20",
+            "type": "Prio3MultiHotHistogram",
+            "length": 4,
+            "max_count": 2,
+            "chunk_length": 2,
+        },
+        {"type": "Prio3MultihotCountVec", "length": 4, "max_weight": 2, "chunk_length": 2},
+        {
+            "version": "VDAF-20",
+            "type": "Prio3SumVecField64Multiproof",
+            "length": 4,
+            "max_measurement": 3,
+            "chunk_length": 2,
+            "proofs": 2,
+        },
+    ):
+        with pytest.raises(ValidationError):
+            VdafSpec.model_validate(bad)
