@@ -1,9 +1,10 @@
 """Validity circuits of the Prio3 instances (VDAF-08 §7.4, VDAF-20 §7.4) and the multi-hot vector.
 
-Every circuit works on a batch: `meas` has element shape (N, MEAS_LEN), `joint_rand` (N,
-JOINT_RAND_LEN), and the result is (N, EVAL_OUTPUT_LEN), all zero for valid measurements. VDAF-08
-circuits have one output; VDAF-20 lets a circuit return several, which the FLP reduces with
-query randomness.
+Every circuit works on a batch: `meas` has element shape (N, MEAS_LEN), the joint randomness `jr`
+(N, JOINT_RAND_LEN), and the result is (N, EVAL_OUTPUT_LEN), all zero for valid measurements.
+VDAF-08 circuits have one output; VDAF-20 lets a circuit return several, which the FLP reduces
+with query randomness. `shares` is the number of shares `meas` is one of (1 for the prover).
+
 A circuit does not call its gadgets one call at a time: it builds the inputs of all calls of a
 gadget as one array of element shape (N, calls, ARITY) and hands it to an oracle that the FLP
 supplies. The prover's oracle evaluates the gadget and records its wires; the verifier's oracle
@@ -24,6 +25,9 @@ from shared.vdaf.gadgets import Gadget, Mul, ParallelSum, Range2
 #: Called with the stacked inputs (N, calls, ARITY) of one gadget; returns its outputs (N, calls).
 GadgetOracle = Callable[[FieldArray], FieldArray]
 
+#: One oracle per gadget of the circuit, in order.
+Oracles = Sequence[GadgetOracle]
+
 
 class Valid(ABC):
     """A validity circuit with its affine-aggregatable encoding (VDAF-08 §7.3.2)."""
@@ -37,13 +41,7 @@ class Valid(ABC):
     GADGET_CALLS: tuple[int, ...]
 
     @abstractmethod
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         """The circuit outputs for each report of the batch: element shape (N, EVAL_OUTPUT_LEN)."""
 
     @abstractmethod
@@ -103,8 +101,8 @@ def max_of_bits(bits: int) -> int:
     return (1 << bits) - 1
 
 
-def _shares_inv(field: type[Field], num_shares: int) -> FieldArray:
-    return field.inv(field.from_int(num_shares))
+def _shares_inv(field: type[Field], shares: int) -> FieldArray:
+    return field.inv(field.from_int(shares))
 
 
 class Count(Valid):
@@ -117,13 +115,7 @@ class Count(Valid):
     GADGETS = (Mul(),)
     GADGET_CALLS = (1,)
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         x = meas[:, :1]
         squared = gadgets[0](np.stack([x, x], axis=2))
         return self.field.sub(squared, x)
@@ -171,15 +163,9 @@ class Sum(_SumBase):
         super().__init__(RangeInt(self.field, max_of_bits(bits)))
         self.bits = bits
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         checks = gadgets[0](meas[:, :, None])
-        r_powers = self.field.powers(joint_rand[:, 0], self.bits + 1)[:, 1:]
+        r_powers = self.field.powers(jr[:, 0], self.bits + 1)[:, 1:]
         return self.field.inner(checks, r_powers)[:, None]
 
     def params(self) -> dict[str, int]:
@@ -200,13 +186,7 @@ class SumMax(_SumBase):
         self.max_measurement = max_measurement
         self.EVAL_OUTPUT_LEN = self.encoding.bits
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         return gadgets[0](meas[:, :, None])
 
     def params(self) -> dict[str, int]:
@@ -244,8 +224,8 @@ class _ChunkedRangeCheck(Valid):
     def _checks(
         self,
         meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
+        jr: FieldArray,
+        shares: int,
         oracle: GadgetOracle,
         second: FieldArray | None = None,
     ) -> FieldArray:
@@ -254,22 +234,22 @@ class _ChunkedRangeCheck(Valid):
         calls = self.GADGET_CALLS[0]
         padded_len = calls * self.chunk_length
         if self.joint_rand_per_chunk:
-            powers = field.powers(joint_rand[:, :calls], self.chunk_length + 1)[:, :, 1:]
+            powers = field.powers(jr[:, :calls], self.chunk_length + 1)[:, :, 1:]
             rho = powers.reshape(n, padded_len, field.LIMBS)
         else:
-            rho = field.powers(joint_rand[:, 0], padded_len + 1)[:, 1:]
+            rho = field.powers(jr[:, 0], padded_len + 1)[:, 1:]
         elems = field.zeros((n, padded_len))
         elems[:, : self.MEAS_LEN] = meas
         wires = np.empty((n, padded_len, 2, field.LIMBS), dtype=np.uint64)
         wires[:, :, 0] = field.mul(rho, elems)
-        wires[:, :, 1] = field.sub(elems, _shares_inv(field, num_shares))
+        wires[:, :, 1] = field.sub(elems, _shares_inv(field, shares))
         outputs = oracle(wires.reshape(n, calls, 2 * self.chunk_length, field.LIMBS))
         range_check = field.sum(outputs, axis=-1)
         if second is None:
             return range_check[:, None]
         if self.joint_rand_per_chunk:
             return np.ascontiguousarray(np.stack([range_check, second], axis=1))
-        s = joint_rand[:, 1]
+        s = jr[:, 1]
         folded = field.add(field.mul(s, range_check), field.mul(field.mul(s, s), second))
         return folded[:, None]
 
@@ -298,14 +278,8 @@ class SumVec(_ChunkedRangeCheck):
         self.length = length
         self.OUTPUT_LEN = length
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
-        return self._checks(meas, joint_rand, num_shares, gadgets[0])
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
+        return self._checks(meas, jr, shares, gadgets[0])
 
     def encode(self, measurement: Any) -> list[int]:
         values = list(measurement)
@@ -348,16 +322,10 @@ class Histogram(_ChunkedRangeCheck):
         self.length = length
         self.OUTPUT_LEN = length
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         field = self.field
-        sum_check = field.sub(field.sum(meas, axis=-1), _shares_inv(field, num_shares))
-        return self._checks(meas, joint_rand, num_shares, gadgets[0], sum_check)
+        sum_check = field.sub(field.sum(meas, axis=-1), _shares_inv(field, shares))
+        return self._checks(meas, jr, shares, gadgets[0], sum_check)
 
     def encode(self, measurement: Any) -> list[int]:
         index = int(measurement)
@@ -406,21 +374,15 @@ class MultihotCountVec(_ChunkedRangeCheck):
         self.max_weight = max_weight
         self.OUTPUT_LEN = length
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         field = self.field
         count_check = field.sub(
             field.sum(meas[:, : self.length], axis=-1), self.weight.decode(meas[:, self.length :])
         )
         if self.offset:
-            offset = field.mul(field.from_int(self.offset), _shares_inv(field, num_shares))
+            offset = field.mul(field.from_int(self.offset), _shares_inv(field, shares))
             count_check = field.add(count_check, offset)
-        return self._checks(meas, joint_rand, num_shares, gadgets[0], count_check)
+        return self._checks(meas, jr, shares, gadgets[0], count_check)
 
     def encode(self, measurement: Any) -> list[int]:
         bits = [int(b) for b in measurement]

@@ -48,22 +48,28 @@ _PARAMETERS = (
     "proofs",
 )
 
+_REQUIRED_08: dict[str, tuple[str, ...]] = {
+    "Prio3Count": (),
+    "Prio3Sum": ("bits",),
+    "Prio3SumVec": ("length", "bits", "chunk_length"),
+    "Prio3Histogram": ("length", "chunk_length"),
+    "Prio3MultiHotHistogram": ("length", "max_count", "chunk_length"),
+    "Prio3SumVecField64Multiproof": ("length", "bits", "chunk_length", "proofs"),
+}
+
+#: VDAF-20 bounds integers by a maximum instead of a bit width, and registers the multi-hot
+#: vector as Prio3MultihotCountVec bounded by max_weight (VDAF-20 §7.4).
+_RENAMED_IN_20 = {
+    "bits": "max_measurement",
+    "max_count": "max_weight",
+    "Prio3MultiHotHistogram": "Prio3MultihotCountVec",
+}
+
 _REQUIRED: dict[VdafVersion, dict[str, tuple[str, ...]]] = {
-    "VDAF-08": {
-        "Prio3Count": (),
-        "Prio3Sum": ("bits",),
-        "Prio3SumVec": ("length", "bits", "chunk_length"),
-        "Prio3Histogram": ("length", "chunk_length"),
-        "Prio3MultiHotHistogram": ("length", "max_count", "chunk_length"),
-        "Prio3SumVecField64Multiproof": ("length", "bits", "chunk_length", "proofs"),
-    },
+    "VDAF-08": _REQUIRED_08,
     "VDAF-20": {
-        "Prio3Count": (),
-        "Prio3Sum": ("max_measurement",),
-        "Prio3SumVec": ("length", "max_measurement", "chunk_length"),
-        "Prio3Histogram": ("length", "chunk_length"),
-        "Prio3MultihotCountVec": ("length", "max_weight", "chunk_length"),
-        "Prio3SumVecField64Multiproof": ("length", "max_measurement", "chunk_length", "proofs"),
+        _RENAMED_IN_20.get(name, name): tuple(_RENAMED_IN_20.get(p, p) for p in params)
+        for name, params in _REQUIRED_08.items()
     },
 }
 

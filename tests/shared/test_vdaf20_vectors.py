@@ -12,7 +12,6 @@ byte compared. A negative file (`*_bad_*`) has every step succeed up to the one 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.vdaf import prio3_20
-from shared.vdaf.circuits import GadgetOracle, Valid
+from shared.vdaf.circuits import Count, Oracles
 from shared.vdaf.field import Field64, Field128, FieldArray
 from shared.vdaf.gadgets import PolyEval
 from shared.vdaf.prio3 import VDAF_08, PrepBatch, PrepStatus, Prio3, prio3_count
@@ -40,34 +39,17 @@ def load_vdaf_vector(draft: str, name: str) -> dict[str, Any]:
     return data
 
 
-class HigherDegree(Valid):
+class HigherDegree(Count):
     """The test-only circuit of the reference code's tests: x(x-1)(x-2) == 0 with one degree-3
     PolyEval call (VDAF-20 poc/tests/test_flp_bbcggi19.py), the only degree-3 gadget vector."""
 
-    field = Field64
-    MEAS_LEN = 1
-    JOINT_RAND_LEN = 0
-    OUTPUT_LEN = 1
     GADGETS = (PolyEval((0, 2, -3, 1)),)
-    GADGET_CALLS = (1,)
 
-    def eval(
-        self,
-        meas: FieldArray,
-        joint_rand: FieldArray,
-        num_shares: int,
-        gadgets: Sequence[GadgetOracle],
-    ) -> FieldArray:
+    def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
         return gadgets[0](meas[:, :, None])
 
     def encode(self, measurement: Any) -> list[int]:
         return [int(measurement)]
-
-    def truncate(self, meas: FieldArray) -> FieldArray:
-        return meas
-
-    def decode(self, output: list[int], num_measurements: int) -> int:
-        return output[0]
 
 
 def _instance(name: str, vec: dict[str, Any]) -> Prio3:
