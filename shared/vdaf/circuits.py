@@ -112,7 +112,7 @@ class Count(Valid):
     MEAS_LEN = 1
     JOINT_RAND_LEN = 0
     OUTPUT_LEN = 1
-    GADGETS = (Mul(),)
+    GADGETS: tuple[Gadget, ...] = (Mul(),)
     GADGET_CALLS = (1,)
 
     def eval(self, meas: FieldArray, jr: FieldArray, shares: int, gadgets: Oracles) -> FieldArray:
