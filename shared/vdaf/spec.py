@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shared.vdaf import prio3_20
 from shared.vdaf.field import Field64
 from shared.vdaf.prio3 import (
+    VERIFY_KEY_SIZE,
     Prio3,
     prio3_count,
     prio3_histogram,
@@ -105,6 +106,11 @@ class VdafSpec(BaseModel):
     @property
     def draft(self) -> VdafVersion:
         return self.version or "VDAF-08"
+
+    @property
+    def verify_key_size(self) -> int:
+        """The verify key's length in bytes: the draft's XOF seed size (16 for 08, 32 for 20)."""
+        return prio3_20.VERIFY_KEY_SIZE if self.draft == "VDAF-20" else VERIFY_KEY_SIZE
 
     def instance(self) -> Prio3:
         """The Prio3 object for two aggregators (ValueError for unusable parameters)."""

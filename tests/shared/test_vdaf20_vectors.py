@@ -19,6 +19,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from shared.b64url import b64url_decode, b64url_encode
+from shared.dap.ids import TaskId
+from shared.dap.messages import HpkeConfigList
+from shared.dap.task import TaskDefinition
 from shared.vdaf import prio3_20
 from shared.vdaf.circuits import Count, Oracles
 from shared.vdaf.field import Field64, Field128, FieldArray
@@ -27,6 +31,7 @@ from shared.vdaf.prio3 import VDAF_08, PrepBatch, PrepStatus, Prio3, prio3_count
 from shared.vdaf.spec import VdafSpec
 from shared.vdaf.xof import XofTurboShake128V20
 from tests.conftest import vectors_path
+from tests.recipe.helpers import hpke_list
 
 #: The proof count of Prio3SumVecWithMultiproof_*; the files do not record it (nor the field,
 #: Field64), the generator fixes it (poc/gen_test_vec.py at the tag, lines 698-722).
@@ -281,3 +286,29 @@ def test_spec_chooses_the_draft() -> None:
     ):
         with pytest.raises(ValidationError):
             VdafSpec.model_validate(bad)
+
+
+@pytest.mark.parametrize(("version", "size"), [(None, 16), ("VDAF-20", 32)])
+def test_task_verify_key_follows_the_draft(version: str | None, size: int) -> None:
+    """A task's verify key has its VDAF's size: 16 bytes for VDAF-08, 32 for VDAF-20."""
+    config = HpkeConfigList.decode(b64url_decode(hpke_list(3), "c")).configs[0].encode()
+    doc = {
+        "task_id": TaskId.random().to_b64url(),
+        "leader_endpoint": "https://leader.test",
+        "helper_endpoint": "https://helper.test",
+        "query_type": "time_interval",
+        "vdaf": {"type": "Prio3Count", **({"version": version} if version else {})},
+        "min_batch_size": 10,
+        "time_precision": 3600,
+        "collector_hpke_config": b64url_encode(config),
+        "aggregator_auth_token": "aggregator-token-0123456789",
+        "role": "helper",
+    }
+    for key_size in (16, 32):
+        key = b64url_encode(bytes(key_size))
+        if key_size == size:
+            task = TaskDefinition.model_validate({**doc, "vdaf_verify_key": key})
+            assert size == task.vdaf.instance().VERIFY_KEY_SIZE
+        else:
+            with pytest.raises(ValidationError, match=f"must be {size} bytes"):
+                TaskDefinition.model_validate({**doc, "vdaf_verify_key": key})
