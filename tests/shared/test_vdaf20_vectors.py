@@ -23,7 +23,7 @@ from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
 from shared.dap.task import TaskDefinition
-from shared.vdaf import prio3_20
+from shared.vdaf import ping_pong, prio3_20
 from shared.vdaf.circuits import Count, Oracles
 from shared.vdaf.field import Field64, Field128, FieldArray
 from shared.vdaf.gadgets import PolyEval
@@ -312,3 +312,30 @@ def test_task_verify_key_follows_the_draft(version: str | None, size: int) -> No
         else:
             with pytest.raises(ValidationError, match=f"must be {size} bytes"):
                 TaskDefinition.model_validate({**doc, "vdaf_verify_key": key})
+
+
+def test_ping_pong_runs_vdaf20_under_a_context() -> None:
+    """The one-round ping-pong exchange (VDAF-20 §5.7) with a context: both aggregators finish
+    valid reports, the output shares add up to the measurements, and a report whose helper
+    share was tampered with is rejected by both."""
+    vdaf = prio3_20.prio3_sum_vec(3, 1000, 2)
+    ctx = b"dap-19" + bytes(32)
+    key = bytes(range(32))
+    measurements = [[1, 2, 3], [1000, 0, 7], [4, 5, 6]]
+    nonces = [bytes([i]) * 16 for i in range(3)]
+    rands = [bytes([i + 7]) * vdaf.RAND_SIZE for i in range(3)]
+    sharded = vdaf.shard_batch(measurements, nonces, rands, ctx)
+    publics = [p for p, _ in sharded]
+    leaders = [s[0] for _, s in sharded]
+    helpers = [s[1] for _, s in sharded]
+    helpers[2] = bytes([helpers[2][0] ^ 1]) + helpers[2][1:]
+
+    leader, outbound = ping_pong.leader_init(vdaf, key, nonces, publics, leaders, ctx)
+    assert all(m is not None for m in outbound)
+    helper, answers = ping_pong.helper_init(
+        vdaf, key, nonces, publics, helpers, [m or b"" for m in outbound], ctx
+    )
+    finished = ping_pong.leader_continued(vdaf, leader, answers)
+    assert finished.tolist() == helper.ok.tolist() == [True, True, False]
+    agg = [vdaf.encode_agg_share(vdaf.aggregate(b.out_shares[b.ok])) for b in (leader, helper)]
+    assert vdaf.unshard(agg, 2) == [1001, 2, 10]
