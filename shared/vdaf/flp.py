@@ -260,11 +260,9 @@ def _extension_map(field: type[Field], known: int, size: int) -> FieldArray:
     w_inv = pow(field.root(size), -1, p)
     rows = []
     for k in range(known, size):
+        powers = field.to_ints(field.powers(field.from_int(pow(w_inv, k, p)), size))
         # Unknown columns first, then the known ones moved to the right-hand side.
-        rows.append(
-            [pow(w_inv, i * k, p) for i in range(known, size)]
-            + [-pow(w_inv, i * k, p) % p for i in range(known)]
-        )
+        rows.append(powers[known:] + [-x % p for x in powers[:known]])
     m = size - known
     for col in range(m):
         pivot = next(r for r in range(col, m) if rows[r][col])

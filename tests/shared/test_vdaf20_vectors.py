@@ -26,6 +26,7 @@ from shared.dap.task import TaskDefinition
 from shared.vdaf import ping_pong, prio3_20
 from shared.vdaf.circuits import Count, Oracles
 from shared.vdaf.field import Field64, Field128, FieldArray
+from shared.vdaf.flp import _extension_map
 from shared.vdaf.gadgets import PolyEval
 from shared.vdaf.prio3 import VDAF_08, PrepBatch, PrepStatus, Prio3, prio3_count
 from shared.vdaf.spec import VdafSpec
@@ -339,3 +340,19 @@ def test_ping_pong_runs_vdaf20_under_a_context() -> None:
     assert finished.tolist() == helper.ok.tolist() == [True, True, False]
     agg = [vdaf.encode_agg_share(vdaf.aggregate(b.out_shares[b.ok])) for b in (leader, helper)]
     assert vdaf.unshard(agg, 2) == [1001, 2, 10]
+
+
+@pytest.mark.parametrize(("field", "known", "size"), [(Field64, 10, 16), (Field128, 15, 16)])
+def test_extension_map_completes_low_degree_values(
+    field: type[Field64] | type[Field128], known: int, size: int
+) -> None:
+    """Values of a polynomial of degree < `known` at the first `known` size-th roots determine the
+    rest (VDAF-20 extend_values_to_power_of_2); checked against an NTT of random coefficients,
+    several values missing (a degree-3 gadget's case) and one (every degree-2 gadget's)."""
+    rng = np.random.default_rng(7)
+    coeffs = field.zeros((5, size))
+    coeffs[:, :known] = field.random((5, known), rng)
+    values = field.ntt(coeffs)
+    missing = _extension_map(field, known, size)
+    got = field.inner(values[:, None, :known], missing[None])
+    assert np.array_equal(got, values[:, known:])
