@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from services.collector.app import create_app
 from services.collector.settings import CollectorSettings
-from services.common.entry import service_main
+from services.common.entry import serve_app, service_main
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
+
+
+#: Serve until SIGINT/SIGTERM (`sagg serve` calls it with settings of its own).
+serve = partial(serve_app, create_app)
 
 
 def main() -> int:
-    return service_main(CollectorSettings, "SAGG_COLLECTOR_", "collector", create_app)  # type: ignore[arg-type]
+    return service_main(CollectorSettings, "collector", serve)
 
 
 if __name__ == "__main__":

@@ -121,9 +121,9 @@ def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> 
     assert 0.4 < share < 0.6
 
 
-def test_cli_requires_a_recipe() -> None:
-    with pytest.raises(SystemExit):
-        main(["devices", "run"])  # --recipe is required
+def test_cli_requires_a_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "run"]) == 2  # --recipe is required
+    assert "--recipe" in capsys.readouterr().err
 
 
 def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) -> None:

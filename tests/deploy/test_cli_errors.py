@@ -190,7 +190,7 @@ def test_devices_need_the_parties_they_trust(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip() == (
-        "without --policy, name the trusted parties: --leader, --helper and --token-issuer"
+        "sagg: without --policy, name the trusted parties: --leader, --helper and --token-issuer"
     )
 
 

@@ -23,11 +23,13 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic_settings import BaseSettings
 
-from deploy.cli import SECRET_FILE_SUFFIXES, SERVE_MODULES, main
+from deploy.cli import main
+from deploy.cli.up import SERVE_MODULES
 from deploy.demo import demo_recipe
 from deploy.keys import ensure_keys
 from deploy.launcher import DEFAULT_PORTS, MODULES, SERVICES, STORES, Cluster, UpOptions
 from services.aggregator.settings import AggregatorSettings
+from services.common.settings import SECRET_FILE_SUFFIXES
 from services.collector.settings import CollectorSettings
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.settings import TokenIssuerSettings
