@@ -217,7 +217,9 @@ def _trusted(options: DevicesRun) -> TrustedParties | None:
         )
     try:
         return TrustedParties(
-            leaders=options.leader, helpers=options.helper, token_issuers=options.token_issuer
+            leaders=tuple(options.leader),
+            helpers=tuple(options.helper),
+            token_issuers=tuple(options.token_issuer),
         )
     except ValidationError:
         raise DevicesError("--leader, --helper and --token-issuer take http(s) URLs") from None
@@ -273,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             standalone_mode=False,
         )
     except typer.TyperException as exc:
-        exc.show()
+        print(f"sagg: error: {exc.format_message()}", file=sys.stderr)
         return exc.exit_code
     return code if isinstance(code, int) else 0
 

@@ -1,7 +1,7 @@
 """docker-compose.yml describes the same topology as `sagg up` (deploy/launcher.py).
 
 Same five services with the same ports and the same `SAGG_<SERVICE>_*` setting names (a
-`..._TOKEN_FILE` in compose stands for the `..._TOKEN` that `sagg serve` reads from it), every
+`..._TOKEN_FILE` in compose stands for the `..._TOKEN` the settings read from it), every
 name a real field of that service's settings; each aggregator its own PostgreSQL server used
 by nothing else; a healthcheck on every long-running service. Least privilege (issue 12): each
 container is given only its own secrets, the manufacturer CA's key only to the device
