@@ -45,6 +45,7 @@ from shared.transport import TransportPolicy
 
 __all__ = [
     "DEFAULT_RECIPE_SERVER",
+    "AllowInsecureHttp",
     "DevicesError",
     "DevicesRun",
     "devices_app",
@@ -96,6 +97,13 @@ def _generator(name: str) -> str:
     return name
 
 
+#: `--allow-insecure-http`, here and as `sagg`'s global option.
+AllowInsecureHttp = Annotated[
+    bool,
+    typer.Option(
+        "--allow-insecure-http", help="also use plain http:// URLs of hosts other than loopback"
+    ),
+]
 Trusted = Annotated[list[str] | None, typer.Option(metavar="URL")]
 
 
@@ -139,13 +147,7 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
         ca_file: Annotated[
             str | None, typer.Option(help="PEM CAs to verify HTTPS with (default: the system's)")
         ] = None,
-        allow_insecure_http: Annotated[
-            bool,
-            typer.Option(
-                "--allow-insecure-http",
-                help="also use plain http:// URLs of hosts other than loopback",
-            ),
-        ] = False,
+        allow_insecure_http: AllowInsecureHttp = False,
     ) -> int:
         """Drive N devices answering one recipe."""
         options = DevicesRun(

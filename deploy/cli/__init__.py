@@ -28,6 +28,7 @@ from typing import Annotated
 
 import typer
 
+from client_sdk.cli import AllowInsecureHttp
 from deploy.cli import collect, devices, keys, privacy, recipe, task, up
 from deploy.cli.common import GLOBAL_OPTIONS, GlobalOptions
 from deploy.cli.errors import run
@@ -42,26 +43,18 @@ app = typer.Typer(
 )
 
 
+_DEPLOYMENT_HELP = "deployment file (default .data/deployment.json)"
+_CA_HELP = (
+    "CAs to verify the services' HTTPS certificates with (default: SAGG_CA_FILE, the deployment "
+    "file's tls_ca_file, else the system's)"
+)
+
+
 @app.callback()
 def _global(
-    deployment: Annotated[
-        str | None, typer.Option(help="deployment file (default .data/deployment.json)")
-    ] = None,
-    ca_file: Annotated[
-        str | None,
-        typer.Option(
-            metavar="PEM",
-            help="CAs to verify the services' HTTPS certificates with (default: SAGG_CA_FILE, "
-            "the deployment file's tls_ca_file, else the system's)",
-        ),
-    ] = None,
-    allow_insecure_http: Annotated[
-        bool,
-        typer.Option(
-            "--allow-insecure-http",
-            help="also use plain http:// URLs of hosts other than loopback",
-        ),
-    ] = False,
+    deployment: Annotated[str | None, typer.Option(help=_DEPLOYMENT_HELP)] = None,
+    ca_file: Annotated[str | None, typer.Option(metavar="PEM", help=_CA_HELP)] = None,
+    allow_insecure_http: AllowInsecureHttp = False,
 ) -> None:
     GLOBAL_OPTIONS.set(GlobalOptions(deployment, ca_file, allow_insecure_http))
 

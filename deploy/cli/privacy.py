@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated
 
 import typer
@@ -46,11 +47,8 @@ def amplification(
     as_json: Json = False,
 ) -> None:
     """(eps, delta) of n aggregated eps0-LDP reports."""
-    _answer(
-        "amplification",
-        as_json,
-        lambda: privacy.amplification(eps0, n, delta, deletion=deletion, analysis=analysis),
-    )
+    compute = partial(privacy.amplification, eps0, n, delta, deletion=deletion, analysis=analysis)
+    _answer("amplification", as_json, compute)
 
 
 @app.command("batch-size")
@@ -58,16 +56,13 @@ def batch_size(
     eps0: Eps0,
     eps: Eps,
     delta: Delta,
-    deletion: Deletion = False,
     analysis: AnalysisOption = "stronger_clones",
+    deletion: Deletion = False,
     as_json: Json = False,
 ) -> None:
     """The smallest batch for an aggregate (eps, delta)."""
-    _answer(
-        "batch-size",
-        as_json,
-        lambda: privacy.batch_size(eps0, eps, delta, deletion=deletion, analysis=analysis),
-    )
+    compute = partial(privacy.batch_size, eps0, eps, delta, deletion=deletion, analysis=analysis)
+    _answer("batch-size", as_json, compute)
 
 
 @app.command()
@@ -78,7 +73,7 @@ def sampling(
     as_json: Json = False,
 ) -> None:
     """Amplification by Poisson sampling at rate q."""
-    _answer("sampling", as_json, lambda: privacy.sampling(eps, q, delta))
+    _answer("sampling", as_json, partial(privacy.sampling, eps, q, delta))
 
 
 @app.command("gaussian-sigma")
@@ -90,8 +85,5 @@ def gaussian_sigma(
     as_json: Json = False,
 ) -> None:
     """The noise sigma of the analytic Gaussian mechanism."""
-    _answer(
-        "gaussian-sigma",
-        as_json,
-        lambda: privacy.gaussian_sigma(eps, delta, sensitivity, aggregators),
-    )
+    compute = partial(privacy.gaussian_sigma, eps, delta, sensitivity, aggregators)
+    _answer("gaussian-sigma", as_json, compute)

@@ -46,51 +46,42 @@ def _json(text: str, flag: str, example: str) -> Any:
         raise CliError(f"{flag} must be JSON, e.g. '{example}'") from None
 
 
+#: The help of `sagg task create`'s options that need more than their name.
+_HELP = {
+    "config": "TOML or JSON file with the same settings as the flags",
+    "vdaf": 'e.g. \'{"type":"Prio3Histogram","length":4}\'',
+    "expiry": "seconds after which reports are refused and their data deleted",
+    "rate": "rate validation (001 §4.8): reports expected per time_precision bucket",
+    "multiple": "refuse batches with a bucket above M x R reports (default 2)",
+    "noise": "noise each aggregator adds (004 §5), e.g. "
+    '\'{"mechanism":"discrete_gaussian","sigma":"8.5402"}\'',
+}
+Url = Annotated[str | None, typer.Option(metavar="URL")]
+
+
 @app.command()
 def create(
-    config: Annotated[
-        str | None, typer.Option(help="TOML or JSON file with the same settings as the flags")
-    ] = None,
-    vdaf: Annotated[
-        str | None, typer.Option(help='e.g. \'{"type":"Prio3Histogram","length":4}\'')
-    ] = None,
+    config: Annotated[str | None, typer.Option(help=_HELP["config"])] = None,
+    vdaf: Annotated[str | None, typer.Option(help=_HELP["vdaf"])] = None,
     query_type: Annotated[Literal["time_interval", "fixed_size"] | None, typer.Option()] = None,
     min_batch_size: Positive = None,
     max_batch_size: Positive = None,
     time_precision: Positive = None,
     max_batch_query_count: Positive = None,
     expires_in: Annotated[int | None, typer.Option(min=1, help="seconds from now")] = None,
-    report_expiry_age: Annotated[
-        int | None,
-        typer.Option(min=1, help="seconds after which reports are refused and their data deleted"),
-    ] = None,
+    report_expiry_age: Annotated[int | None, typer.Option(min=1, help=_HELP["expiry"])] = None,
     expected_reports_per_bucket: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            metavar="R",
-            help="rate validation (001 §4.8): reports expected per time_precision bucket",
-        ),
+        int | None, typer.Option(min=1, metavar="R", help=_HELP["rate"])
     ] = None,
     max_multiple: Annotated[
-        float | None,
-        typer.Option(
-            parser=POSITIVE,
-            metavar="M",
-            help="refuse batches with a bucket above M x R reports (default 2)",
-        ),
+        float | None, typer.Option(parser=POSITIVE, metavar="M", help=_HELP["multiple"])
     ] = None,
     aggregator_noise: Annotated[
-        str | None,
-        typer.Option(
-            metavar="JSON",
-            help='noise each aggregator adds (004 §5), e.g. \'{"mechanism":"discrete_gaussian",'
-            '"sigma":"8.5402"}\'',
-        ),
+        str | None, typer.Option(metavar="JSON", help=_HELP["noise"])
     ] = None,
-    leader: Annotated[str | None, typer.Option(metavar="URL")] = None,
-    helper: Annotated[str | None, typer.Option(metavar="URL")] = None,
-    collector: Annotated[str | None, typer.Option(metavar="URL")] = None,
+    leader: Url = None,
+    helper: Url = None,
+    collector: Url = None,
 ) -> None:
     """Create a task on collector, leader and helper; prints its parameters (JSON)."""
     found = deployment()

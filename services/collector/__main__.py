@@ -12,13 +12,9 @@ from services.common.entry import serve_app, service_main
 __all__ = ["main", "serve"]
 
 
-#: Serve until SIGINT/SIGTERM (`sagg serve` calls it with settings of its own).
+#: `sagg serve` runs `serve` with settings of its own; `main` reads them from the environment.
 serve = partial(serve_app, create_app)
-
-
-def main() -> int:
-    return service_main(CollectorSettings, "collector", serve)
-
+main = partial(service_main, CollectorSettings, "collector", serve)
 
 if __name__ == "__main__":
     sys.exit(main())

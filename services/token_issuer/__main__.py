@@ -12,13 +12,9 @@ from services.token_issuer.settings import TokenIssuerSettings
 __all__ = ["main", "serve"]
 
 
-#: Serve until SIGINT/SIGTERM (`sagg serve` calls it with settings of its own).
+#: `sagg serve` runs `serve` with settings of its own; `main` reads them from the environment.
 serve = partial(serve_app, create_app)
-
-
-def main() -> int:
-    return service_main(TokenIssuerSettings, "token issuer", serve)
-
+main = partial(service_main, TokenIssuerSettings, "token issuer", serve)
 
 if __name__ == "__main__":
     sys.exit(main())
