@@ -29,8 +29,8 @@ from deploy.demo import demo_recipe
 from deploy.keys import ensure_keys
 from deploy.launcher import DEFAULT_PORTS, MODULES, SERVICES, STORES, Cluster, UpOptions
 from services.aggregator.settings import AggregatorSettings
-from services.common.settings import SECRET_FILE_SUFFIXES
 from services.collector.settings import CollectorSettings
+from services.common.settings import SECRET_FILE_SUFFIXES
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.recipe.model import RecipeDraft
