@@ -39,7 +39,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
-#: Errors whose message is written for the user: printed as is.
+#: Errors whose message is written for the user (or, for OSError, names the file and the
+#: reason): printed as is.
 EXPECTED: tuple[type[Exception], ...] = (
     CliError,
     CollectError,
@@ -48,6 +49,7 @@ EXPECTED: tuple[type[Exception], ...] = (
     DevicesError,
     KeysError,
     LaunchError,
+    OSError,  # a file the command reads or writes (shared.files refuses links, too)
     ProvisionError,
     RecipeError,
     TlsError,
