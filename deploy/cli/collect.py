@@ -65,7 +65,9 @@ def _query(
 def collect(
     task: Annotated[str, typer.Option(help="task id (base64url)")],
     batch_id: Annotated[str | None, typer.Option(help="a fixed_size batch")] = None,
-    current_batch: Annotated[bool, typer.Option(help="the fixed_size task's next batch")] = False,
+    current_batch: Annotated[
+        bool, typer.Option("--current-batch", help="the fixed_size task's next batch")
+    ] = False,
     interval_start: Annotated[
         int | None, typer.Option(parser=epoch, help="epoch seconds or ISO 8601")
     ] = None,

@@ -24,7 +24,7 @@ _DELTA_OR_ZERO = finite(0.0, 1.0, low_open=False, high_open=True, what="delta")
 Eps0 = Annotated[float, typer.Option(parser=POSITIVE, help="local epsilon per report")]
 Eps = Annotated[float, typer.Option(parser=POSITIVE, help="aggregate epsilon")]
 Delta = Annotated[float, typer.Option(parser=_PROBABILITY)]
-Deletion = Annotated[bool, typer.Option(help="eps0 is a deletion-model bound")]
+Deletion = Annotated[bool, typer.Option("--deletion", help="eps0 is a deletion-model bound")]
 AnalysisOption = Annotated[Analysis, typer.Option()]
 Json = Annotated[bool, typer.Option("--json", help="one JSON object")]
 

@@ -81,14 +81,16 @@ def up(
     tls: Annotated[
         bool,
         typer.Option(
+            "--tls",
             help="serve HTTPS with certificates from a local CA (DATA_DIR/tls/ca.pem), which "
-            "the deployment file names for every client"
+            "the deployment file names for every client",
         ),
     ] = False,
     demo: Annotated[
         bool,
         typer.Option(
-            help="run the papers' analyses through every service (README: what make demo shows)"
+            "--demo",
+            help="run the papers' analyses through every service (README: what make demo shows)",
         ),
     ] = False,
     demo_scale: Annotated[
@@ -109,7 +111,10 @@ def up(
     ] = None,
     exit_after_demo: Annotated[
         bool,
-        typer.Option(help="stop the services once the demo is done (exit 1 if an analysis fails)"),
+        typer.Option(
+            "--exit-after-demo",
+            help="stop the services once the demo is done (exit 1 if an analysis fails)",
+        ),
     ] = False,
 ) -> int:
     """Start leader, helper, collector, token issuer and recipe server locally."""
