@@ -32,6 +32,7 @@ import secrets
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,8 @@ class Progress:
             )
             self._task = self._bar.add_task(label, total=self.total)
             self._bar.start()
+            # A phase cut short by an exception: the terminal gets its cursor back anyway.
+            weakref.finalize(self, self._bar.stop)
 
     def add(self, n: int = 1) -> None:
         with self._lock:
