@@ -13,7 +13,7 @@
                             --current-batch) [--format table|json|csv]        (collect.py)
     sagg privacy amplification|batch-size|sampling|gaussian-sigma ...          (privacy.py)
     sagg recipe publish FILE | list                                           (recipe.py)
-    sagg interop aggregator|collector|client --port P      (services/interop/cli.py)
+    sagg interop aggregator|collector|client --port P      (deploy/interop/cli.py)
     sagg devices run --recipe ID [--count N ...]            (client_sdk/cli.py, devices.py)
 
 Every failure is one line on stderr and a non-zero exit status, no traceback (`errors.py`).
@@ -32,7 +32,7 @@ from client_sdk.cli import AllowInsecureHttp
 from deploy.cli import collect, devices, keys, privacy, recipe, task, up
 from deploy.cli.common import GLOBAL_OPTIONS, GlobalOptions
 from deploy.cli.errors import run
-from services.interop.cli import interop
+from deploy.interop.cli import interop
 
 __all__ = ["app", "main"]
 

@@ -20,8 +20,8 @@ from typer._click.core import Command
 from typer._click.exceptions import UsageError
 
 from client_sdk.cli import DevicesError
-from client_sdk.http import http_failure
 from client_sdk.tokens import TokenError
+from client_sdk.upload import UploadError
 from deploy.cli.common import CliError
 from deploy.collect import CollectError
 from deploy.config import DeploymentError
@@ -29,9 +29,9 @@ from deploy.demo import DemoError
 from deploy.keys import KeysError
 from deploy.launcher import LaunchError
 from deploy.recipes import RecipeError
-from deploy.tasks import ProvisionError
 from deploy.tls import TlsError
-from deploy.upload import UploadError
+from services.common.admin_client import ProvisionError
+from shared.transport import http_failure
 
 __all__ = ["EXIT_ERROR", "EXIT_USAGE", "EXPECTED", "run"]
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import typer
 from pydantic import ValidationError
 
+from client_sdk.upload import ClientTask, upload_reports
 from deploy.cli.common import (
     POSITIVE,
     CliError,
@@ -22,8 +23,9 @@ from deploy.cli.common import (
     validation_message,
 )
 from deploy.config import read_document
-from deploy.tasks import PartyTokens, TaskParams, create_task
-from deploy.upload import ClientTask, expected_aggregate, random_measurements, upload_reports
+from deploy.upload import expected_aggregate, random_measurements
+from services.common.admin_client import PartyTokens
+from services.common.provisioning import TaskParams, create_task
 
 __all__ = ["app", "upload"]
 

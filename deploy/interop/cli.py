@@ -3,7 +3,7 @@
 Each role answers ``POST /internal/test/*`` (draft-dcook-ppm-dap-interop-test-design-07 §4) on
 ``host:port`` and keeps its state in a SQLite store under ``--data-dir`` (a fresh temporary
 directory by default). `interop` is the command (Typer) `deploy.cli` mounts;
-``python -m services.interop`` runs it on its own.
+``python -m deploy.interop`` runs it on its own.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import typer
 import uvicorn
 from fastapi import FastAPI
 
-from services.interop.aggregator import aggregator_settings, build_aggregator_app
-from services.interop.client import build_client_app
-from services.interop.collector import build_collector_app, collector_settings
-from services.interop.common import Role, configure_logging, data_dir
+from deploy.interop.aggregator import aggregator_settings, build_aggregator_app
+from deploy.interop.client import build_client_app
+from deploy.interop.collector import build_collector_app, collector_settings
+from deploy.interop.common import Role, configure_logging, data_dir
 
 __all__ = ["build_app", "interop", "main", "serve_role"]
 
@@ -58,7 +58,7 @@ def interop(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m services.interop ROLE --port P`` reads as ``sagg interop ROLE --port P``
+    """``python -m deploy.interop ROLE --port P`` reads as ``sagg interop ROLE --port P``
     (exits: 0 after a signal, 2 on a usage error)."""
     app = typer.Typer(add_completion=False)
     app.command()(interop)
