@@ -4,8 +4,9 @@ DAP-19 messages live in `shared.dap.messages19`. The structures whose wire form 
 (Interval, Url, HpkeCiphertext, HpkeConfig, HpkeConfigList, Extension, Role, PingPongMessage,
 AggregateShare) are defined once, here, and used by both. Where only a nested type or a length
 bound changed, both versions' classes derive from one generic base defined here (`BaseReport`,
-`BaseReportShare`, `BaseReportInit`, `BaseReportContinue`): the nested type comes from a
-`_decode_*` class method, the smallest payload from `PAYLOAD_MIN_LEN`.
+`BaseReportShare`, `BaseReportInit`, `BaseReportResp`, `BaseReportContinue`): the nested type
+comes from a `_decode_*` class method or a class attribute, the smallest payload from
+`PAYLOAD_MIN_LEN`.
 
 Section references are to draft-ietf-ppm-dap-09 ("DAP §") and to the project digest
 /work/shared/specs/dap-09.md ("digest §"):
@@ -43,7 +44,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Generic, Self, TypeVar
+from typing import ClassVar, Final, Generic, Self, TypeVar, cast
 
 from shared.codec import U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap.ids import BatchId, ReportId, TaskId
@@ -106,6 +107,7 @@ __all__ = [
     "BaseReport",
     "BaseReportContinue",
     "BaseReportInit",
+    "BaseReportResp",
     "BaseReportShare",
     "BatchSelector",
     "Collection",
@@ -139,7 +141,11 @@ __all__ = [
 
 
 _Meta = TypeVar("_Meta", bound=TlsStruct)
+#: The continue, finish and reject codepoints of every version's report-response enum.
+_RESP_CONTINUE, _RESP_FINISH, _RESP_REJECT = 0, 1, 2
 _Share = TypeVar("_Share", bound=TlsStruct)
+_State = TypeVar("_State", bound=IntEnum)
+_Error = TypeVar("_Error", bound=IntEnum)
 
 
 # --- enums ------------------------------------------------------------------------------------
@@ -760,54 +766,101 @@ class AggregationJobInitReq(TlsStruct):
 
 
 @dataclass(frozen=True, slots=True)
-class PrepareResp(TlsStruct):
+class BaseReportResp(TlsStruct, Generic[_State, _Error]):
+    """``struct { ReportID report_id; <STATES> state; select (state) {
+    case continue: opaque payload<PAYLOAD_MIN_LEN..2^32-1>; case finish: Empty;
+    case reject: <ERRORS> error; }; }``: one report's answer in an aggregation job.
+
+    DAP-09 calls it `PrepareResp` (PrepareRespState, PrepareError), DAP-19 `VerifyResp`
+    (VerifyRespType, ReportError); both number continue 0, finish 1 and reject 2. Each subclass
+    names its two enums, and the state and error must be members of exactly those: a DAP-09
+    PrepareError never travels in a DAP-19 message by accident (their codes differ).
+    """
+
+    report_id: ReportId
+    state: _State
+    payload: bytes | None = None
+    error: _Error | None = None
+
+    STATES: ClassVar[type[IntEnum]]
+    ERRORS: ClassVar[type[IntEnum]]
+    #: Wire names of the two fields, for error messages.
+    STATE_FIELD: ClassVar[str]
+    ERROR_FIELD: ClassVar[str]
+    PAYLOAD_MIN_LEN: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if type(self.state) is not self.STATES or not (
+            self.error is None or type(self.error) is self.ERRORS
+        ):
+            raise TypeError(
+                f"{name}: the state and error must be {self.STATES.__name__} and "
+                f"{self.ERRORS.__name__} members"
+            )
+        if (self.state == _RESP_CONTINUE) != (self.payload is not None) or (
+            self.state == _RESP_REJECT
+        ) != (self.error is not None):
+            raise ValueError(f"{name}: exactly the field of the state's case must be set")
+
+    @classmethod
+    def _state(cls, value: int) -> _State:
+        return cast(_State, cls.STATES(value))
+
+    @classmethod
+    def continued(cls, report_id: ReportId, payload: bytes) -> Self:
+        return cls(report_id, cls._state(_RESP_CONTINUE), payload=payload)
+
+    @classmethod
+    def finished(cls, report_id: ReportId) -> Self:
+        return cls(report_id, cls._state(_RESP_FINISH))
+
+    @classmethod
+    def rejected(cls, report_id: ReportId, error: _Error) -> Self:
+        return cls(report_id, cls._state(_RESP_REJECT), error=error)
+
+    def _encode_into(self, enc: Encoder) -> None:
+        name = type(self).__name__
+        self.report_id._encode_into(enc)
+        enc.u8(self.state, f"{name}.{self.STATE_FIELD}")
+        if self.payload is not None:
+            enc.opaque32(self.payload, f"{name}.payload", self.PAYLOAD_MIN_LEN)
+        if self.error is not None:
+            enc.u8(self.error, f"{name}.{self.ERROR_FIELD}")
+
+    @classmethod
+    def _decode_from(cls, dec: Decoder) -> Self:
+        name = cls.__name__
+        report_id = ReportId._decode_from(dec)
+        state = cls._state(dec.enum8(cls.STATES, f"{name}.{cls.STATE_FIELD}"))
+        if state == _RESP_CONTINUE:
+            payload = dec.opaque32(f"{name}.payload", cls.PAYLOAD_MIN_LEN)
+            return cls(report_id, state, payload=payload)
+        if state == _RESP_REJECT:
+            error = dec.enum8(cls.ERRORS, f"{name}.{cls.ERROR_FIELD}")
+            return cls(report_id, state, error=cast(_Error, error))
+        return cls(report_id, state)
+
+
+class PrepareResp(BaseReportResp[PrepareRespState, PrepareError]):
     """``struct { ReportID report_id; PrepareRespState prepare_resp_state;
     select (prepare_resp_state) { case continue: opaque payload<0..2^32-1>;
     case finished: Empty; case reject: PrepareError prepare_error; }; }``
     (DAP §4.5.1.2, digest §6.1)."""
 
-    report_id: ReportId
-    prepare_resp_state: PrepareRespState
-    payload: bytes | None = None
-    prepare_error: PrepareError | None = None
+    __slots__ = ()
+    STATES = PrepareRespState
+    ERRORS = PrepareError
+    STATE_FIELD = "prepare_resp_state"
+    ERROR_FIELD = "prepare_error"
 
-    def __post_init__(self) -> None:
-        state = self.prepare_resp_state
-        if (state == PrepareRespState.CONTINUE) != (self.payload is not None) or (
-            state == PrepareRespState.REJECT
-        ) != (self.prepare_error is not None):
-            raise ValueError("PrepareResp: exactly the field of the state's case must be set")
+    @property
+    def prepare_resp_state(self) -> PrepareRespState:
+        return self.state
 
-    @classmethod
-    def continued(cls, report_id: ReportId, payload: bytes) -> Self:
-        return cls(report_id, PrepareRespState.CONTINUE, payload=payload)
-
-    @classmethod
-    def finished(cls, report_id: ReportId) -> Self:
-        return cls(report_id, PrepareRespState.FINISHED)
-
-    @classmethod
-    def rejected(cls, report_id: ReportId, prepare_error: PrepareError) -> Self:
-        return cls(report_id, PrepareRespState.REJECT, prepare_error=prepare_error)
-
-    def _encode_into(self, enc: Encoder) -> None:
-        self.report_id._encode_into(enc)
-        enc.u8(self.prepare_resp_state, "PrepareResp.prepare_resp_state")
-        if self.payload is not None:
-            enc.opaque32(self.payload, "PrepareResp.payload")
-        if self.prepare_error is not None:
-            enc.u8(self.prepare_error, "PrepareResp.prepare_error")
-
-    @classmethod
-    def _decode_from(cls, dec: Decoder) -> Self:
-        report_id = ReportId._decode_from(dec)
-        state = dec.enum8(PrepareRespState, "PrepareResp.prepare_resp_state")
-        if state == PrepareRespState.CONTINUE:
-            return cls(report_id, state, payload=dec.opaque32("PrepareResp.payload"))
-        if state == PrepareRespState.REJECT:
-            error = dec.enum8(PrepareError, "PrepareResp.prepare_error")
-            return cls(report_id, state, prepare_error=error)
-        return cls(report_id, state)
+    @property
+    def prepare_error(self) -> PrepareError | None:
+        return self.error
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ from shared.dap.messages import (
     BaseReport,
     BaseReportContinue,
     BaseReportInit,
+    BaseReportResp,
     BaseReportShare,
     Extension,
     HpkeCiphertext,
@@ -825,54 +826,18 @@ class AggregationJobInitReq(_Checked):
         )._checked(at)
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyResp(TlsStruct):
+class VerifyResp(BaseReportResp[VerifyRespType, ReportError]):
     """``struct { ReportID report_id; VerifyRespType verify_resp_type;
     select (verify_resp_type) { case continue: opaque payload<1..2^32-1>; case finish: Empty;
-    case reject: ReportError report_error; }; }`` (DAP §4.5.1, digest §6.1)."""
+    case reject: ReportError report_error; }; }`` (DAP §4.5.1, digest §6.1); `state` holds
+    verify_resp_type and `error` report_error."""
 
-    report_id: ReportId
-    verify_resp_type: VerifyRespType
-    payload: bytes | None = None
-    report_error: ReportError | None = None
-
-    def __post_init__(self) -> None:
-        kind = self.verify_resp_type
-        if (kind == VerifyRespType.CONTINUE) != (self.payload is not None) or (
-            kind == VerifyRespType.REJECT
-        ) != (self.report_error is not None):
-            raise ValueError("VerifyResp: exactly the field of the type's case must be set")
-
-    @classmethod
-    def continued(cls, report_id: ReportId, payload: bytes) -> Self:
-        return cls(report_id, VerifyRespType.CONTINUE, payload=payload)
-
-    @classmethod
-    def finished(cls, report_id: ReportId) -> Self:
-        return cls(report_id, VerifyRespType.FINISH)
-
-    @classmethod
-    def rejected(cls, report_id: ReportId, report_error: ReportError) -> Self:
-        return cls(report_id, VerifyRespType.REJECT, report_error=report_error)
-
-    def _encode_into(self, enc: Encoder) -> None:
-        self.report_id._encode_into(enc)
-        enc.u8(self.verify_resp_type, "VerifyResp.verify_resp_type")
-        if self.payload is not None:
-            enc.opaque32(self.payload, "VerifyResp.payload", min_len=1)
-        if self.report_error is not None:
-            enc.u8(self.report_error, "VerifyResp.report_error")
-
-    @classmethod
-    def _decode_from(cls, dec: Decoder) -> Self:
-        report_id = ReportId._decode_from(dec)
-        kind = dec.enum8(VerifyRespType, "VerifyResp.verify_resp_type")
-        if kind == VerifyRespType.CONTINUE:
-            return cls(report_id, kind, payload=dec.opaque32("VerifyResp.payload", min_len=1))
-        if kind == VerifyRespType.REJECT:
-            error = dec.enum8(ReportError, "VerifyResp.report_error")
-            return cls(report_id, kind, report_error=error)
-        return cls(report_id, kind)
+    __slots__ = ()
+    STATES = VerifyRespType
+    ERRORS = ReportError
+    STATE_FIELD = "verify_resp_type"
+    ERROR_FIELD = "report_error"
+    PAYLOAD_MIN_LEN = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from shared import hpke
 from shared.codec import DecodeError, TlsStruct
 from shared.dap import messages19 as m19
 from shared.dap.ids import BatchId, ReportId, TaskId
+from shared.dap.messages import PrepareError, PrepareResp, PrepareRespState
 from shared.dap.messages19 import (
     AggregateShare,
     AggregateShareAad,
@@ -96,6 +97,7 @@ from tests.shared.test_dap_messages import (
     nonempty,
     rep,
     report_ids,
+    report_resps,
     task_ids,
     tuples,
     u8s,
@@ -1073,6 +1075,22 @@ def test_encoders_refuse_what_decoders_refuse() -> None:
         AggregateShareReq(CJR_TI, BatchSelector.time_interval(IV_D431), 1, b"")
 
 
+def test_report_errors_of_the_two_versions_never_mix() -> None:
+    """digest §1.2: never cast between the DAP-09 and DAP-19 tables. mypy refuses these calls
+    too; the runtime check covers untyped callers."""
+    with pytest.raises(TypeError, match="ReportError members"):
+        VerifyResp.rejected(RID_A, PrepareError.INVALID_MESSAGE)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="PrepareError members"):
+        PrepareResp.rejected(RID_A, ReportError.INVALID_MESSAGE)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="VerifyRespType"):
+        VerifyResp(RID_A, PrepareRespState.FINISHED)  # type: ignore[arg-type]
+    resp = VerifyResp.rejected(RID_A, ReportError.UNKNOWN_VERIFICATION_KEY_ID)
+    assert resp.state is VerifyRespType.REJECT
+    assert resp.error is ReportError.UNKNOWN_VERIFICATION_KEY_ID
+    assert resp.encode() == unhex(f"{RID_A_HEX} 02 09")
+    assert VerifyResp.continued(RID_A, b"\x01").error is None
+
+
 def test_batch_id_of_an_aggregation_job() -> None:
     bid = BatchId(bytes(range(32)))
     req = AggregationJobInitReq(
@@ -1153,11 +1171,7 @@ def task_configs(draw: st.DrawFn) -> TaskConfiguration:
 metadata = st.builds(ReportMetadata, report_ids, u64s, tuples(extensions))
 report_shares = st.builds(ReportShare, metadata, blobs, ciphertexts)
 verify_inits = st.builds(VerifyInit, report_shares, nonempty)
-verify_resps = st.one_of(
-    st.builds(VerifyResp.continued, report_ids, nonempty),
-    st.builds(VerifyResp.finished, report_ids),
-    st.builds(VerifyResp.rejected, report_ids, st.sampled_from(ReportError)),
-)
+verify_resps = report_resps(VerifyResp, nonempty, ReportError)
 verify_continues = st.builds(VerifyContinue, report_ids, nonempty)
 queries = st.one_of(intervals.map(Query.time_interval), st.just(Query.leader_selected()))
 selectors = st.one_of(

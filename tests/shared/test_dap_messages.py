@@ -895,11 +895,20 @@ fixed_size_queries = st.one_of(
 queries = st.one_of(intervals.map(Query.time_interval), fixed_size_queries.map(Query.fixed_size))
 report_shares = st.builds(ReportShare, metadata, blobs, ciphertexts)
 prepare_inits = st.builds(PrepareInit, report_shares, blobs)
-prepare_resps = st.one_of(
-    st.builds(PrepareResp.continued, report_ids, blobs),
-    st.builds(PrepareResp.finished, report_ids),
-    st.builds(PrepareResp.rejected, report_ids, st.sampled_from(PrepareError)),
-)
+
+
+def report_resps(
+    cls: type[Any], payloads: st.SearchStrategy[bytes], errors: type[Any]
+) -> st.SearchStrategy[Any]:
+    """The continue, finish and reject answers of a `BaseReportResp` (PrepareResp, VerifyResp)."""
+    return st.one_of(
+        st.builds(cls.continued, report_ids, payloads),
+        st.builds(cls.finished, report_ids),
+        st.builds(cls.rejected, report_ids, st.sampled_from(errors)),
+    )
+
+
+prepare_resps = report_resps(PrepareResp, blobs, PrepareError)
 prepare_continues = st.builds(PrepareContinue, report_ids, blobs)
 ping_pongs = st.one_of(
     st.builds(PingPongMessage.initialize, blobs),
@@ -963,6 +972,7 @@ SHARED_BASES = {
     messages.BaseReportShare,
     messages.BaseReportInit,
     messages.BaseReportContinue,
+    messages.BaseReportResp,
 }
 
 
