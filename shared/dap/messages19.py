@@ -40,7 +40,20 @@ not parse. It deliberately accepts what the protocol answers with a different er
 - collection-job extensions in any order (`invalidExtension`, not `invalidMessage`);
 - unknown extension types (`unsupported_extension` / `unsupportedExtension`);
 - a TaskConfiguration with an unknown batch mode, VDAF or task extension (a participant opts
-  out, `TaskConfiguration.opt_out_reasons`, and taskprov answers `invalidTask`).
+  out, `TaskConfiguration.opt_out_reasons`, and taskprov answers `invalidTask`);
+- a time-interval query of duration 0 (`batchInvalid`, digest §16 item 4, is the Leader's);
+- a `leader_selected_batch_id` in any task's job (only the task knows it is time-interval and
+  answers `invalidMessage`, digest §16 item 10).
+
+Decided here (digest §16): the AggregationJobInitReq is decoded positionally, whatever the -18
+prose says of `verify_inits_length` (item 1); empty UploadRequest, AggregationJobInitReq and
+AggregationJobResp are refused on both sides, since an empty response body means "pending"
+(item 11); an unknown report extension is `unsupported_extension` (#789) at upload and
+aggregation alike, and a receiver treats every `reject` as a drop (item 6). ReportError and
+VerifyRespType codes outside DAP-19's tables do not decode, like every enum of the codec: a
+response carrying one is malformed as a whole (dap-ts instead maps unknown codes to "unknown").
+`HpkeConfigList<10..2^16-1>` needs no code of its own: the shortest HpkeConfig is 10 bytes, so
+DAP-09's non-empty list is the same set of encodings.
 """
 
 from __future__ import annotations

@@ -309,6 +309,27 @@ def test_digest_prio3_count_aggregate_share_is_63_bytes() -> None:
         hpke.open(keypair, opened.enc, m19.aggregate_share_info(Role.HELPER), other, opened.payload)
 
 
+def test_input_share_aad_binds_every_byte_of_the_task_configuration() -> None:
+    """§3, §5.3: the Helper opens what the Client sealed only under byte-identical task
+    configurations; a URL without its trailing slash is another task."""
+    keypair = hpke.derive_keypair(3, bytes(range(32)))
+    metadata = ReportMetadata(RID_A, m19.time_from_seconds(1_000_000, 3600))
+    plaintext = PlaintextInputShare((), b"\x01" * 32).encode()
+    aad = InputShareAad(TaskId(b"\x0c" * 32), TASK_CONFIG, metadata, b"").encode()
+    info = m19.input_share_info(Role.HELPER)
+    enc, ct = hpke.seal(keypair.public_key, info, aad, plaintext)
+    opened = hpke.open(keypair, enc, info, aad, ct)
+    assert PlaintextInputShare.decode(opened).payload == b"\x01" * 32
+    renamed = TaskConfiguration(
+        **{**_fields(TASK_CONFIG), "leader_aggregator_endpoint": Url(URL1[:-1])}
+    )
+    other = InputShareAad(TaskId(b"\x0c" * 32), renamed, metadata, b"").encode()
+    with pytest.raises(hpke.HpkeError):
+        hpke.open(keypair, enc, info, other, ct)
+    with pytest.raises(hpke.HpkeError):  # the Leader's label is another context
+        hpke.open(keypair, enc, m19.input_share_info(Role.LEADER), aad, ct)
+
+
 def _fields(value: TaskConfiguration) -> dict[str, Any]:
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
 
