@@ -42,6 +42,7 @@ bytes (`PingPongMessage.decode(payload)`) so one bad payload rejects one report,
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, Final, Generic, Self, TypeVar, cast
@@ -137,9 +138,11 @@ __all__ = [
     "ReportShare",
     "Role",
     "Url",
+    "first_duplicate",
 ]
 
 
+_T = TypeVar("_T", bound=Hashable)
 _Meta = TypeVar("_Meta", bound=TlsStruct)
 #: The continue, finish and reject codepoints of every version's report-response enum.
 _RESP_CONTINUE, _RESP_FINISH, _RESP_REJECT = 0, 1, 2
@@ -331,13 +334,19 @@ class HpkeConfig(TlsStruct):
         )
 
 
-def _duplicate_config_id(configs: tuple[HpkeConfig, ...]) -> int | None:
-    seen: set[int] = set()
-    for config in configs:
-        if config.id in seen:
-            return config.id
-        seen.add(config.id)
+def first_duplicate(values: Iterable[_T]) -> _T | None:
+    """The first value seen twice, or None: lists whose entries must be distinct (config ids
+    here, report ids in DAP-19's aggregation jobs)."""
+    seen: set[_T] = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
     return None
+
+
+def _duplicate_config_id(configs: tuple[HpkeConfig, ...]) -> int | None:
+    return first_duplicate(config.id for config in configs)
 
 
 @dataclass(frozen=True, slots=True)

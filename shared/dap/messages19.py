@@ -59,7 +59,7 @@ DAP-09's non-empty list is the same set of encodings.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import pairwise
@@ -85,6 +85,7 @@ from shared.dap.messages import (
     PingPongMessage,
     Role,
     Url,
+    first_duplicate,
 )
 from shared.dap.messages import PlaintextInputShare as _PlaintextInputShare09
 
@@ -380,15 +381,6 @@ def _freeze(obj: object, name: str) -> None:
     value = getattr(obj, name)
     if type(value) is not tuple:
         object.__setattr__(obj, name, tuple(value))
-
-
-def _duplicate_report_id(report_ids: Iterable[ReportId]) -> ReportId | None:
-    seen: set[ReportId] = set()
-    for report_id in report_ids:
-        if report_id in seen:
-            return report_id
-        seen.add(report_id)
-    return None
 
 
 class _Checked(TlsStruct):
@@ -808,9 +800,7 @@ class AggregationJobInitReq(_Checked):
             _ = self.batch_id
         except ValueError as exc:
             return f"leader_selected_batch_id: {exc}"
-        dup = _duplicate_report_id(
-            v.report_share.report_metadata.report_id for v in self.verify_inits
-        )
+        dup = first_duplicate(v.report_share.report_metadata.report_id for v in self.verify_inits)
         return None if dup is None else f"report {dup.to_b64url()} listed twice"
 
     def _encode_into(self, enc: Encoder) -> None:
@@ -901,7 +891,7 @@ class AggregationJobContinueReq(_Checked):
     def _problem(self) -> str | None:
         if self.step == 0:
             return "step 0 is the initialization, never a continuation"
-        dup = _duplicate_report_id(v.report_id for v in self.verify_continues)
+        dup = first_duplicate(v.report_id for v in self.verify_continues)
         return None if dup is None else f"report {dup.to_b64url()} listed twice"
 
     def _encode_into(self, enc: Encoder) -> None:
