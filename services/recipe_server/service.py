@@ -108,7 +108,7 @@ class Analyst:
 class InvalidDraftError(ServiceError):
     """422: problems as (field path, message), in the `errors` member."""
 
-    status = 422
+    status: int = 422
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         super().__init__(
@@ -120,27 +120,31 @@ class InvalidDraftError(ServiceError):
 
 
 class ForbiddenError(ServiceError):
-    status = 403
+    """The analyst may not publish this analysis."""
+
+    status: int = 403
 
 
 class ConflictError(ServiceError):
-    status = 409
+    """The recipe id and version are taken by other content, or being published."""
+
+    status: int = 409
 
 
 class NotFoundError(ServiceError):
-    status = 404
+    status: int = 404
 
 
 class BadRequestError(ServiceError):
     """Malformed query parameters."""
 
-    status = 400
+    status: int = 400
 
 
 class ProvisioningFailedError(ServiceError):
     """A DAP party refused the task or could not be reached."""
 
-    status = 502
+    status: int = 502
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"Task provisioning failed: {reason}")
