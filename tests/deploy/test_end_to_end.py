@@ -9,7 +9,6 @@ kills whatever is left.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import socket
@@ -22,11 +21,6 @@ import pytest
 from deploy.upload import ClientTask, upload_reports
 from tests.deploy.conftest import Up
 
-# The aggregator service is built in parallel; until its entry point exists this test cannot run.
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("services.aggregator.__main__") is None,
-    reason="services.aggregator has no entry point yet",
-)
 REPORTS = 300
 BUCKETS = 5
 PRECISION = 60
