@@ -40,9 +40,6 @@ from typing import Final, Self
 from shared.codec import U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap.ids import BatchId, ReportId, TaskId
 
-#: Version tag that prefixes every HPKE info string (DAP-09 §4.4.2, §4.6.4).
-DAP_VERSION: Final = "dap-09"
-
 # Media types (DAP-09 §8.1). Sent exactly, with no parameters: divviup-ts compares them verbatim.
 MEDIA_HPKE_CONFIG_LIST: Final = "application/dap-hpke-config-list"
 
@@ -443,12 +440,6 @@ class Report(TlsStruct):
     public_share: bytes
     leader_encrypted_input_share: HpkeCiphertext
     helper_encrypted_input_share: HpkeCiphertext
-
-    def helper_report_share(self) -> ReportShare:
-        """What the Leader forwards to the Helper in a `PrepareInit` (DAP §4.5.1.1)."""
-        return ReportShare(
-            self.report_metadata, self.public_share, self.helper_encrypted_input_share
-        )
 
     def _encode_into(self, enc: Encoder) -> None:
         self.report_metadata._encode_into(enc)

@@ -36,7 +36,6 @@ from services.token_issuer.settings import TokenIssuerSettings
 from shared.recipe.model import RecipeDraft
 from tests import pg
 
-
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 SETTINGS: dict[str, type[BaseSettings]] = {
