@@ -114,6 +114,18 @@ class Env:
         raise AssertionError(f"collection {job} did not finish in {wait_s} s")
 
 
+def only_job(env: Env, table: str) -> bytes:
+    """The id of the task's one row in `table` (aggregation_jobs or collection_jobs)."""
+    rows = env.leader_agg.ds.db.run(
+        "jobs",
+        lambda tx: tx.query(
+            f"SELECT job_id FROM {table} WHERE task_id = :t", {"t": env.params.task_id.value}
+        ),
+    )
+    assert len(rows) == 1
+    return bytes(rows[0]["job_id"])
+
+
 def drive(runner: DriverRunner, rounds: int = 50) -> None:
     """Step the leader's job creator and drivers in this thread until they find nothing to do."""
     for _ in range(rounds):
