@@ -11,6 +11,8 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
 
 import psycopg
 import pytest
@@ -76,3 +78,25 @@ def throwaway(prefix: str = "sagg_test") -> Iterator[Databases]:
         yield databases
     finally:
         databases.drop_all()
+
+
+class UrlFactory(Protocol):
+    def __call__(self, label: str = "") -> str: ...
+
+
+@contextmanager
+def engine_urls(
+    engine: str, tmp_path: Path, prefix: str = "sagg_test", *, strict: bool = False
+) -> Iterator[UrlFactory]:
+    """Fresh, empty database URLs of `engine` ("sqlite", or "postgres"/"postgresql" on the test
+    server, `require`d first, dropped afterwards)."""
+    if engine != "sqlite":
+        require(strict=strict)
+    with throwaway(prefix) as made:
+
+        def make(label: str = "") -> str:
+            if engine == "sqlite":
+                return f"sqlite:///{tmp_path / f'{label}{secrets.token_hex(4)}.db'}"
+            return made.create(label)
+
+        yield make

@@ -118,16 +118,13 @@ def sym_rappor_delta(
 
 def smallest_epsilon(delta_of: Callable[[float], float], delta: float, hi: float) -> float:
     """The smallest eps in [0, hi] with delta_of(eps) <= delta, to 1e-9 (from above)."""
-    lo = 0.0
-    if delta_of(lo) <= delta:
-        return lo
-    while hi - lo > 1e-9:
-        mid = (lo + hi) / 2
-        if delta_of(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    if delta_of(0.0) <= delta:
+        return 0.0
+    bracket = [0.0, hi]
+    for _ in range(max(1, math.ceil(math.log2(hi / 1e-9)))):
+        mid = sum(bracket) / 2
+        bracket[delta_of(mid) <= delta] = mid  # the feasible end is the upper one
+    return bracket[1]
 
 
 def _normal_cdf(x: float) -> float:
