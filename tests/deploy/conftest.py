@@ -34,6 +34,12 @@ from tests import pg
 REPO = Path(__file__).resolve().parents[2]
 
 
+def collect_args(task_id: str, start: int, duration: int, *extra: str) -> list[str]:
+    """`sagg collect` of one time interval of a task."""
+    args = ["collect", "--task", task_id, "--interval-start", str(start)]
+    return [*args, "--interval-duration", str(duration), *extra]
+
+
 def quick_env() -> dict[str, str]:
     """This environment without SAGG_* settings, plus short driver and poll waits.
 

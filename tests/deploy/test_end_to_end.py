@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from deploy.upload import ClientTask, upload_reports
-from tests.deploy.conftest import Up
+from tests.deploy.conftest import Up, collect_args
 
 REPORTS = 300
 BUCKETS = 5
@@ -27,19 +27,7 @@ PRECISION = 60
 
 
 def _collect(up: Up, task_id: str, start: int, fmt: str) -> str:
-    done = up.sagg(
-        "collect",
-        "--task",
-        task_id,
-        "--interval-start",
-        str(start),
-        "--interval-duration",
-        str(PRECISION),
-        "--format",
-        fmt,
-        "--wait",
-        "60",
-    )
+    done = up.sagg(*collect_args(task_id, start, PRECISION, "--format", fmt, "--wait", "60"))
     assert done.returncode == 0, done.stderr
     return done.stdout
 
