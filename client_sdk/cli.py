@@ -32,11 +32,11 @@ from pydantic import ValidationError
 from client_sdk.datagen import GENERATORS
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.tokens import DeviceIdentity
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.b64url import b64url_decode
 from shared.transport import TransportPolicy
 

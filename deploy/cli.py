@@ -22,7 +22,7 @@
     sagg privacy gaussian-sigma --eps X --delta D --sensitivity S [--aggregators K] [--json]
     sagg recipe publish FILE [--recipe-server U]      (a RecipeDraft as JSON or TOML)
     sagg recipe list [--recipe-server U] [--json]
-    sagg interop aggregator|collector|client --port P      (services/interop)
+    sagg interop aggregator|collector|client --port P      (deploy/interop)
     sagg devices run --recipe ID [--count N ...]            (client_sdk; defaults from the
                                                              deployment file)
 
@@ -50,7 +50,8 @@ import httpx
 from pydantic import ValidationError
 
 from client_sdk.cli import add_devices_parser
-from client_sdk.http import http_client, http_failure
+from client_sdk.http import http_client
+from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy import privacy
 from deploy.collect import (
     CollectError,
@@ -68,6 +69,7 @@ from deploy.config import (
 )
 from deploy.demo import ANALYSES, DemoError, run_demo
 from deploy.demo.framework import SCALES
+from deploy.interop.cli import add_interop_parser
 from deploy.keys import (
     ADMIN_TOKEN_SERVICES,
     DATASTORE_KEY_SERVICES,
@@ -92,14 +94,7 @@ from deploy.recipes import (
     load_draft,
     publish_recipe,
 )
-from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
-from deploy.upload import (
-    ClientTask,
-    UploadError,
-    expected_aggregate,
-    random_measurements,
-    upload_reports,
-)
+from deploy.upload import expected_aggregate, random_measurements
 from services.collector.analysis import (
     AnalysisError,
     analyze,
@@ -109,10 +104,11 @@ from services.collector.analysis import (
     to_table,
 )
 from services.collector.charts import write_chart
-from services.interop.cli import add_interop_parser
+from services.common.admin_client import PartyTokens, ProvisionError
+from services.common.provisioning import TaskParams, create_task
 from shared.dp.amplification import Analysis
 from shared.recipe.model import Recipe
-from shared.transport import TransportPolicy
+from shared.transport import TransportPolicy, http_failure
 
 __all__ = ["main"]
 
@@ -971,7 +967,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_recipe_list)
 
-    # Owned by services/interop: the DAP interop test API roles (`sagg interop ROLE --port P`).
+    # Owned by deploy/interop: the DAP interop test API roles (`sagg interop ROLE --port P`).
     add_interop_parser(sub)
     # Owned by client_sdk: `sagg devices run ...`; its defaults come from the deployment file.
     # (Its signature names plain ArgumentParser subparsers; ours make `_Parser`s, a subclass.)

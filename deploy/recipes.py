@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from client_sdk.http import http_client, http_failure
+from client_sdk.http import http_client
 from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
@@ -27,7 +27,7 @@ from shared.recipe.log import (
 )
 from shared.recipe.model import Recipe, RecipeDraft
 from shared.recipe.signing import RecipeVerificationError, verify_signed_recipe
-from shared.transport import TransportPolicy
+from shared.transport import TransportPolicy, http_failure
 
 __all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
 

@@ -12,10 +12,10 @@ import pytest
 from client_sdk.cli import main
 from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
+from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
-from services.token_issuer.devices import SimulatedDevice
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from deploy.upload import ClientTask, upload_reports
+from client_sdk.upload import ClientTask, upload_reports
 from tests.deploy.conftest import Up, collect_args
 
 REPORTS = 300

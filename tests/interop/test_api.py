@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from services.interop.aggregator import AddTask
-from services.interop.cli import add_interop_parser, cmd_interop
-from services.interop.client import build_client_app
-from services.interop.collector import InteropQuery
-from services.interop.common import (
+from deploy.interop.aggregator import AddTask
+from deploy.interop.cli import add_interop_parser, cmd_interop
+from deploy.interop.client import build_client_app
+from deploy.interop.collector import InteropQuery
+from deploy.interop.common import (
     InteropError,
     InteropVdaf,
     configure_logging,
@@ -145,7 +145,7 @@ def test_logs_go_to_the_logs_dir_when_writable(tmp_path: Path) -> None:
     before = list(root.handlers)
     try:
         configure_logging("client", 4242, logs=tmp_path)
-        logging.getLogger("services.interop.test").info("hello interop")
+        logging.getLogger("deploy.interop.test").info("hello interop")
         for handler in root.handlers:
             handler.flush()
         line = (tmp_path / "sagg-interop-client-4242.log").read_text().splitlines()[-1]

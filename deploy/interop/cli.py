@@ -3,7 +3,7 @@
 Each role answers ``POST /internal/test/*`` (draft-dcook-ppm-dap-interop-test-design-07 §4) on
 ``host:port`` and keeps its state in a SQLite store under ``--data-dir`` (a fresh temporary
 directory by default). `add_interop_parser` plugs the command into `deploy.cli`;
-``python -m services.interop`` runs the same parser on its own.
+``python -m deploy.interop`` runs the same parser on its own.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from services.interop.aggregator import aggregator_settings, build_aggregator_app
-from services.interop.client import build_client_app
-from services.interop.collector import build_collector_app, collector_settings
-from services.interop.common import Role, configure_logging, data_dir
+from deploy.interop.aggregator import aggregator_settings, build_aggregator_app
+from deploy.interop.client import build_client_app
+from deploy.interop.collector import build_collector_app, collector_settings
+from deploy.interop.common import Role, configure_logging, data_dir
 
 __all__ = ["add_interop_parser", "build_app", "cmd_interop", "main"]
 
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sagg")  # usage reads as `sagg interop ...`
     sub = parser.add_subparsers(dest="command", required=True)
     add_interop_parser(sub)
-    # `python -m services.interop ROLE ...` reads as `sagg interop ROLE ...`.
+    # `python -m deploy.interop ROLE ...` reads as `sagg interop ROLE ...`.
     args = parser.parse_args(["interop", *(sys.argv[1:] if argv is None else argv)])
     code: int = args.func(args)
     return code
