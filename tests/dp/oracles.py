@@ -49,8 +49,8 @@ def rr_sum_delta(eps0: float, n: int, eps: float) -> float:
     keep = math.exp(eps0) / (math.exp(eps0) + 1)
     flip = 1 - keep
     others = [_binom_pmf(k, n - 1, flip) for k in range(n)] + [0.0]
-    p = {(k,): keep * (others[k - 1] if k else 0.0) + flip * others[k] for k in range(n + 1)}
-    q = {(k,): flip * (others[k - 1] if k else 0.0) + keep * others[k] for k in range(n + 1)}
+    p: Pmf = {(k,): keep * (others[k - 1] if k else 0.0) + flip * others[k] for k in range(n + 1)}
+    q: Pmf = {(k,): flip * (others[k - 1] if k else 0.0) + keep * others[k] for k in range(n + 1)}
     return hockey_stick(p, q, eps)
 
 
