@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from deploy.tables import table_text
 from services.common.admin_client import AdminClient, Party, ProvisionError, TaskMissingError
 from shared.dap.task import CollectorTaskInfo
 from shared.transport import http_failure
@@ -147,10 +148,7 @@ def format_result(body: dict[str, Any], fmt: str) -> str:
     if body.get("batch_id"):
         lines.append(f"batch         {body['batch_id']}")
     if isinstance(result, list):
-        width = max([len(str(v)) for v in result] + [5])
-        lines.append("")
-        lines.append(f"{'bucket':>6}  {'value':>{width}}")
-        lines.extend(f"{i:>6}  {v:>{width}}" for i, v in enumerate(result))
+        lines += ["", table_text(("bucket", "value"), enumerate(result), right=(0, 1))]
     else:
         lines.append(f"result        {result}")
     return "\n".join(lines)

@@ -29,7 +29,6 @@ from shared.dap.task import (
     TokenPolicy,
 )
 from shared.transport import TransportPolicy
-from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["TaskParams", "create_task"]
@@ -98,7 +97,7 @@ def create_task(
             TaskId.from_b64url(task_id)
         except DecodeError as exc:
             raise ProvisionError(f"invalid task id: {exc}") from None
-    verify_key = b64url_encode(secrets.token_bytes(VERIFY_KEY_SIZE))
+    verify_key = b64url_encode(secrets.token_bytes(params.vdaf.verify_key_size))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
     expiration = None

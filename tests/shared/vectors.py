@@ -73,13 +73,15 @@ SMALL_VDAFS: dict[str, Callable[[], Prio3]] = {
 
 
 def small_measurement(name: str, rng: random.Random) -> Any:
-    """A random valid measurement of `SMALL_VDAFS[name]`."""
+    """A random valid measurement of `SMALL_VDAFS[name]`, and of the VDAF-20 instance of the same
+    shape named `name@20` (whose Sum and SumVec take values up to 200 and 12)."""
+    name = name.removesuffix("@20")
     if name == "count":
         return rng.randrange(2)
     if name == "sum":
-        return rng.randrange(256)
+        return rng.randrange(201)
     if name in ("sumvec", "multiproof"):
-        return [rng.randrange(16) for _ in range(5)]
+        return [rng.randrange(13) for _ in range(5)]
     if name == "histogram":
         return rng.randrange(7)
     bits = [0] * 6
