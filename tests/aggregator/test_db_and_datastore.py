@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
+import sqlite3
 import threading
 from typing import Any
 
+import psycopg
 import pytest
+from prometheus_client import REGISTRY
 
 from services.aggregator.batches import bucket_key, covering_interval, report_checksum
 from services.aggregator.datastore import (
@@ -18,7 +22,7 @@ from services.aggregator.datastore import (
 )
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
-from services.common.db import Database, Migration, Tx
+from services.common.db import Database, Migration, TransientDbError, Tx
 from shared.dap.messages import PrepareError
 from shared.vdaf.prio3 import prio3_count
 
@@ -125,6 +129,39 @@ def test_concurrent_increments_are_not_lost(db_url: str) -> None:
         assert row == {"n": 40}
     finally:
         db.close()
+
+
+def test_transaction_metrics_count_outcomes_and_retries(db_url: str) -> None:
+    """Each named run is counted once by outcome, its retries apart, its duration timed."""
+    db = Database.open(db_url)
+    name = f"probe_{secrets.token_hex(4)}"
+    attempts: list[int] = []
+
+    def flaky(tx: Tx) -> int:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransientDbError("forced")
+        return int(tx.query("SELECT 7 AS n")[0]["n"])
+
+    def failing(tx: Tx) -> None:
+        raise LookupError("the body gives up")
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(metric, {"name": name, **labels})
+
+    try:
+        assert db.run(name, flaky) == 7
+        with pytest.raises(LookupError):
+            db.run(name, failing)
+        with pytest.raises((sqlite3.Error, psycopg.Error)):
+            db.run(name, lambda tx: tx.query("SELECT * FROM no_such_table"))
+    finally:
+        db.close()
+    assert sample("sagg_db_transactions_total", outcome="committed") == 1
+    assert sample("sagg_db_transactions_total", outcome="rolled_back") == 1
+    assert sample("sagg_db_transactions_total", outcome="error") == 1
+    assert sample("sagg_db_transaction_retries_total") == 2
+    assert sample("sagg_db_transaction_duration_seconds_count") == 3
 
 
 def test_database_url_is_checked() -> None:
