@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
+from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key, covering_interval, report_checksum
 from services.aggregator.datastore import (
     MIGRATIONS,
@@ -20,6 +21,7 @@ from services.aggregator.datastore import (
     ReportOutcome,
     TokenSpend,
 )
+from services.aggregator.datastore.batch_aggregations import mark_collected
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
 from services.common.db import Database, Migration, TransientDbError, Tx
@@ -227,7 +229,7 @@ def test_group_of_uploads_in_one_transaction(ds: Datastore) -> None:
     refusals (also those found before the store) are counted in the same transaction."""
     key, old = bucket_key(7200, 3600), bucket_key(3600, 3600)
     assert _put(ds, b"a" * 16, 7200, key) == "stored"
-    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, old, old + b"\x00", 0))
+    ds.db.run("mark", lambda tx: mark_collected(tx, TASK, old, old + b"\x00", 0))
     spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
     group = [
         _new(b"b" * 16, 7200, key),
@@ -262,7 +264,7 @@ def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
     key = bucket_key(7200, 3600)
     assert _put(ds, b"r" * 16, 7200, key) == "stored"
     assert _put(ds, b"r" * 16, 7200, key) == "replayed"
-    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, key, key + b"\x00", 0))
+    ds.db.run("mark", lambda tx: mark_collected(tx, TASK, key, key + b"\x00", 0))
     assert _put(ds, b"s" * 16, 7300, key) == "collected"
     assert _put(ds, b"t" * 16, 3600, bucket_key(3600, 3600)) == "stored"
 
@@ -300,14 +302,13 @@ def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:
     shares = vdaf.field.from_ints([1] * len(reports)).reshape(len(reports), 1, 1)
     stale = next(lease for lease in leases if lease.job_id == retaken[0].job_id)
     with pytest.raises(LeaseLostError):
-        ds.finish_leader_job(stale, vdaf, outcomes, shares)
+        ds.finish_leader_job(stale, outcomes, ShareAdder(vdaf, shares))
     outcomes[0].error = PrepareError.VDAF_PREP_ERROR
-    ds.finish_leader_job(retaken[0], vdaf, outcomes, shares)
-    totals = ds.batch_totals(TASK, bucket_key(0, 3600), bucket_key(10**6, 3600), vdaf)
+    ds.finish_leader_job(retaken[0], outcomes, ShareAdder(vdaf, shares))
+    totals = ds.batch_totals(TASK, bucket_key(0, 3600), bucket_key(10**6, 3600))
     assert totals.report_count == len(reports) - 1
     assert totals.checksum == report_checksum(r.report_id for r in reports[1:])
-    assert totals.aggregate_share is not None
-    assert vdaf.field.to_ints(totals.aggregate_share) == [len(reports) - 1]
+    assert vdaf.field.to_ints(ShareAdder(vdaf).total(totals.shares)) == [len(reports) - 1]
     # Committed once: only the other job is leasable again, and only this job's reports are
     # scrubbed (their ids stay for anti-replay).
     _, again = ds.leader_job(retaken[1])
