@@ -314,7 +314,7 @@ class Answer:
     headers: dict[str, str] | None = None
 
 
-_STORE_REFUSALS = {
+_STORE_REFUSALS: dict[str, str] = {
     UploadOutcome.REPLAYED: "report id already seen",
     UploadOutcome.COLLECTED: "the report's batch was already collected",
     UploadOutcome.TOKEN_SPENT: "report binding or token refused",

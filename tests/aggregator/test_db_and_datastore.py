@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import sqlite3
 import threading
@@ -15,6 +16,7 @@ from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key, covering_interval, report_checksum
 from services.aggregator.datastore import (
     MIGRATIONS,
+    TASK_TABLES,
     Datastore,
     LeaseLostError,
     NewReport,
@@ -51,6 +53,20 @@ def test_migrations_apply_once(db_url: str) -> None:
         assert db.schema_version() == extra.version
     finally:
         db.close()
+
+
+def test_task_tables_are_every_per_task_table() -> None:
+    """The one table list (task deletion, row counts) names every table the migrations create
+    with a task_id column, besides ``tasks`` itself."""
+    created = {
+        name
+        for m in MIGRATIONS
+        for statement in m.statements
+        for name, columns in re.findall(r"CREATE TABLE (\w+) \((.*)\)", statement, re.S)
+        if re.search(r"\btask_id\b", columns) and name != "tasks"
+    }
+    assert set(TASK_TABLES) == created
+    assert len(TASK_TABLES) == len(created)
 
 
 def test_concurrent_migrations_apply_once(db_url: str) -> None:
