@@ -9,7 +9,8 @@ the noise draw), so the decision and the write stay atomic.
 
 Parts, one module each: `schema` (migrations as .sql files, the table list), `states` (the
 enums the tables hold), `records`, `tasks`, `keys`, `uploads`, `leases`, `leader_jobs`,
-`helper_jobs`, `collection`, `batch_aggregations` (the running aggregates every path writes),
+`aggregation_jobs` (the job rows both roles write), `helper_jobs`, `collection`,
+`batch_aggregations` (the running aggregates every path writes),
 `garbage` and `stats`.
 """
 

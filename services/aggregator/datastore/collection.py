@@ -18,7 +18,7 @@ from services.aggregator.datastore.batch_aggregations import (
     mark_collected,
     rate_refusal,
 )
-from services.aggregator.datastore.leases import check_lease
+from services.aggregator.datastore.leases import check_lease, leased_row
 from services.aggregator.datastore.records import (
     BatchTotals,
     Lease,
@@ -151,13 +151,7 @@ class CollectionStore(StoreBase):
 
     def leased_collection_job(self, lease: Lease) -> Row:
         def body(tx: Tx) -> Row:
-            check_lease(tx, "collection_jobs", lease)
-            row = tx.query_one(
-                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": lease.task_id, "j": lease.job_id},
-            )
-            assert row is not None
-            return row
+            return leased_row(tx, "collection_jobs", lease)
 
         return self.db.run("leased_collection_job", body)
 
@@ -186,12 +180,7 @@ class CollectionStore(StoreBase):
         retried or repeated collection of the batch carries the same noise."""
 
         def body(tx: Tx) -> str:
-            check_lease(tx, "collection_jobs", lease)
-            job = tx.query_one(
-                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": lease.task_id, "j": lease.job_id},
-            )
-            assert job is not None
+            job = leased_row(tx, "collection_jobs", lease)
             if job["state"] != CollectionState.PENDING:
                 return "started"
             t = lease.task_id

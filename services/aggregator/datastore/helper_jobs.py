@@ -9,6 +9,11 @@ import hashlib
 from collections.abc import Callable, Sequence
 
 from services.aggregator.batches import MAX_STORED_TIME
+from services.aggregator.datastore.aggregation_jobs import (
+    insert_job,
+    insert_report_aggregations,
+    outcome_rows,
+)
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import (
     add_outcomes,
@@ -16,7 +21,6 @@ from services.aggregator.datastore.batch_aggregations import (
     mark_collected,
     rate_refusal,
 )
-from services.aggregator.datastore.leader_jobs import report_aggregation_rows
 from services.aggregator.datastore.records import RatePolicy, Refusal, ReportOutcome, ShareSum
 from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
@@ -149,30 +153,19 @@ class HelperJobStore(StoreBase):
             # they are clamped so the record of the refusal fits the database.
             for o in final:
                 o.client_time = min(o.client_time, MAX_STORED_TIME)
-            times = [o.client_time for o in final]
-            tx.execute(
-                "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id,"
-                " time_min, time_max, state, step, lease_expiry, lease_token, lease_attempts,"
-                " request_hash, response, created_at) VALUES (:t, :j, 'helper', :ap, :b,"
-                " :tmin, :tmax, :s, 0, 0, NULL, 0, :rh, :resp, :now)",
-                {
-                    "t": task_id,
-                    "j": job_id,
-                    "ap": b"",
-                    "b": batch_id,
-                    "tmin": min(times),
-                    "tmax": max(times),
-                    "s": JobState.FINISHED,
-                    "rh": request_hash,
-                    "resp": response,
-                    "now": now,
-                },
+            insert_job(
+                tx,
+                task_id,
+                job_id,
+                "helper",
+                batch_id,
+                [o.client_time for o in final],
+                JobState.FINISHED,
+                now,
+                request_hash=request_hash,
+                response=response,
             )
-            tx.execute_many(
-                "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
-                " client_time, state, error) VALUES (:t, :j, :o, :r, :time, :s, :e)",
-                report_aggregation_rows(task_id, job_id, final),
-            )
+            insert_report_aggregations(tx, outcome_rows(task_id, job_id, final))
             return "created", response
 
         return self.db.run("helper_init_job", body)

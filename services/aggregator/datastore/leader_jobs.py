@@ -11,9 +11,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+from services.aggregator.datastore.aggregation_jobs import (
+    insert_job,
+    insert_report_aggregations,
+    outcome_rows,
+)
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import add_outcomes
-from services.aggregator.datastore.leases import check_lease
+from services.aggregator.datastore.leases import leased_row
 from services.aggregator.datastore.records import (
     LeaderReport,
     Lease,
@@ -36,26 +41,6 @@ def unassign(tx: Tx, task_id: bytes, batch_id: bytes | None, count: int) -> None
         " WHERE task_id = :t AND batch_key = :k",
         {"t": task_id, "k": batch_id, "n": count},
     )
-
-
-def report_aggregation_rows(
-    task_id: bytes, job_id: bytes, outcomes: Sequence[ReportOutcome]
-) -> list[dict[str, object]]:
-    """The ``report_aggregations`` parameters of a job's finished reports, in job order."""
-    return [
-        {
-            "t": task_id,
-            "j": job_id,
-            "o": ord_,
-            "r": o.report_id,
-            "time": o.client_time,
-            "s": ReportAggregationState.FAILED
-            if o.error is not None
-            else ReportAggregationState.FINISHED,
-            "e": None if o.error is None else int(o.error),
-        }
-        for ord_, o in enumerate(outcomes)
-    ]
 
 
 class LeaderJobStore(StoreBase):
@@ -154,24 +139,9 @@ class LeaderJobStore(StoreBase):
     ) -> None:
         job_id = secrets.token_bytes(16)
         times = [int(r["client_time"]) for r in chunk]
-        tx.execute(
-            "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id, time_min,"
-            " time_max, state, step, lease_expiry, lease_token, lease_attempts, created_at)"
-            " VALUES (:t, :j, 'leader', :ap, :b, :tmin, :tmax, :s, 0, 0, NULL, 0, :now)",
-            {
-                "t": task_id,
-                "j": job_id,
-                "ap": b"",
-                "b": batch_id,
-                "tmin": min(times),
-                "tmax": max(times),
-                "s": JobState.IN_PROGRESS,
-                "now": now,
-            },
-        )
-        tx.execute_many(
-            "INSERT INTO report_aggregations (task_id, job_id, ord, report_id, client_time,"
-            " state, error) VALUES (:t, :j, :o, :r, :time, :s, NULL)",
+        insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
+        insert_report_aggregations(
+            tx,
             [
                 {
                     "t": task_id,
@@ -180,6 +150,7 @@ class LeaderJobStore(StoreBase):
                     "r": r["report_id"],
                     "time": r["client_time"],
                     "s": ReportAggregationState.START,
+                    "e": None,
                 }
                 for ord_, r in enumerate(chunk)
             ],
@@ -194,12 +165,7 @@ class LeaderJobStore(StoreBase):
         """The job row and its reports (with their stored shares), in job order."""
 
         def body(tx: Tx) -> tuple[Row, list[LeaderReport]]:
-            check_lease(tx, "aggregation_jobs", lease)
-            job = tx.query_one(
-                "SELECT * FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": lease.task_id, "j": lease.job_id},
-            )
-            assert job is not None
+            job = leased_row(tx, "aggregation_jobs", lease)
             rows = tx.query(
                 "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
                 " cr.leader_input_share, cr.helper_encrypted_share"
@@ -240,12 +206,7 @@ class LeaderJobStore(StoreBase):
         this one retry); every other report is scrubbed. Returns the outcomes as committed."""
 
         def body(tx: Tx) -> list[ReportOutcome]:
-            check_lease(tx, "aggregation_jobs", lease)
-            job = tx.query_one(
-                "SELECT batch_id FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": lease.task_id, "j": lease.job_id},
-            )
-            assert job is not None
+            job = leased_row(tx, "aggregation_jobs", lease, "batch_id")
             shard = self._shard()
             final = add_outcomes(
                 tx,
@@ -269,7 +230,7 @@ class LeaderJobStore(StoreBase):
             tx.execute_many(
                 "UPDATE report_aggregations SET state = :s, error = :e"
                 " WHERE task_id = :t AND job_id = :j AND ord = :o",
-                report_aggregation_rows(lease.task_id, lease.job_id, final),
+                outcome_rows(lease.task_id, lease.job_id, final),
             )
             requeue = {
                 o.report_id

@@ -9,16 +9,23 @@ import secrets
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.records import Lease, LeaseLostError
 from services.aggregator.datastore.states import CollectionState, JobState
-from services.common.db import Tx
+from services.common.db import Row, Tx
 
 
-def check_lease(tx: Tx, table: str, lease: Lease) -> None:
+def leased_row(tx: Tx, table: str, lease: Lease, columns: str = "*") -> Row:
+    """The job's row (those `columns` of it) while `lease` still holds it, else
+    `LeaseLostError`."""
     row = tx.query_one(
-        f"SELECT lease_token FROM {table} WHERE task_id = :t AND job_id = :j",
+        f"SELECT {columns}, lease_token FROM {table} WHERE task_id = :t AND job_id = :j",
         {"t": lease.task_id, "j": lease.job_id},
     )
     if row is None or row["lease_token"] is None or bytes(row["lease_token"]) != lease.token:
         raise LeaseLostError(table)
+    return row
+
+
+def check_lease(tx: Tx, table: str, lease: Lease) -> None:
+    leased_row(tx, table, lease, "job_id")
 
 
 class LeaseStore(StoreBase):
