@@ -34,6 +34,7 @@ from typing import Literal, get_args
 import numpy as np
 from scipy import stats
 
+from shared.dp.bisect import NoThresholdError, bracket, smallest_passing
 from shared.dp.composition import ALPHA_GRID, rdp_to_dp
 from shared.dp.divergences import (
     FloatArray,
@@ -215,14 +216,7 @@ def _bisect_epsilon(delta_of: Callable[[float], float], delta: float, hi: float)
     """Smallest eps in [0, hi] with delta_of(eps) <= delta, within EPS_TOL, from above."""
     if delta_of(0.0) <= delta:
         return 0.0
-    lo = 0.0
-    while hi - lo > EPS_TOL:
-        mid = (lo + hi) / 2
-        if delta_of(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return bracket(lambda e: delta_of(e) <= delta, 0.0, hi, tol=EPS_TOL)[1]
 
 
 def shuffle_delta(eps0: float, n: int, eps: float, analysis: Analysis, tail: float = 0.0) -> float:
@@ -284,18 +278,12 @@ def min_batch_size(
 
     if ok(1):
         return 1
-    lo, hi = 1, 2
-    while not ok(hi):
-        if hi >= n_max:
-            raise ValueError(f"no batch size up to {n_max} reaches eps={eps} with eps0={eps0}")
-        lo, hi = hi, min(2 * hi, n_max)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    try:
+        return smallest_passing(ok, 1, 2, tol=1, limit=n_max)
+    except NoThresholdError:
+        raise ValueError(
+            f"no batch size up to {n_max} reaches eps={eps} with eps0={eps0}"
+        ) from None
 
 
 def max_local_epsilon(
@@ -314,11 +302,4 @@ def max_local_epsilon(
 
     if ok(eps0_max):
         return eps0_max
-    lo, hi = 0.0, eps0_max
-    while hi - lo > EPS_TOL:
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bracket(ok, eps0_max, 0.0, tol=EPS_TOL)[1]

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 from scipy import optimize
 
+from shared.dp.bisect import bracket
+
 RdpCurve = Callable[[float], float]
 
 #: Renyi orders searched by `rdp_to_dp` before a bounded refinement around the best one.
 ALPHA_GRID: tuple[float, ...] = tuple(float(a) for a in 1 + np.geomspace(1e-4, 1e4, 401))
-#: Bisection iterations for the zCDP solvers: far beyond double precision.
-_BISECT_STEPS = 200
 
 
 def basic_composition(guarantees: Iterable[tuple[float, float]]) -> tuple[float, float]:
@@ -102,37 +102,22 @@ def cdp_delta(rho: float, eps: float) -> float:
     """
     if rho <= 0:
         return 0.0
-    lo, hi = 1.0 + 1e-12, (eps + 1) / (2 * rho) + 2
-    for _ in range(_BISECT_STEPS):
-        mid = (lo + hi) / 2
-        if (2 * mid - 1) * rho - eps + math.log1p(-1 / mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-    alpha = (lo + hi) / 2
+    low, high = bracket(
+        lambda a: (2 * a - 1) * rho - eps + math.log1p(-1 / a) >= 0,
+        1.0 + 1e-12,
+        (eps + 1) / (2 * rho) + 2,
+    )
+    alpha = (low + high) / 2
     log_delta = (alpha - 1) * (alpha * rho - eps) + alpha * math.log1p(-1 / alpha)
     return min(1.0, math.exp(log_delta) / (alpha - 1))
 
 
 def cdp_eps(rho: float, delta: float) -> float:
     """The smallest eps with cdp_delta(rho, eps) <= delta."""
-    lo, hi = 0.0, rho + 2 * math.sqrt(rho * math.log(1 / delta))
-    for _ in range(_BISECT_STEPS):
-        mid = (lo + hi) / 2
-        if cdp_delta(rho, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    high = rho + 2 * math.sqrt(rho * math.log(1 / delta))
+    return bracket(lambda e: cdp_delta(rho, e) <= delta, 0.0, high)[1]
 
 
 def cdp_rho(eps: float, delta: float) -> float:
     """The largest rho with cdp_delta(rho, eps) <= delta."""
-    lo, hi = 0.0, eps + 1.0
-    for _ in range(_BISECT_STEPS):
-        mid = (lo + hi) / 2
-        if cdp_delta(mid, eps) <= delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bracket(lambda r: cdp_delta(r, eps) <= delta, eps + 1.0, 0.0)[1]

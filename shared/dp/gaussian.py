@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import special
 
+from shared.dp.bisect import smallest_passing
 from shared.dp.divergences import FloatArray, hockey_stick_1d, hockey_stick_product
 
 #: Relative tolerance of the sigma bisection (the result errs on the large side).
@@ -36,31 +37,19 @@ def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0) 
     """Smallest sigma giving (eps, delta)-DP at L2 sensitivity `sensitivity` (BW18 Alg. 1)."""
     if eps <= 0 or not 0 < delta < 1 or sensitivity <= 0:
         raise ValueError("need eps > 0, 0 < delta < 1 and a positive sensitivity")
-    lo, hi = 0.0, sensitivity
-    while gaussian_delta(hi, eps, sensitivity) > delta:
-        lo, hi = hi, 2 * hi
-    while hi - lo > SIGMA_RTOL * hi:
-        mid = (lo + hi) / 2
-        if gaussian_delta(mid, eps, sensitivity) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_passing(
+        lambda s: gaussian_delta(s, eps, sensitivity) <= delta,
+        0.0,
+        sensitivity,
+        tol=SIGMA_RTOL,
+        relative=True,
+    )
 
 
 def smallest_epsilon(delta_at: Callable[[float], float], delta: float, tol: float) -> float:
     """Smallest eps with delta_at(eps) <= delta, for a delta_at decreasing in eps: doubling, then
     bisection; the answer errs large by at most `tol`, never small."""
-    lo, hi = 0.0, 1.0
-    while delta_at(hi) > delta:
-        lo, hi = hi, 2 * hi
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        if delta_at(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_passing(lambda eps: delta_at(eps) <= delta, 0.0, 1.0, tol=tol)
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
