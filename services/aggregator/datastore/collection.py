@@ -231,10 +231,17 @@ class CollectionStore(StoreBase):
                     },
                 )
                 return "refused"
-            share = shares.merge(totals.shares)
-            if noise is not None:
+            if noise is None:
+                share = shares.merge(totals.shares)
+            else:
+                draw = noise
                 share = _noised_leader_share(
-                    tx, t, lo, hi, bytes(job["agg_param"]), totals, share, noise, now
+                    tx,
+                    t,
+                    (lo, hi, bytes(job["agg_param"])),
+                    totals,
+                    lambda: draw(shares.merge(totals.shares)),
+                    now,
                 )
             mark_collected(tx, t, lo, hi, now)
             tx.execute(
@@ -288,18 +295,17 @@ class CollectionStore(StoreBase):
 def _noised_leader_share(
     tx: Tx,
     task_id: bytes,
-    lo: bytes,
-    hi: bytes,
-    agg_param: bytes,
+    batch: tuple[bytes, bytes, bytes],
     totals: BatchTotals,
-    share: bytes,
-    noise: Callable[[bytes], bytes],
+    draw: Callable[[], bytes],
     now: int,
 ) -> bytes:
-    """The batch's stored noised share, or a fresh one stored now (004 §5).
+    """The stored noised share of `batch` (key range and aggregation parameter), or a fresh
+    `draw` stored now (004 §5).
 
     Reused only for the same report count and checksum; the batch is collected, so they
     cannot change in practice, and a share of other reports needs its own noise anyway."""
+    lo, hi, agg_param = batch
     key = {"t": task_id, "lo": lo, "hi": hi, "ap": agg_param}
     stored = tx.query_one(
         "SELECT report_count, checksum, share FROM leader_noised_shares"
@@ -312,7 +318,7 @@ def _noised_leader_share(
         and bytes(stored["checksum"]) == totals.checksum
     ):
         return bytes(stored["share"])
-    noised = noise(share)
+    noised = draw()
     if stored is not None:
         tx.execute(
             "DELETE FROM leader_noised_shares"
