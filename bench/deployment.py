@@ -3,10 +3,10 @@
 Leader, helper and collector run as separate processes (`python -m services.aggregator`,
 `python -m services.collector`, configured only through their `SAGG_*` environment) on free
 loopback ports, each with a fresh store. A task is provisioned through the admin APIs
-(`deploy.tasks.create_task`), then for each VDAF:
+(`services.common.provisioning.create_task`), then for each VDAF:
 
-- the sealed reports are built first (`deploy.upload.build_reports`: `Prio3.shard_batch` and
-  `shared.hpke`), so client CPU is not part of the measurement;
+- the sealed reports are built first (`client_sdk.upload.ClientTask.build_reports`:
+  `Prio3.shard_batch` and `shared.hpke`), so client CPU is not part of the measurement;
 - a collection job for the reports' time bucket is requested before the first upload, with
   `min_batch_size` = the number of reports: it completes exactly when every report is aggregated;
 - the reports are PUT by ~32 concurrent keep-alive connections of a minimal asyncio HTTP/1.1
@@ -50,15 +50,10 @@ from psycopg import sql
 
 from bench.common import Result, print_table
 from client_sdk.http import http_client
+from client_sdk.upload import ClientTask, fetch_hpke_config
 from deploy.launcher import free_port
-from deploy.tasks import TaskParams, create_task
-from deploy.upload import (
-    ClientTask,
-    build_reports,
-    expected_aggregate,
-    fetch_hpke_config,
-    random_measurements,
-)
+from deploy.upload import expected_aggregate, random_measurements
+from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
 from shared.transport import TransportPolicy
@@ -456,9 +451,9 @@ def make_reports(
         leader_config = fetch_hpke_config(http, task.leader, task_id)
         helper_config = fetch_hpke_config(http, task.helper, task_id)
     # The first call compiles and caches (numba kernels, HPKE suites): keep it out of the timing.
-    build_reports(task, measurements[:8], leader_config, helper_config, report_time)
+    task.build_reports(measurements[:8], leader_config, helper_config, report_time)
     start = time.perf_counter()
-    reports = build_reports(task, measurements, leader_config, helper_config, report_time)
+    reports = task.build_reports(measurements, leader_config, helper_config, report_time)
     bodies = [report.encode() for report in reports]
     return bodies, time.perf_counter() - start
 

@@ -36,7 +36,7 @@ import httpx
 
 from bench.common import Result, print_table
 from bench.deployment import provision, rss_kib, spawn_deployment
-from deploy.upload import ClientTask, build_reports, fetch_hpke_config
+from client_sdk.upload import ClientTask, fetch_hpke_config
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT, HpkeCiphertext, Report
 from shared.dap.sizes import max_report_len
@@ -205,7 +205,7 @@ def flood(
         tid = TaskId.from_b64url(task.task_id)
         configs = fetch_hpke_config(http, leader, tid), fetch_hpke_config(http, task.helper, tid)
     now = int(time.time())
-    reports = build_reports(task, [1] * (HONEST_REPORTS + 1), *configs, now)
+    reports = task.build_reports([1] * (HONEST_REPORTS + 1), *configs, now)
     attacker = _Attacker(leader, task, [r.encode() for r in reports[1:]], reports[0])
     kinds = attacker.kinds()
     names = sorted(kinds)

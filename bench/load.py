@@ -7,9 +7,9 @@ one can see whether memory stays flat under sustained load. It always stops by i
 
 Reports must be fresh (a reused report id is a replay), and sharding plus sealing costs the
 client ~0.3-0.7 ms per report. So one child process builds batches of sealed reports ahead of
-the uploads (`deploy.upload.build_reports`) while the asyncio uploader of `bench.deployment`
-sends them over keep-alive connections; if the child cannot keep up, the printed rate is the
-generator's, which `gen wait` then shows.
+the uploads (`client_sdk.upload.ClientTask.build_reports`) while the asyncio uploader of
+`bench.deployment` sends them over keep-alive connections; if the child cannot keep up, the
+printed rate is the generator's, which `gen wait` then shows.
 
 Against `sagg up` (defaults from `.data/deployment.json` and `.data/pids.json`):
 
@@ -45,9 +45,11 @@ from bench.deployment import (
     spawn_deployment,
 )
 from client_sdk.http import http_client
+from client_sdk.upload import ClientTask, fetch_hpke_config
 from deploy.config import load_deployment
-from deploy.tasks import PartyTokens, TaskParams, create_task
-from deploy.upload import ClientTask, build_reports, fetch_hpke_config, random_measurements
+from deploy.upload import random_measurements
+from services.common.admin_client import PartyTokens
+from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig
 from shared.transport import TransportPolicy
@@ -113,8 +115,7 @@ def _build_batch(
     """In the generator process: `count` fresh sealed reports, encoded (picklable in and out)."""
     task = ClientTask.model_validate_json(task_json)
     measurements = random_measurements(task.vdaf, count, random.Random(seed))
-    reports = build_reports(
-        task,
+    reports = task.build_reports(
         measurements,
         HpkeConfig.decode(leader_config),
         HpkeConfig.decode(helper_config),

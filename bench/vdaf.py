@@ -2,12 +2,15 @@
 
 Preparation is measured the way an aggregation job runs it: a batch of reports of one task,
 each aggregator's work timed separately (the helper also combines the prep shares), with and
-without opening the HPKE-sealed input share. Run alone with `python -m bench.vdaf`.
+without opening the HPKE-sealed input share. A second table sets VDAF-08 and VDAF-20 side by side
+on the same circuits (VDAF-20 under an application context). Run alone with
+`python -m bench.vdaf`; `python -m bench.vdaf --quick` runs only the comparison, on fewer reports.
 """
 
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -17,7 +20,9 @@ from bench.common import Result, best_of, print_table
 from shared import hpke
 from shared.dap.hpke_context import input_share_info
 from shared.dap.messages import Role
+from shared.vdaf import prio3_20
 from shared.vdaf.prio3 import (
+    PrepBatch,
     Prio3,
     prio3_count,
     prio3_histogram,
@@ -43,27 +48,87 @@ CASES: list[tuple[str, Callable[[], Prio3], Callable[[int], Any]]] = [
 ]
 
 
-def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[Result]:
-    verify_key = secrets.token_bytes(16)
-    measurements = [measure(i) for i in range(BATCH)]
-    nonces = [secrets.token_bytes(16) for _ in range(BATCH)]
-    rands = [secrets.token_bytes(vdaf.RAND_SIZE) for _ in range(BATCH)]
+#: VDAF-08 and VDAF-20 instances of the same circuits, for the side-by-side table.
+COMPARED: list[tuple[str, Callable[[], Prio3], Callable[[], Prio3], Callable[[int], Any]]] = [
+    ("Count", prio3_count, prio3_20.prio3_count, lambda i: i % 2),
+    ("Sum(255)", lambda: prio3_sum(8), lambda: prio3_20.prio3_sum(255), lambda i: i % 256),
+    (
+        "SumVec(100, 255, 28)",
+        lambda: prio3_sum_vec(100, 8, 28),
+        lambda: prio3_20.prio3_sum_vec(100, 255, 28),
+        lambda i: [i % 256] * 100,
+    ),
+    (
+        "Histogram(100, 10)",
+        lambda: prio3_histogram(100, 10),
+        lambda: prio3_20.prio3_histogram(100, 10),
+        lambda i: i % 100,
+    ),
+    (
+        "Histogram(1000, 32)",
+        lambda: prio3_histogram(1000, 32),
+        lambda: prio3_20.prio3_histogram(1000, 32),
+        lambda i: i % 1000,
+    ),
+]
 
-    shard_one = (
-        best_of(
-            lambda: [
-                vdaf.shard(measurements[i], nonces[i], rands[i]) for i in range(SHARD_REPORTS)
-            ],
-            repeat=3,
+#: The application context of the VDAF-20 runs: DAP-19's "dap-19" || task_id.
+CTX_20 = b"dap-19" + bytes(32)
+
+
+class _Reports:
+    """A batch of sharded reports of one instance and its preparation, step by step."""
+
+    def __init__(self, vdaf: Prio3, measure: Callable[[int], Any], count: int) -> None:
+        self.vdaf, self.count = vdaf, count
+        self.ctx = CTX_20 if vdaf.version.has_context else b""
+        self.verify_key = secrets.token_bytes(vdaf.VERIFY_KEY_SIZE)
+        self.measurements = [measure(i) for i in range(count)]
+        self.nonces = [secrets.token_bytes(16) for _ in range(count)]
+        self.rands = [secrets.token_bytes(vdaf.RAND_SIZE) for _ in range(count)]
+        start = time.perf_counter()
+        sharded = vdaf.shard_batch(self.measurements, self.nonces, self.rands, self.ctx)
+        self.shard_batched = (time.perf_counter() - start) / count
+        self.publics = [p for p, _ in sharded]
+        self.shares = [[s[agg] for _, s in sharded] for agg in range(2)]
+        self.leader = self.init(0)
+        self.helper_msgs = self.combine(self.init(1))
+
+    def shard_one(self, reports: int) -> float:
+        """Seconds per report sharded one at a time."""
+        v, m, n, r = self.vdaf, self.measurements, self.nonces, self.rands
+        return (
+            best_of(lambda: [v.shard(m[i], n[i], r[i], self.ctx) for i in range(reports)], 3)
+            / reports
         )
-        / SHARD_REPORTS
-    )
-    start = time.perf_counter()
-    sharded = vdaf.shard_batch(measurements, nonces, rands)
-    shard_batched = (time.perf_counter() - start) / BATCH
 
-    publics = [p for p, _ in sharded]
-    shares = [[s[agg] for _, s in sharded] for agg in range(2)]
+    def init(self, agg: int) -> PrepBatch:
+        return self.vdaf.prep_init_batch(
+            self.verify_key, agg, self.nonces, self.publics, self.shares[agg], self.ctx
+        )
+
+    def combine(self, helper: PrepBatch) -> list[bytes | None]:
+        pairs = [[self.leader.prep_shares[r], helper.prep_shares[r]] for r in range(self.count)]
+        return self.vdaf.prep_shares_to_prep_batch(pairs, self.ctx)
+
+    def leader_prep(self) -> None:
+        self.vdaf.prep_next_batch(self.init(0), self.helper_msgs)
+
+    def helper_prep(self) -> None:
+        batch = self.init(1)
+        self.vdaf.prep_next_batch(batch, self.combine(batch))
+
+    def prep_seconds(self) -> tuple[float, float]:
+        """Seconds per report for the leader's and the helper's preparation."""
+        leader = best_of(self.leader_prep, repeat=3) / self.count
+        return leader, best_of(self.helper_prep, repeat=3) / self.count
+
+
+def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[Result]:
+    reports = _Reports(vdaf, measure, BATCH)
+    shard_one = reports.shard_one(SHARD_REPORTS)
+    shard_batched = reports.shard_batched
+    shares = reports.shares
     keys = [hpke.generate_keypair(1), hpke.generate_keypair(2)]
     aad = b"\x00" * 56
     infos = [input_share_info(Role.LEADER), input_share_info(Role.HELPER)]
@@ -75,26 +140,7 @@ def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[R
     def open_all(agg: int) -> list[bytes]:
         return [hpke.open(keys[agg], enc, infos[agg], aad, ct) for enc, ct in sealed[agg]]
 
-    leader = vdaf.prep_init_batch(verify_key, 0, nonces, publics, shares[0])
-
-    def leader_prep() -> None:
-        batch = vdaf.prep_init_batch(verify_key, 0, nonces, publics, shares[0])
-        vdaf.prep_next_batch(batch, helper_msgs)
-
-    def helper_prep() -> None:
-        batch = vdaf.prep_init_batch(verify_key, 1, nonces, publics, shares[1])
-        msgs = vdaf.prep_shares_to_prep_batch(
-            [[leader.prep_shares[r], batch.prep_shares[r]] for r in range(BATCH)]
-        )
-        vdaf.prep_next_batch(batch, msgs)
-
-    helper = vdaf.prep_init_batch(verify_key, 1, nonces, publics, shares[1])
-    helper_msgs = vdaf.prep_shares_to_prep_batch(
-        [[leader.prep_shares[r], helper.prep_shares[r]] for r in range(BATCH)]
-    )
-
-    leader_s = best_of(leader_prep, repeat=3) / BATCH
-    helper_s = best_of(helper_prep, repeat=3) / BATCH
+    leader_s, helper_s = reports.prep_seconds()
     open_s = [best_of(partial(open_all, agg), repeat=2) / BATCH for agg in range(2)]
 
     return [
@@ -109,12 +155,33 @@ def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[R
     ]
 
 
+def compare(batch: int, shard_reports: int) -> list[Result]:
+    """VDAF-08 and VDAF-20 per report on the same circuits, and the ratio 20 / 08."""
+    results: list[Result] = []
+    for name, make_08, make_20, measure in COMPARED:
+        costs = []
+        for make in (make_08, make_20):
+            reports = _Reports(make(), measure, batch)
+            costs.append((reports.shard_one(shard_reports), *reports.prep_seconds()))
+        for i, metric in enumerate(("client shard, one report", "leader prep", "helper prep")):
+            old, new = costs[0][i], costs[1][i]
+            results += [
+                Result("vdaf 08 vs 20", name, f"{metric}, VDAF-08", old * 1e6, "us/report"),
+                Result("vdaf 08 vs 20", name, f"{metric}, VDAF-20", new * 1e6, "us/report"),
+                Result("vdaf 08 vs 20", name, f"{metric}, 20 / 08", new / old, "ratio"),
+            ]
+    return results
+
+
 def run() -> list[Result]:
     results: list[Result] = []
     for name, make, measure in CASES:
         results += _bench_case(name, make(), measure)
-    return results
+    return results + compare(BATCH, SHARD_REPORTS)
 
 
 if __name__ == "__main__":
-    print_table(run(), f"Prio3 (VDAF-08), one core, batches of {BATCH} reports")
+    if "--quick" in sys.argv[1:]:
+        print_table(compare(200, 20), "Prio3 VDAF-08 vs VDAF-20, one core, batches of 200")
+    else:
+        print_table(run(), f"Prio3 (VDAF-08 and VDAF-20), one core, batches of {BATCH} reports")

@@ -9,21 +9,24 @@
         [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0] \\
         [--ca-file ca.pem] [--allow-insecure-http]
 
-Wiring: `add_devices_parser(subparsers)` adds ``devices`` with its ``run`` subcommand to an
-argparse parser; `main(argv)` runs it standalone (``python -m client_sdk.cli devices run ...``).
-The recipe server's key is fetched from ``GET /keys`` when not given (trust on first use: a
-real device pins it). The devices answer only recipes naming a leader, helper and token issuer
-their policy trusts: `--policy`'s, or the `--leader`/`--helper`/`--token-issuer` given.
+Wiring: `devices_app(defaults)` is the ``devices`` command group (Typer); `defaults` fills what
+the flags left unset (`deploy.cli` takes it from the deployment file); `main(argv)` runs it
+standalone (``python -m client_sdk.cli devices run ...``). The recipe server's key is fetched
+from ``GET /keys`` when not given (trust on first use: a real device pins it). The devices
+answer only recipes naming a leader, helper and token issuer their policy trusts:
+`--policy`'s, or the `--leader`/`--helper`/`--token-issuer` given.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import httpx
+import typer
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -32,59 +35,157 @@ from pydantic import ValidationError
 from client_sdk.datagen import GENERATORS
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from client_sdk.tokens import DeviceIdentity
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.b64url import b64url_decode
 from shared.transport import TransportPolicy
 
-__all__ = ["add_devices_parser", "main", "manufactured_identities", "run_devices"]
+__all__ = [
+    "DEFAULT_RECIPE_SERVER",
+    "AllowInsecureHttp",
+    "DevicesError",
+    "DevicesRun",
+    "devices_app",
+    "main",
+    "manufactured_identities",
+    "run_devices",
+]
+
+#: Where devices fetch recipes unless told (`sagg up`'s recipe server).
+DEFAULT_RECIPE_SERVER = "http://127.0.0.1:8086"
 
 
-def add_devices_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    devices = subparsers.add_parser("devices", help="simulated devices (client SDK)")
-    sub = devices.add_subparsers(dest="devices_command", required=True)
-    run = sub.add_parser("run", help="drive N devices answering one recipe")
-    run.add_argument("--recipe", required=True, help="recipe id")
-    run.add_argument("--version", type=int, default=None)
-    run.add_argument("--count", type=int, default=1000)
-    run.add_argument("--data", choices=GENERATORS, default="emoji")
-    run.add_argument("--concurrency", type=int, default=16)
-    run.add_argument("--recipe-server", default="http://127.0.0.1:8086")
-    run.add_argument("--recipe-key", default=None, help="base64url Ed25519 key (default: /keys)")
-    run.add_argument("--policy", type=Path, default=None, help="device policy (JSON or TOML)")
-    # Without --policy, a permissive policy through these parties only (the device trusts
-    # no leader, helper or token issuer a recipe merely names).
-    run.add_argument("--leader", action="append", help="trusted leader URL")
-    run.add_argument("--helper", action="append", help="trusted helper URL")
-    run.add_argument("--token-issuer", action="append", help="trusted token issuer URL")
-    run.add_argument("--attester", default=None, help="attester URL (default: the issuer)")
-    run.add_argument("--manufacturer-ca", type=Path, default=None, help="CA certificate PEM")
-    run.add_argument("--manufacturer-key", type=Path, default=None, help="CA private key PEM")
-    run.add_argument("--no-tokens", action="store_true")
-    run.add_argument("--no-binding", action="store_true")
-    run.add_argument("--store-dir", type=Path, default=None, help="one store per device here")
-    run.add_argument("--slots", type=int, default=1)
-    run.add_argument("--slot-seconds", type=int, default=0)
-    run.add_argument("--time-scale", type=float, default=float("inf"))
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument(
-        "--ca-file", default=None, help="PEM CAs to verify HTTPS with (default: the system's)"
-    )
-    run.add_argument(
-        "--allow-insecure-http",
-        action="store_true",
-        help="also use plain http:// URLs of hosts other than loopback",
-    )
-    run.set_defaults(func=run_devices)
+class DevicesError(Exception):
+    """The simulation cannot start as configured; the message says why."""
 
 
-def _recipe_key(args: argparse.Namespace, http: httpx.Client) -> bytes:
-    if args.recipe_key:
-        return b64url_decode(args.recipe_key, "recipe key")
-    response = http.get(args.recipe_server.rstrip("/") + "/keys")
+@dataclass
+class DevicesRun:
+    """What `sagg devices run` was told (None: not told, a default or the deployment's)."""
+
+    recipe: str
+    count: int = 1000
+    data: str = "emoji"
+    version: int | None = None
+    concurrency: int = 16
+    recipe_server: str | None = None
+    recipe_key: str | None = None
+    policy: Path | None = None
+    leader: list[str] = field(default_factory=list)
+    helper: list[str] = field(default_factory=list)
+    token_issuer: list[str] = field(default_factory=list)
+    attester: str | None = None
+    manufacturer_ca: Path | None = None
+    manufacturer_key: Path | None = None
+    no_tokens: bool = False
+    no_binding: bool = False
+    store_dir: Path | None = None
+    slots: int = 1
+    slot_seconds: int = 0
+    time_scale: float = float("inf")
+    seed: int = 0
+    ca_file: str | None = None
+    allow_insecure_http: bool = False
+
+
+def _generator(name: str) -> str:
+    if name not in GENERATORS:
+        raise typer.BadParameter(f"{name!r} is not one of {', '.join(GENERATORS)}")
+    return name
+
+
+#: `--allow-insecure-http`, here and as `sagg`'s global option.
+AllowInsecureHttp = Annotated[
+    bool,
+    typer.Option(
+        "--allow-insecure-http", help="also use plain http:// URLs of hosts other than loopback"
+    ),
+]
+Trusted = Annotated[list[str] | None, typer.Option(metavar="URL")]
+
+
+def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.Typer:
+    """The ``devices`` command group; `defaults` completes the options before the run."""
+    app = typer.Typer(help="simulated devices (client SDK)")
+
+    @app.command()
+    def run(
+        recipe: Annotated[str, typer.Option(help="recipe id")],
+        version: Annotated[int | None, typer.Option(min=1)] = None,
+        count: Annotated[int, typer.Option(min=1)] = 1000,
+        data: Annotated[
+            str, typer.Option(parser=_generator, help=f"one of {', '.join(GENERATORS)}")
+        ] = "emoji",
+        concurrency: Annotated[int, typer.Option(min=1)] = 16,
+        recipe_server: Annotated[
+            str | None, typer.Option(metavar="URL", help=f"default {DEFAULT_RECIPE_SERVER}")
+        ] = None,
+        recipe_key: Annotated[
+            str | None, typer.Option(help="base64url Ed25519 key (default: GET /keys)")
+        ] = None,
+        policy: Annotated[Path | None, typer.Option(help="device policy (JSON or TOML)")] = None,
+        # Without --policy, a permissive policy through these parties only (the device trusts
+        # no leader, helper or token issuer a recipe merely names).
+        leader: Trusted = None,
+        helper: Trusted = None,
+        token_issuer: Trusted = None,
+        attester: Annotated[
+            str | None, typer.Option(metavar="URL", help="attester (default: the issuer)")
+        ] = None,
+        manufacturer_ca: Annotated[Path | None, typer.Option(help="CA certificate PEM")] = None,
+        manufacturer_key: Annotated[Path | None, typer.Option(help="CA private key PEM")] = None,
+        no_tokens: Annotated[bool, typer.Option("--no-tokens")] = False,
+        no_binding: Annotated[bool, typer.Option("--no-binding")] = False,
+        store_dir: Annotated[Path | None, typer.Option(help="one store per device here")] = None,
+        slots: Annotated[int, typer.Option(min=1)] = 1,
+        slot_seconds: Annotated[int, typer.Option(min=0)] = 0,
+        time_scale: Annotated[float, typer.Option()] = float("inf"),
+        seed: Annotated[int, typer.Option()] = 0,
+        ca_file: Annotated[
+            str | None, typer.Option(help="PEM CAs to verify HTTPS with (default: the system's)")
+        ] = None,
+        allow_insecure_http: AllowInsecureHttp = False,
+    ) -> int:
+        """Drive N devices answering one recipe."""
+        options = DevicesRun(
+            recipe=recipe,
+            version=version,
+            count=count,
+            data=data,
+            concurrency=concurrency,
+            recipe_server=recipe_server,
+            recipe_key=recipe_key,
+            policy=policy,
+            leader=leader or [],
+            helper=helper or [],
+            token_issuer=token_issuer or [],
+            attester=attester,
+            manufacturer_ca=manufacturer_ca,
+            manufacturer_key=manufacturer_key,
+            no_tokens=no_tokens,
+            no_binding=no_binding,
+            store_dir=store_dir,
+            slots=slots,
+            slot_seconds=slot_seconds,
+            time_scale=time_scale,
+            seed=seed,
+            ca_file=ca_file,
+            allow_insecure_http=allow_insecure_http,
+        )
+        if defaults is not None:
+            defaults(options)
+        return run_devices(options)
+
+    return app
+
+
+def _recipe_key(options: DevicesRun, server: str, http: httpx.Client) -> bytes:
+    if options.recipe_key:
+        return b64url_decode(options.recipe_key, "recipe key")
+    response = http.get(server.rstrip("/") + "/keys")
     response.raise_for_status()
     return b64url_decode(response.json()["keys"][0]["public_key"], "recipe key")
 
@@ -94,7 +195,7 @@ def manufactured_identities(ca_cert: Path, ca_key: Path) -> Callable[[], DeviceI
     cert = x509.load_pem_x509_certificate(ca_cert.read_bytes())
     key = serialization.load_pem_private_key(ca_key.read_bytes(), None)
     if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise SystemExit("the manufacturer key must be Ed25519")
+        raise DevicesError("the manufacturer key must be Ed25519")
     ca = ManufacturerCA("manufacturer", key, cert)
 
     def make() -> DeviceIdentity:
@@ -103,67 +204,82 @@ def manufactured_identities(ca_cert: Path, ca_key: Path) -> Callable[[], DeviceI
     return make
 
 
-def _identities(args: argparse.Namespace) -> tuple[bool, Callable[[], DeviceIdentity] | None]:
-    if args.no_tokens or args.manufacturer_ca is None or args.manufacturer_key is None:
+def _identities(options: DevicesRun) -> tuple[bool, Callable[[], DeviceIdentity] | None]:
+    if options.no_tokens or options.manufacturer_ca is None or options.manufacturer_key is None:
         return False, None
-    return True, manufactured_identities(args.manufacturer_ca, args.manufacturer_key)
+    return True, manufactured_identities(options.manufacturer_ca, options.manufacturer_key)
 
 
-def _trusted(args: argparse.Namespace) -> TrustedParties | None:
-    if args.policy:
+def _trusted(options: DevicesRun) -> TrustedParties | None:
+    if options.policy:
         return None
-    if not (args.leader and args.helper and args.token_issuer):
-        raise SystemExit(
+    if not (options.leader and options.helper and options.token_issuer):
+        raise DevicesError(
             "without --policy, name the trusted parties: --leader, --helper and --token-issuer"
         )
     try:
         return TrustedParties(
-            leaders=args.leader, helpers=args.helper, token_issuers=args.token_issuer
+            leaders=tuple(options.leader),
+            helpers=tuple(options.helper),
+            token_issuers=tuple(options.token_issuer),
         )
     except ValidationError:
-        raise SystemExit("--leader, --helper and --token-issuer take http(s) URLs") from None
+        raise DevicesError("--leader, --helper and --token-issuer take http(s) URLs") from None
 
 
-def run_devices(args: argparse.Namespace) -> int:
-    trusted = _trusted(args)
+def run_devices(options: DevicesRun) -> int:
+    """Run the simulation; prints its summary. Exit status 1 if devices were sampled but
+    none uploaded."""
+    trusted = _trusted(options)
+    server = options.recipe_server or DEFAULT_RECIPE_SERVER
     limits = httpx.Limits(
-        max_connections=args.concurrency, max_keepalive_connections=args.concurrency
+        max_connections=options.concurrency, max_keepalive_connections=options.concurrency
     )
-    transport = TransportPolicy(args.ca_file, args.allow_insecure_http)
+    transport = TransportPolicy(options.ca_file, options.allow_insecure_http)
     with http_client(transport, timeout=30.0, limits=limits) as http:
-        tokens, identities = _identities(args)
+        tokens, identities = _identities(options)
         config = DeviceConfig(
-            recipe_server_url=args.recipe_server,
-            recipe_server_key=_recipe_key(args, http),
-            attester_url=args.attester,
+            recipe_server_url=server,
+            recipe_server_key=_recipe_key(options, server, http),
+            attester_url=options.attester,
             use_tokens=tokens,
-            bind_recipe=not args.no_binding,
-            donation=DonationSchedule(args.slots, args.slot_seconds),
+            bind_recipe=not options.no_binding,
+            donation=DonationSchedule(options.slots, options.slot_seconds),
             transport=transport,
         )
         simulator = Simulator(
             config,
-            policy=load_policy(args.policy) if args.policy else None,
+            policy=load_policy(options.policy) if options.policy else None,
             trusted=trusted,
             http=http,
             identities=identities,
-            directory=args.store_dir,
-            concurrency=args.concurrency,
-            seed=args.seed,
-            time_scale=args.time_scale,
+            directory=options.store_dir,
+            concurrency=options.concurrency,
+            seed=options.seed,
+            time_scale=options.time_scale,
         )
-        summary = simulator.run(args.recipe, args.count, args.data, version=args.version)
+        summary = simulator.run(
+            options.recipe, options.count, options.data, version=options.version
+        )
     for line in summary.lines():
         print(line)
     return 0 if summary.uploaded or not summary.sampled else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sagg")
-    add_devices_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
-    return result
+    """``python -m client_sdk.cli devices run ...``: the same command without a deployment."""
+    app = typer.Typer()
+    app.add_typer(devices_app(), name="devices")
+    try:
+        code = typer.main.get_command(app).main(
+            args=list(sys.argv[1:] if argv is None else argv),
+            prog_name="sagg",
+            standalone_mode=False,
+        )
+    except typer.TyperException as exc:
+        print(f"sagg: error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ unreachable server) unless the policy allows insecure HTTP. DAP-09 §3 requires 
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
 import httpx
 
 from shared.transport import InsecureTransportError, TransportPolicy
 
-__all__ = ["http_client", "http_failure"]
+__all__ = ["http_client"]
 
 
 def http_client(policy: TransportPolicy, **kwargs: Any) -> httpx.Client:
@@ -29,16 +28,3 @@ def http_client(policy: TransportPolicy, **kwargs: Any) -> httpx.Client:
             raise httpx.UnsupportedProtocol(str(exc), request=request) from None
 
     return httpx.Client(verify=policy.ssl_context, event_hooks={"request": [check]}, **kwargs)
-
-
-def http_failure(exc: httpx.HTTPError) -> str:
-    """What went wrong, in a few words for a one-line error: a refused certificate or a URL
-    the policy refuses are named, anything else by its type (messages may quote data)."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"TLS certificate verification failed ({cause.verify_message})"
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return str(exc)
-    return type(exc).__name__

@@ -32,6 +32,7 @@ import secrets
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,8 @@ from typing import TextIO
 
 import httpx
 import numpy as np
+import rich.progress
+from rich.console import Console
 
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
@@ -116,30 +119,45 @@ def permissive_policy(
 
 
 class Progress:
-    """A one-line progress bar on stderr (no dependency); silent when `stream` is None."""
+    """Progress of one phase on `stream` (None: silent): on a terminal a Rich bar redrawn in
+    place; elsewhere (a pipe, a log file) one line once the phase is done, so no carriage
+    return ever reaches a file."""
 
     def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
         self.total, self.label, self.stream = max(1, total), label, stream
         self.done = 0
         self._lock = threading.Lock()
         self._last = 0.0
+        self._bar: rich.progress.Progress | None = None
+        if stream is not None and Console(file=stream).is_terminal:
+            # Redrawn from `add` only (no refresh thread): a phase that ends early leaves none.
+            self._bar = rich.progress.Progress(
+                rich.progress.TextColumn(f"{label:<10}"),
+                rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(),
+                console=Console(file=stream),
+                auto_refresh=False,
+            )
+            self._task = self._bar.add_task(label, total=self.total)
+            self._bar.start()
+            # A phase cut short by an exception: the terminal gets its cursor back anyway.
+            weakref.finalize(self, self._bar.stop)
 
     def add(self, n: int = 1) -> None:
         with self._lock:
             self.done += n
+            finished = self.done >= self.total
             now = time.monotonic()
-            if self.stream is None or (now - self._last < 0.1 and self.done < self.total):
+            if self.stream is None or (now - self._last < 0.1 and not finished):
                 return
             self._last = now
-            width = 30
-            filled = int(width * self.done / self.total)
-            self.stream.write(
-                f"\r{self.label:<10} [{'#' * filled}{' ' * (width - filled)}] "
-                f"{self.done}/{self.total}"
-            )
-            if self.done >= self.total:
-                self.stream.write("\n")
-            self.stream.flush()
+            if self._bar is not None:
+                self._bar.update(self._task, completed=self.done, refresh=True)
+                if finished:
+                    self._bar.stop()
+            elif finished:
+                self.stream.write(f"{self.label:<10} {self.done}/{self.total}\n")
+                self.stream.flush()
 
 
 class Simulator:

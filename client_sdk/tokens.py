@@ -45,7 +45,7 @@ __all__ = ["DeviceIdentity", "TokenError", "TokenWallet"]
 
 
 class DeviceIdentity(Protocol):
-    """The factory key pair and certificate (as `services.token_issuer.devices.SimulatedDevice`)."""
+    """The factory key pair and certificate (as `client_sdk.manufacturer.SimulatedDevice`)."""
 
     @property
     def device_id(self) -> bytes: ...

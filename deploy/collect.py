@@ -1,7 +1,8 @@
 """The CLI side of collection: ask the collector service, wait, and format the result.
 
-`fetch_task` reads the collector's task (``GET /internal/tasks/{id}``) first: an unknown task
-fails before anything is started, and the analysis learns the aggregators' noise (004 §5).
+`fetch_task` reads the collector's task first (``GET /internal/tasks/{id}`` through
+`services.common.admin_client`): an unknown task fails before anything is started, and the
+analysis learns the aggregators' noise (004 §5).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from client_sdk.http import http_failure
+from deploy.tables import table_text
+from services.common.admin_client import AdminClient, Party, ProvisionError, TaskMissingError
 from shared.dap.task import CollectorTaskInfo
+from shared.transport import http_failure
 
 __all__ = [
     "CollectError",
@@ -45,25 +48,17 @@ def _detail(response: httpx.Response) -> str:
 
 
 def fetch_task(http: httpx.Client, collector: str, token: str, task_id: str) -> CollectorTaskInfo:
-    """GET /internal/tasks/{id}: the collector's task without its secrets."""
+    """The collector's task without its secrets."""
     try:
-        response = http.get(
-            f"{collector.rstrip('/')}/internal/tasks/{task_id}",
-            headers={"Authorization": f"Bearer {token}"},
-        )
-    except httpx.HTTPError as exc:
-        raise CollectError(
-            f"cannot reach the collector at {collector}: {http_failure(exc)}"
-        ) from None
-    if response.status_code == 404:
-        raise CollectError(f"unknown task {task_id}: the collector has no such task")
-    if response.status_code != 200:
-        raise CollectError(f"the collector refused to show task {task_id}: {_detail(response)}")
+        body = AdminClient(http).get_task(Party("collector", collector, token), task_id)
+    except TaskMissingError:
+        raise CollectError(f"unknown task {task_id}: the collector has no such task") from None
+    except ProvisionError as exc:
+        raise CollectError(str(exc)) from None
+    body.pop("collector_hpke_config", None)
     try:
-        body = response.json()
-        body.pop("collector_hpke_config", None)
         return CollectorTaskInfo.model_validate(body)
-    except (ValueError, AttributeError, ValidationError):
+    except ValidationError:
         raise CollectError(f"the collector sent a malformed definition of task {task_id}") from None
 
 
@@ -153,10 +148,7 @@ def format_result(body: dict[str, Any], fmt: str) -> str:
     if body.get("batch_id"):
         lines.append(f"batch         {body['batch_id']}")
     if isinstance(result, list):
-        width = max([len(str(v)) for v in result] + [5])
-        lines.append("")
-        lines.append(f"{'bucket':>6}  {'value':>{width}}")
-        lines.extend(f"{i:>6}  {v:>{width}}" for i, v in enumerate(result))
+        lines += ["", table_text(("bucket", "value"), enumerate(result), right=(0, 1))]
     else:
         lines.append(f"result        {result}")
     return "\n".join(lines)

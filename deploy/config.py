@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from deploy.keys import ADMIN_TOKEN_SERVICES
+from deploy.keys import ADMIN_TOKEN_SERVICES, DeploymentKeys
 from services.common.auth import MIN_TOKEN_LENGTH
 from shared.files import private_dir, read_private, write_private
 from shared.transport import TransportPolicy
@@ -27,8 +29,10 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "Deployment",
     "DeploymentError",
+    "deployment_of",
     "deployment_path",
     "load_deployment",
+    "read_document",
     "write_deployment",
 ]
 
@@ -37,7 +41,8 @@ DEPLOYMENT_FILE = "deployment.json"
 
 
 class DeploymentError(Exception):
-    """The deployment file is unreadable or invalid; the message names it."""
+    """The deployment file, or another file an operator wrote, is unreadable or invalid; the
+    message names it."""
 
 
 class Deployment(BaseModel):
@@ -92,6 +97,41 @@ class Deployment(BaseModel):
     def admin_token(self, service: str) -> str | None:
         """The operator's token of `service` (leader, helper, collector, ...), if known."""
         return self.admin_tokens.get(service)
+
+
+def deployment_of(
+    keys: DeploymentKeys, urls: Mapping[str, str], data_dir: Path, **extra: Any
+) -> Deployment:
+    """The operator's view of services at `urls` (by service name) holding `keys`."""
+    return Deployment(
+        leader=urls["leader"],
+        helper=urls["helper"],
+        collector=urls["collector"],
+        token_issuer=urls["token-issuer"],
+        recipe_server=urls["recipe-server"],
+        admin_tokens=keys.admin_tokens,
+        analyst_token=keys.analyst_token,
+        recipe_server_public_key=keys.recipe_public_key,
+        recipe_server_key_id=keys.recipe_key_id,
+        manufacturer_ca_cert=str(keys.ca_cert_file),
+        manufacturer_ca_key=str(keys.ca_key_file),
+        data_dir=str(data_dir),
+        **extra,
+    )
+
+
+def read_document(path: str) -> Any:
+    """A JSON or TOML file (TOML by its suffix) an operator or analyst wrote, parsed."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise DeploymentError(f"cannot read {path}: {exc.strerror}") from None
+    kind = "TOML" if file.suffix == ".toml" else "JSON"
+    try:
+        return tomllib.loads(text) if kind == "TOML" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise DeploymentError(f"{path} is not valid {kind}: {exc}") from None
 
 
 def deployment_path(explicit: str | None = None) -> Path:

@@ -48,15 +48,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from client_sdk.http import http_failure
+from client_sdk.manufacturer import ManufacturerCA
 from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
-from services.token_issuer.devices import ManufacturerCA
 from shared.b64url import b64url_decode, b64url_encode
 from shared.files import create_private, private_dir, read_private, write_private
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError
 from shared.recipe.signing import RecipeSigner
+from shared.transport import http_failure
 
 __all__ = [
     "ADMIN_TOKEN_SERVICES",

@@ -40,7 +40,7 @@ import psycopg
 from psycopg import sql
 
 from client_sdk.http import http_client
-from deploy.config import DEPLOYMENT_FILE, Deployment, write_deployment
+from deploy.config import DEPLOYMENT_FILE, Deployment, deployment_of, write_deployment
 from deploy.keys import (
     PROVISIONED_PARTIES,
     TOKEN_KEY_IDS_FILE,
@@ -346,19 +346,10 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
-        deployment = Deployment(
-            leader=by_name["leader"].url,
-            helper=by_name["helper"].url,
-            collector=by_name["collector"].url,
-            token_issuer=by_name["token-issuer"].url,
-            recipe_server=by_name["recipe-server"].url,
-            admin_tokens=keys.admin_tokens,
-            analyst_token=keys.analyst_token,
-            recipe_server_public_key=keys.recipe_public_key,
-            recipe_server_key_id=keys.recipe_key_id,
-            manufacturer_ca_cert=str(keys.ca_cert_file),
-            manufacturer_ca_key=str(keys.ca_key_file),
-            data_dir=str(self.data_dir),
+        deployment = deployment_of(
+            keys,
+            {name: service.url for name, service in by_name.items()},
+            self.data_dir,
             store=self.options.store,
             tls_ca_file=self.transport.ca_file,
         )

@@ -8,15 +8,13 @@ signed tree head and the inclusion proof must verify, else the command fails.
 
 from __future__ import annotations
 
-import json
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
-from client_sdk.http import http_client, http_failure
+from client_sdk.http import http_client
+from deploy.config import DeploymentError, read_document
 from shared.b64url import b64url_decode
 from shared.recipe.log import (
     LogVerificationError,
@@ -27,9 +25,9 @@ from shared.recipe.log import (
 )
 from shared.recipe.model import Recipe, RecipeDraft
 from shared.recipe.signing import RecipeVerificationError, verify_signed_recipe
-from shared.transport import TransportPolicy
+from shared.transport import TransportPolicy, http_failure
 
-__all__ = ["RecipeError", "format_listing", "list_recipes", "load_draft", "publish_recipe"]
+__all__ = ["RecipeError", "list_recipes", "load_draft", "publish_recipe"]
 
 
 class RecipeError(Exception):
@@ -38,16 +36,10 @@ class RecipeError(Exception):
 
 def load_draft(path: str) -> RecipeDraft:
     """A draft from a JSON or TOML file (by suffix), validated before anything is sent."""
-    file = Path(path)
     try:
-        text = file.read_text()
-    except OSError as exc:
-        raise RecipeError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data: Any = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        kind = "TOML" if file.suffix == ".toml" else "JSON"
-        raise RecipeError(f"{path} is not valid {kind}: {exc}") from None
+        data = read_document(path)
+    except DeploymentError as exc:
+        raise RecipeError(str(exc)) from None
     try:
         return RecipeDraft.model_validate(data)
     except ValidationError as exc:
@@ -197,24 +189,3 @@ def list_recipes(server: str, *, http: httpx.Client | None = None) -> dict[str, 
     if not isinstance(listing.get("recipes"), list):
         raise RecipeError("the recipe server's listing is malformed")
     return listing
-
-
-def format_listing(listing: dict[str, Any]) -> str:
-    rows = [("RECIPE", "VERSION", "ANALYSIS", "TASK", "LEAF")]
-    rows += [
-        (
-            str(r.get("recipe_id")),
-            str(r.get("version")),
-            str(r.get("analysis_id")),
-            str(r.get("task_id")),
-            str(r.get("leaf_index")),
-        )
-        for r in listing["recipes"]
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    size = listing.get("tree_head", {}).get("tree_size")
-    lines.append(f"{len(rows) - 1} recipes; log tree size {size}")
-    return "\n".join(lines)

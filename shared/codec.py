@@ -1,8 +1,10 @@
-"""TLS presentation-language codec (RFC 8446 §3), the wire format of every DAP-09 message.
+"""TLS presentation-language codec (RFC 8446 §3), the wire format of every DAP message.
 
-DAP-09 §4 (digest §1) defines all its messages in this language: big-endian integers,
-fixed-length opaque strings, variable-length opaque strings with a 1/2/4-byte length prefix,
-and vectors of structs whose prefix is the *byte* length of the encoded items, not a count.
+DAP-09 §4 and DAP-19 §4 (digests §1) define all their messages in this language: big-endian
+integers, fixed-length opaque strings, variable-length opaque strings with a 1/2/4-byte length
+prefix, and vectors of structs whose prefix is the *byte* length of the encoded items, not a
+count. DAP-19 adds ``T v[message_length]``: a vector with no prefix at all that runs to the end
+of the HTTP content (`Decoder.vector_to_end`, `Encoder.vector_to_end`).
 
 Decoding is strict: short input, trailing bytes, a length prefix pointing past the buffer,
 a length outside the declared range and an unknown enum value all raise `DecodeError`, and
@@ -217,6 +219,18 @@ class Decoder:
             raise self._bad_length(n, at, self._pos, min_len, what)
         return self._items(n, decode_item, what)
 
+    def vector_to_end(
+        self, decode_item: Callable[[Decoder], _T], what: str = "vector", min_len: int = 0
+    ) -> list[_T]:
+        """``T x[message_length]`` (DAP-19 §4): no prefix, items up to the current end. A
+        partial item at the end is the item decoder's `DecodeError`."""
+        n = self._end - self._pos
+        if n < min_len:
+            raise DecodeError(
+                f"{what}: {n} bytes at offset {self._pos} is below the minimum {min_len}"
+            )
+        return self._items(n, decode_item, what)
+
     def finish(self, what: str = "message") -> None:
         """Require that everything up to the end has been consumed."""
         if self._pos != self._end:
@@ -316,6 +330,18 @@ class Encoder:
     def vector32(self, items: Iterable[TlsStruct], what: str = "vector", min_len: int = 0) -> None:
         """``T x<min_len..2^32-1>``: u32 byte length, then the concatenated items."""
         self._vector(items, _U32, U32_MAX, what, min_len)
+
+    def vector_to_end(
+        self, items: Iterable[TlsStruct], what: str = "vector", min_len: int = 0
+    ) -> None:
+        """``T x[message_length]`` (DAP-19 §4): the concatenated items, no prefix. Only valid
+        as the last field of a message."""
+        at = len(self._buf)
+        for item in items:
+            item._encode_into(self)
+        if len(self._buf) - at < min_len:
+            del self._buf[at:]
+            raise ValueError(f"{what}: encoded length below the minimum {min_len}")
 
 
 class TlsStruct(ABC):

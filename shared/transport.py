@@ -8,7 +8,8 @@ DAP interop harness, which uses plain HTTP between containers). Loopback stays a
 packet to 127.0.0.1 or ::1 never leaves the host.
 
 Pure: only URL parsing and `ssl`; each layer's HTTP client factory (`services.common.http`,
-`client_sdk.http`) applies this policy to every request it sends, redirects included.
+`client_sdk.http`) applies this policy to every request it sends, redirects included, and
+`http_failure` names what went wrong for both in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlsplit
 
-__all__ = ["InsecureTransportError", "TransportPolicy", "check_url", "is_loopback_host"]
+__all__ = [
+    "InsecureTransportError",
+    "TransportPolicy",
+    "check_url",
+    "http_failure",
+    "is_loopback_host",
+]
 
 
 class InsecureTransportError(ValueError):
@@ -80,3 +87,17 @@ class TransportPolicy:
 
         OSError/ssl.SSLError when the bundle cannot be read; callers load it at startup."""
         return ssl.create_default_context(cafile=self.ca_file)
+
+
+def http_failure(exc: BaseException) -> str:
+    """What went wrong with a request, in a few words for a one-line error: a refused
+    certificate or a URL the policy refused (the clients raise their own error with it as the
+    context) are named, anything else by its type (messages may quote data)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS certificate verification failed ({cause.verify_message})"
+        if isinstance(cause, InsecureTransportError):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__

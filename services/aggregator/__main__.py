@@ -6,18 +6,14 @@ import sys
 
 from services.aggregator.server import serve
 from services.aggregator.settings import AggregatorSettings
-from services.common.entry import settings_from_env
+from services.common.entry import service_main
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
 
 
 def main() -> int:
     """Exit 2 with one line on stderr for bad settings (a short admin token, say)."""
-    settings = settings_from_env(AggregatorSettings, "SAGG_AGGREGATOR_", "aggregator")
-    if settings is None:
-        return 2
-    serve(settings)
-    return 0
+    return service_main(AggregatorSettings, "aggregator", serve)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+from services.common.settings import ServiceSettings
 
 _URL = re.compile(r"^https?://[^\s/?#]+[^\s?#]*$")
 
 
-class AggregatorSettings(TlsSettings, ServerLimits):
+class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     model_config = SettingsConfigDict(env_prefix="SAGG_AGGREGATOR_", extra="ignore")
 
     #: ``sqlite:///path/to.db`` or ``postgresql://user@host/db``.

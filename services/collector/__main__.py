@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from services.collector.app import create_app
 from services.collector.settings import CollectorSettings
-from services.common.entry import service_main
+from services.common.entry import serve_app, service_main
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
 
 
-def main() -> int:
-    return service_main(CollectorSettings, "SAGG_COLLECTOR_", "collector", create_app)  # type: ignore[arg-type]
-
+#: `sagg serve` runs `serve` with settings of its own; `main` reads them from the environment.
+serve = partial(serve_app, create_app)
+main = partial(service_main, CollectorSettings, "collector", serve)
 
 if __name__ == "__main__":
     sys.exit(main())

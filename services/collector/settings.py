@@ -9,11 +9,12 @@ from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+from services.common.settings import ServiceSettings
 
 __all__ = ["CollectorSettings"]
 
 
-class CollectorSettings(TlsSettings, ServerLimits):
+class CollectorSettings(ServiceSettings, TlsSettings, ServerLimits):
     """Everything `python -m services.collector` needs; secrets are `SecretStr` so they never
     show up in a repr or a log line."""
 

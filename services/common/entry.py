@@ -1,4 +1,5 @@
-"""What every service's `python -m services.<name>` does: settings from the environment, JSON-line
+"""What every service's `python -m services.<name>` and `sagg serve <name>` do: settings from
+`sagg serve`'s flags, the environment and secret files (`services.common.settings`), JSON-line
 logs (`services.common.logs`), uvicorn in the foreground until SIGINT/SIGTERM."""
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsError
 
 from services.common.limits import ServerLimits
 from services.common.logs import configure_logging
 from services.common.serving import server_options
 
-__all__ = ["run_service", "service_main", "settings_from_env"]
+__all__ = ["load_settings", "run_service", "serve_app", "service_main"]
 
-_S = TypeVar("_S")
+_S = TypeVar("_S", bound=BaseSettings)
 
 
 def run_service(
@@ -48,21 +50,36 @@ def run_service(
     )
 
 
-def settings_from_env(load: Callable[[], _S], env_prefix: str, service: str) -> _S | None:
-    """The service's settings, or None after one line on stderr naming what is wrong.
+def load_settings(settings_cls: type[_S], service: str, **overrides: Any) -> _S | None:
+    """`settings_cls` from `overrides` (`sagg serve`'s flags), the environment and secret files,
+    or None after one line on stderr naming what is wrong.
 
     Only variable names and messages are printed: the offending values may be secrets.
     """
+    prefix = str(settings_cls.model_config.get("env_prefix", ""))
     try:
-        return load()
+        return settings_cls(**overrides)
     except ValidationError as exc:
         problems = "; ".join(
-            (f"{env_prefix}{str(e['loc'][0]).upper()}: " if e["loc"] else "")
+            (f"{prefix}{str(e['loc'][0]).upper()}: " if e["loc"] else "")
             + str(e["msg"]).removeprefix("Value error, ")
             for e in exc.errors()
         )
-        print(f"{service}: invalid settings: {problems}", file=sys.stderr)
-        return None
+    except SettingsError as exc:  # a secret file unreadable, a list that is not JSON
+        problems = str(exc)
+    print(f"{service}: invalid settings: {problems}", file=sys.stderr)
+    return None
+
+
+def service_main(
+    settings_cls: type[_S], service: str, run: Callable[[_S], None], **overrides: Any
+) -> int:
+    """A service's main: exit 2 on bad settings, else `run` them (serve until a signal)."""
+    settings = load_settings(settings_cls, service, **overrides)
+    if settings is None:
+        return 2
+    run(settings)
+    return 0
 
 
 class _Listening(Protocol):
@@ -80,13 +97,8 @@ class _Listening(Protocol):
 _L = TypeVar("_L", bound=_Listening)
 
 
-def service_main(
-    load: Callable[[], _L], env_prefix: str, service: str, create_app: Callable[[_L], Any]
-) -> int:
-    """A `python -m services.<name>` main: exit 2 on bad settings, else serve until a signal."""
-    settings = settings_from_env(load, env_prefix, service)
-    if settings is None:
-        return 2
+def serve_app(create_app: Callable[[_L], Any], settings: _L) -> None:
+    """Serve the app `create_app` makes of `settings` until a signal."""
     # Before the app is built: a failure opening its stores is logged, and scrubbed, too.
     configure_logging(settings.log_level)
     run_service(
@@ -98,4 +110,3 @@ def service_main(
         tls_key_file=settings.tls_key_file,
         limits=ServerLimits.model_validate(settings, from_attributes=True),
     )
-    return 0

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.responses import Response
-from pydantic import Field
-from pydantic_settings import BaseSettings
+from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.problems import (
@@ -46,8 +45,8 @@ HTTP_CONTENT_TOO_LARGE = 413
 MIB = 1024 * 1024
 
 
-class ServerLimits(BaseSettings):
-    """The limits of one service's HTTP server (each service's settings inherit them)."""
+class ServerLimits(BaseModel):
+    """The limits of one service's HTTP server (mixed into each service's settings)."""
 
     #: Largest request body of any route (the leader's uploads: the task's largest report).
     max_request_body_bytes: int = Field(default=MIB, ge=1)

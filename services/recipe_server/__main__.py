@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
-from services.common.entry import service_main
+from services.common.entry import serve_app, service_main
 from services.recipe_server.app import create_app
 from services.recipe_server.settings import RecipeServerSettings
 
-__all__ = ["main"]
+__all__ = ["main", "serve"]
 
 
-def main() -> int:
-    return service_main(RecipeServerSettings, "SAGG_RECIPE_SERVER_", "recipe server", create_app)
-
+#: `sagg serve` runs `serve` with settings of its own; `main` reads them from the environment.
+serve = partial(serve_app, create_app)
+main = partial(service_main, RecipeServerSettings, "recipe server", serve)
 
 if __name__ == "__main__":
     sys.exit(main())

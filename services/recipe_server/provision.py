@@ -6,29 +6,38 @@ service picks the task id and fetches the aggregators' HPKE config lists first (
 ``GET /hpke_config`` without a task id: an aggregator's keys serve all its tasks), builds the
 final recipe and its digest, and only then has `DapProvisioner.create` provision the task with
 that digest, the recipe's token policy, its rate validation (001 §4.8) and its aggregator noise
-(004 §5), if any (`deploy.tasks.create_task`: collector first, for its HPKE config, then leader
-and helper, each with the provisioning token that party gave the recipe server: it may create
-and read back a task's public parameters, never its secrets). A device then needs no
-unauthenticated config fetch, the keys it encrypts to are the logged ones (001 §4.1), and both
-aggregators refuse reports without a token of the recipe's issuer or without its binding.
+(004 §5), if any (`services.common.provisioning.create_task`: collector first, for its HPKE
+config, then leader and helper, each with the provisioning token that party gave the recipe
+server: it may create and read back a task's public parameters, never its secrets, through
+`services.common.admin_client`). A device then needs no unauthenticated config fetch, the keys
+it encrypts to are the logged ones (001 §4.1), and both aggregators refuse reports without a
+token of the recipe's issuer or without its binding.
 
 The service only sees the `Provisioner` protocol, so unit tests can substitute a fake.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, Protocol
 
 import httpx
 from pydantic import ValidationError
 
-from deploy.tasks import PartyTokens, ProvisionError, TaskParams, create_task
+from services.common.admin_client import (
+    AdminClient,
+    Party,
+    PartyTokens,
+    ProvisionError,
+    TaskMissingError,
+)
+from services.common.provisioning import TaskParams, create_task
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList, QueryType
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.transport import http_failure
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -42,10 +51,6 @@ __all__ = [
     "TaskMissingError",
     "TaskRequest",
 ]
-
-
-class TaskMissingError(ProvisionError):
-    """The leader or the helper does not know the task (404), as opposed to an outage."""
 
 
 class TaskMismatchError(ProvisionError):
@@ -147,9 +152,8 @@ class DapProvisioner:
         try:
             response = self._http.get(f"{base}/hpke_config", params=params)
         except httpx.HTTPError as exc:
-            raise ProvisionError(
-                f"cannot reach the {what} at {base}: {type(exc).__name__}"
-            ) from None
+            failure = http_failure(exc)
+            raise ProvisionError(f"cannot reach the {what} at {base}: {failure}") from None
         if response.status_code != 200:
             raise ProvisionError(f"the {what} has no HPKE config: HTTP {response.status_code}")
         try:
@@ -168,16 +172,9 @@ class DapProvisioner:
         )
 
     def create(self, task: NewTask) -> None:
-        request = task.request
+        # Every field of the request is a task parameter of the same name.
         params = TaskParams(
-            vdaf=request.vdaf,
-            query_type=request.query_type,
-            min_batch_size=request.min_batch_size,
-            time_precision=request.time_precision,
-            expires_in=request.expires_in,
-            rate_validation=request.rate_validation,
-            aggregator_noise=request.aggregator_noise,
-            max_batch_query_count=request.max_batch_query_count,
+            **{field.name: getattr(task.request, field.name) for field in fields(TaskRequest)},
             leader=self.leader_url,
             helper=self.helper_url,
             collector=self.collector_url,
@@ -196,24 +193,13 @@ class DapProvisioner:
         expiration: int | None = None
         bindings: list[tuple[str | None, TokenPolicy | None]] = []
         credentials = self._credentials()
-        for base, what, token in (
-            (self.leader_url, "leader", credentials.leader),
-            (self.helper_url, "helper", credentials.helper),
+        admin = AdminClient(self._http)
+        for party in (
+            Party("leader", self.leader_url, credentials.leader),
+            Party("helper", self.helper_url, credentials.helper),
         ):
-            try:
-                response = self._http.get(
-                    f"{base}/internal/tasks/{task_id}",
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-            except httpx.HTTPError as exc:
-                raise ProvisionError(
-                    f"cannot reach the {what} at {base}: {type(exc).__name__}"
-                ) from None
-            if response.status_code == 404:
-                raise TaskMissingError(f"the {what} does not know task {task_id}")
-            if response.status_code != 200:
-                raise ProvisionError(f"the {what} refused: HTTP {response.status_code}")
-            task = response.json()
+            what = party.name
+            task = admin.get_task(party, task_id)
             mismatches = [
                 name
                 for name, want in (

@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 from services.common.auth import ServiceToken
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+from services.common.settings import ServiceSettings
 from shared.files import UnsafePathError, read_private
 
 __all__ = ["AnalystGrant", "RecipeServerSettings", "TokenIssuerGrant"]
@@ -53,7 +54,7 @@ class TokenIssuerGrant(BaseModel):
         return value.rstrip("/")
 
 
-class RecipeServerSettings(TlsSettings, ServerLimits):
+class RecipeServerSettings(ServiceSettings, TlsSettings, ServerLimits):
     """Everything `python -m services.recipe_server` needs; secrets are `SecretStr`."""
 
     model_config = SettingsConfigDict(env_prefix="SAGG_RECIPE_SERVER_", extra="ignore")

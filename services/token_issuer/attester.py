@@ -4,7 +4,7 @@ It knows devices and nothing about tokens:
 
 - **Enrollment**: a device presents the certificate its manufacturer CA issued for its key;
   the attester checks it against the CAs it trusts and records the key under
-  ``device_id = SHA-256(SPKI)`` (`services.token_issuer.devices`).
+  ``device_id = SHA-256(SPKI)`` (`shared.privacypass.attestation.device_id_of`).
 - **Authentication**: for each token request the device gets a single-use nonce and signs
   nonce, device id and the request body; the nonce is consumed with the request, so a
   captured request cannot be replayed.
@@ -37,12 +37,12 @@ from services.token_issuer.devices import (
     NONCE_SIZE,
     DeviceAuthError,
     auth_message,
-    device_id_of,
     load_device_public_key,
     validate_device_certificate,
     verify_device_signature,
 )
 from services.token_issuer.issuer import IssuerService
+from shared.privacypass.attestation import device_id_of
 from shared.privacypass.issuance import IssuanceError
 from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
 

@@ -12,11 +12,12 @@ from services.common.auth import ServiceToken
 from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
+from services.common.settings import ServiceSettings
 
 __all__ = ["TokenIssuerSettings"]
 
 
-class TokenIssuerSettings(TlsSettings, ServerLimits):
+class TokenIssuerSettings(ServiceSettings, TlsSettings, ServerLimits):
     """Everything `python -m services.token_issuer` needs.
 
     `role` picks the deployment model of RFC 9576 §4: ``joint`` runs attester and issuer in one

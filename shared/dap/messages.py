@@ -1,4 +1,12 @@
-"""Every DAP-09 wire message, plus the VDAF-08 ping-pong `Message`.
+"""Every DAP-09 wire message, the VDAF-08 ping-pong `Message`, and what DAP-19 shares with them.
+
+DAP-19 messages live in `shared.dap.messages19`. The structures whose wire form did not change
+(Interval, Url, HpkeCiphertext, HpkeConfig, HpkeConfigList, Extension, Role, PingPongMessage,
+AggregateShare) are defined once, here, and used by both. Where only a nested type or a length
+bound changed, both versions' classes derive from one generic base defined here (`BaseReport`,
+`BaseReportShare`, `BaseReportInit`, `BaseReportResp`, `BaseReportContinue`): the nested type
+comes from a `_decode_*` class method or a class attribute, the smallest payload from
+`PAYLOAD_MIN_LEN`.
 
 Section references are to draft-ietf-ppm-dap-09 ("DAP §") and to the project digest
 /work/shared/specs/dap-09.md ("digest §"):
@@ -33,9 +41,11 @@ bytes (`PingPongMessage.decode(payload)`) so one bad payload rejects one report,
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, Self
+from typing import ClassVar, Final, Generic, Self, TypeVar, cast
 
 from shared.codec import U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap.ids import BatchId, ReportId, TaskId
@@ -95,6 +105,11 @@ __all__ = [
     "AggregationJobContinueReq",
     "AggregationJobInitReq",
     "AggregationJobResp",
+    "BaseReport",
+    "BaseReportContinue",
+    "BaseReportInit",
+    "BaseReportResp",
+    "BaseReportShare",
     "BatchSelector",
     "Collection",
     "CollectionReq",
@@ -123,7 +138,17 @@ __all__ = [
     "ReportShare",
     "Role",
     "Url",
+    "first_duplicate",
 ]
+
+
+_T = TypeVar("_T", bound=Hashable)
+_Meta = TypeVar("_Meta", bound=TlsStruct)
+#: The continue, finish and reject codepoints of every version's report-response enum.
+_RESP_CONTINUE, _RESP_FINISH, _RESP_REJECT = 0, 1, 2
+_Share = TypeVar("_Share", bound=TlsStruct)
+_State = TypeVar("_State", bound=IntEnum)
+_Error = TypeVar("_Error", bound=IntEnum)
 
 
 # --- enums ------------------------------------------------------------------------------------
@@ -309,13 +334,19 @@ class HpkeConfig(TlsStruct):
         )
 
 
-def _duplicate_config_id(configs: tuple[HpkeConfig, ...]) -> int | None:
-    seen: set[int] = set()
-    for config in configs:
-        if config.id in seen:
-            return config.id
-        seen.add(config.id)
+def first_duplicate(values: Iterable[_T]) -> _T | None:
+    """The first value seen twice, or None: lists whose entries must be distinct (config ids
+    here, report ids in DAP-19's aggregation jobs)."""
+    seen: set[_T] = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
     return None
+
+
+def _duplicate_config_id(configs: tuple[HpkeConfig, ...]) -> int | None:
+    return first_duplicate(config.id for config in configs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,18 +402,21 @@ class ReportMetadata(TlsStruct):
 @dataclass(frozen=True, slots=True)
 class Extension(TlsStruct):
     """``struct { ExtensionType extension_type; opaque extension_data<0..2^16-1>; }``
-    (DAP §4.4.2, digest §5.2)."""
+    (DAP §4.4.2, digest §5.2; unchanged in DAP-19, whose task, aggregation-job and
+    collection-job extensions have this same form and derive from this class)."""
 
     extension_type: int
     extension_data: bytes
 
     def _encode_into(self, enc: Encoder) -> None:
-        enc.u16(self.extension_type, "Extension.extension_type")
-        enc.opaque16(self.extension_data, "Extension.extension_data")
+        name = type(self).__name__
+        enc.u16(self.extension_type, f"{name}.extension_type")
+        enc.opaque16(self.extension_data, f"{name}.extension_data")
 
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
-        return cls(dec.u16("Extension.extension_type"), dec.opaque16("Extension.extension_data"))
+        name = cls.__name__
+        return cls(dec.u16(f"{name}.extension_type"), dec.opaque16(f"{name}.extension_data"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,19 +427,22 @@ class PlaintextInputShare(TlsStruct):
     extensions: tuple[Extension, ...]
     payload: bytes
 
+    #: DAP-09 allows an empty payload; DAP-19 (`payload<1..2^32-1>`) overrides this.
+    PAYLOAD_MIN_LEN: ClassVar[int] = 0
+
     def __post_init__(self) -> None:
         if type(self.extensions) is not tuple:
             object.__setattr__(self, "extensions", tuple(self.extensions))
 
     def _encode_into(self, enc: Encoder) -> None:
         enc.vector16(self.extensions, "PlaintextInputShare.extensions")
-        enc.opaque32(self.payload, "PlaintextInputShare.payload")
+        enc.opaque32(self.payload, "PlaintextInputShare.payload", self.PAYLOAD_MIN_LEN)
 
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
         return cls(
             tuple(dec.vector16(Extension._decode_from, "PlaintextInputShare.extensions")),
-            dec.opaque32("PlaintextInputShare.payload"),
+            dec.opaque32("PlaintextInputShare.payload", cls.PAYLOAD_MIN_LEN),
         )
 
 
@@ -434,21 +471,19 @@ class InputShareAad(TlsStruct):
 
 
 @dataclass(frozen=True, slots=True)
-class Report(TlsStruct):
+class BaseReport(TlsStruct, Generic[_Meta]):
     """``struct { ReportMetadata report_metadata; opaque public_share<0..2^32-1>;
     HpkeCiphertext leader_encrypted_input_share; HpkeCiphertext helper_encrypted_input_share; }``
-    (DAP §4.4.2, digest §5.2)."""
+    in every DAP version; each version's `Report` names its `ReportMetadata`."""
 
-    report_metadata: ReportMetadata
+    report_metadata: _Meta
     public_share: bytes
     leader_encrypted_input_share: HpkeCiphertext
     helper_encrypted_input_share: HpkeCiphertext
 
-    def helper_report_share(self) -> ReportShare:
-        """What the Leader forwards to the Helper in a `PrepareInit` (DAP §4.5.1.1)."""
-        return ReportShare(
-            self.report_metadata, self.public_share, self.helper_encrypted_input_share
-        )
+    @classmethod
+    @abstractmethod
+    def _decode_metadata(cls, dec: Decoder) -> _Meta: ...
 
     def _encode_into(self, enc: Encoder) -> None:
         self.report_metadata._encode_into(enc)
@@ -459,11 +494,27 @@ class Report(TlsStruct):
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
         return cls(
-            ReportMetadata._decode_from(dec),
+            cls._decode_metadata(dec),
             dec.opaque32("Report.public_share"),
             HpkeCiphertext._decode_from(dec),
             HpkeCiphertext._decode_from(dec),
         )
+
+
+class Report(BaseReport[ReportMetadata]):
+    """The DAP-09 `Report` (DAP §4.4.2, digest §5.2)."""
+
+    __slots__ = ()
+
+    def helper_report_share(self) -> ReportShare:
+        """What the Leader forwards to the Helper in a `PrepareInit` (DAP §4.5.1.1)."""
+        return ReportShare(
+            self.report_metadata, self.public_share, self.helper_encrypted_input_share
+        )
+
+    @classmethod
+    def _decode_metadata(cls, dec: Decoder) -> ReportMetadata:
+        return ReportMetadata._decode_from(dec)
 
 
 # --- batch selection (DAP §4.1) ---------------------------------------------------------------
@@ -619,13 +670,18 @@ class Query(TlsStruct):
 
 
 @dataclass(frozen=True, slots=True)
-class ReportShare(TlsStruct):
+class BaseReportShare(TlsStruct, Generic[_Meta]):
     """``struct { ReportMetadata report_metadata; opaque public_share<0..2^32-1>;
-    HpkeCiphertext encrypted_input_share; }`` (DAP §4.5.1.1, digest §6.1)."""
+    HpkeCiphertext encrypted_input_share; }`` in every DAP version; each version's
+    `ReportShare` names its `ReportMetadata`."""
 
-    report_metadata: ReportMetadata
+    report_metadata: _Meta
     public_share: bytes
     encrypted_input_share: HpkeCiphertext
+
+    @classmethod
+    @abstractmethod
+    def _decode_metadata(cls, dec: Decoder) -> _Meta: ...
 
     def _encode_into(self, enc: Encoder) -> None:
         self.report_metadata._encode_into(enc)
@@ -635,27 +691,56 @@ class ReportShare(TlsStruct):
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
         return cls(
-            ReportMetadata._decode_from(dec),
+            cls._decode_metadata(dec),
             dec.opaque32("ReportShare.public_share"),
             HpkeCiphertext._decode_from(dec),
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PrepareInit(TlsStruct):
-    """``struct { ReportShare report_share; opaque payload<0..2^32-1>; }``; `payload` is an
-    encoded `PingPongMessage` (DAP §4.5.1.1, digest §6.1)."""
+class ReportShare(BaseReportShare[ReportMetadata]):
+    """The DAP-09 `ReportShare` (DAP §4.5.1.1, digest §6.1)."""
 
-    report_share: ReportShare
+    __slots__ = ()
+
+    @classmethod
+    def _decode_metadata(cls, dec: Decoder) -> ReportMetadata:
+        return ReportMetadata._decode_from(dec)
+
+
+@dataclass(frozen=True, slots=True)
+class BaseReportInit(TlsStruct, Generic[_Share]):
+    """``struct { ReportShare report_share; opaque payload<PAYLOAD_MIN_LEN..2^32-1>; }``, the
+    first message of one report in an aggregation job; `payload` is an encoded
+    `PingPongMessage`. DAP-09 calls it `PrepareInit`, DAP-19 `VerifyInit`."""
+
+    report_share: _Share
     payload: bytes
+
+    PAYLOAD_MIN_LEN: ClassVar[int] = 0
+
+    @classmethod
+    @abstractmethod
+    def _decode_report_share(cls, dec: Decoder) -> _Share: ...
 
     def _encode_into(self, enc: Encoder) -> None:
         self.report_share._encode_into(enc)
-        enc.opaque32(self.payload, "PrepareInit.payload")
+        enc.opaque32(self.payload, f"{type(self).__name__}.payload", self.PAYLOAD_MIN_LEN)
 
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
-        return cls(ReportShare._decode_from(dec), dec.opaque32("PrepareInit.payload"))
+        share = cls._decode_report_share(dec)
+        return cls(share, dec.opaque32(f"{cls.__name__}.payload", cls.PAYLOAD_MIN_LEN))
+
+
+class PrepareInit(BaseReportInit[ReportShare]):
+    """``struct { ReportShare report_share; opaque payload<0..2^32-1>; }``; `payload` is an
+    encoded `PingPongMessage` (DAP §4.5.1.1, digest §6.1)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _decode_report_share(cls, dec: Decoder) -> ReportShare:
+        return ReportShare._decode_from(dec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,54 +775,101 @@ class AggregationJobInitReq(TlsStruct):
 
 
 @dataclass(frozen=True, slots=True)
-class PrepareResp(TlsStruct):
+class BaseReportResp(TlsStruct, Generic[_State, _Error]):
+    """``struct { ReportID report_id; <STATES> state; select (state) {
+    case continue: opaque payload<PAYLOAD_MIN_LEN..2^32-1>; case finish: Empty;
+    case reject: <ERRORS> error; }; }``: one report's answer in an aggregation job.
+
+    DAP-09 calls it `PrepareResp` (PrepareRespState, PrepareError), DAP-19 `VerifyResp`
+    (VerifyRespType, ReportError); both number continue 0, finish 1 and reject 2. Each subclass
+    names its two enums, and the state and error must be members of exactly those: a DAP-09
+    PrepareError never travels in a DAP-19 message by accident (their codes differ).
+    """
+
+    report_id: ReportId
+    state: _State
+    payload: bytes | None = None
+    error: _Error | None = None
+
+    STATES: ClassVar[type[IntEnum]]
+    ERRORS: ClassVar[type[IntEnum]]
+    #: Wire names of the two fields, for error messages.
+    STATE_FIELD: ClassVar[str]
+    ERROR_FIELD: ClassVar[str]
+    PAYLOAD_MIN_LEN: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if type(self.state) is not self.STATES or not (
+            self.error is None or type(self.error) is self.ERRORS
+        ):
+            raise TypeError(
+                f"{name}: the state and error must be {self.STATES.__name__} and "
+                f"{self.ERRORS.__name__} members"
+            )
+        if (self.state == _RESP_CONTINUE) != (self.payload is not None) or (
+            self.state == _RESP_REJECT
+        ) != (self.error is not None):
+            raise ValueError(f"{name}: exactly the field of the state's case must be set")
+
+    @classmethod
+    def _state(cls, value: int) -> _State:
+        return cast(_State, cls.STATES(value))
+
+    @classmethod
+    def continued(cls, report_id: ReportId, payload: bytes) -> Self:
+        return cls(report_id, cls._state(_RESP_CONTINUE), payload=payload)
+
+    @classmethod
+    def finished(cls, report_id: ReportId) -> Self:
+        return cls(report_id, cls._state(_RESP_FINISH))
+
+    @classmethod
+    def rejected(cls, report_id: ReportId, error: _Error) -> Self:
+        return cls(report_id, cls._state(_RESP_REJECT), error=error)
+
+    def _encode_into(self, enc: Encoder) -> None:
+        name = type(self).__name__
+        self.report_id._encode_into(enc)
+        enc.u8(self.state, f"{name}.{self.STATE_FIELD}")
+        if self.payload is not None:
+            enc.opaque32(self.payload, f"{name}.payload", self.PAYLOAD_MIN_LEN)
+        if self.error is not None:
+            enc.u8(self.error, f"{name}.{self.ERROR_FIELD}")
+
+    @classmethod
+    def _decode_from(cls, dec: Decoder) -> Self:
+        name = cls.__name__
+        report_id = ReportId._decode_from(dec)
+        state = cls._state(dec.enum8(cls.STATES, f"{name}.{cls.STATE_FIELD}"))
+        if state == _RESP_CONTINUE:
+            payload = dec.opaque32(f"{name}.payload", cls.PAYLOAD_MIN_LEN)
+            return cls(report_id, state, payload=payload)
+        if state == _RESP_REJECT:
+            error = dec.enum8(cls.ERRORS, f"{name}.{cls.ERROR_FIELD}")
+            return cls(report_id, state, error=cast(_Error, error))
+        return cls(report_id, state)
+
+
+class PrepareResp(BaseReportResp[PrepareRespState, PrepareError]):
     """``struct { ReportID report_id; PrepareRespState prepare_resp_state;
     select (prepare_resp_state) { case continue: opaque payload<0..2^32-1>;
     case finished: Empty; case reject: PrepareError prepare_error; }; }``
     (DAP §4.5.1.2, digest §6.1)."""
 
-    report_id: ReportId
-    prepare_resp_state: PrepareRespState
-    payload: bytes | None = None
-    prepare_error: PrepareError | None = None
+    __slots__ = ()
+    STATES = PrepareRespState
+    ERRORS = PrepareError
+    STATE_FIELD = "prepare_resp_state"
+    ERROR_FIELD = "prepare_error"
 
-    def __post_init__(self) -> None:
-        state = self.prepare_resp_state
-        if (state == PrepareRespState.CONTINUE) != (self.payload is not None) or (
-            state == PrepareRespState.REJECT
-        ) != (self.prepare_error is not None):
-            raise ValueError("PrepareResp: exactly the field of the state's case must be set")
+    @property
+    def prepare_resp_state(self) -> PrepareRespState:
+        return self.state
 
-    @classmethod
-    def continued(cls, report_id: ReportId, payload: bytes) -> Self:
-        return cls(report_id, PrepareRespState.CONTINUE, payload=payload)
-
-    @classmethod
-    def finished(cls, report_id: ReportId) -> Self:
-        return cls(report_id, PrepareRespState.FINISHED)
-
-    @classmethod
-    def rejected(cls, report_id: ReportId, prepare_error: PrepareError) -> Self:
-        return cls(report_id, PrepareRespState.REJECT, prepare_error=prepare_error)
-
-    def _encode_into(self, enc: Encoder) -> None:
-        self.report_id._encode_into(enc)
-        enc.u8(self.prepare_resp_state, "PrepareResp.prepare_resp_state")
-        if self.payload is not None:
-            enc.opaque32(self.payload, "PrepareResp.payload")
-        if self.prepare_error is not None:
-            enc.u8(self.prepare_error, "PrepareResp.prepare_error")
-
-    @classmethod
-    def _decode_from(cls, dec: Decoder) -> Self:
-        report_id = ReportId._decode_from(dec)
-        state = dec.enum8(PrepareRespState, "PrepareResp.prepare_resp_state")
-        if state == PrepareRespState.CONTINUE:
-            return cls(report_id, state, payload=dec.opaque32("PrepareResp.payload"))
-        if state == PrepareRespState.REJECT:
-            error = dec.enum8(PrepareError, "PrepareResp.prepare_error")
-            return cls(report_id, state, prepare_error=error)
-        return cls(report_id, state)
+    @property
+    def prepare_error(self) -> PrepareError | None:
+        return self.error
 
 
 @dataclass(frozen=True, slots=True)
@@ -765,20 +897,31 @@ class AggregationJobResp(TlsStruct):
 
 
 @dataclass(frozen=True, slots=True)
-class PrepareContinue(TlsStruct):
-    """``struct { ReportID report_id; opaque payload<0..2^32-1>; }`` (DAP §4.5.2.1,
-    digest §6.1)."""
+class BaseReportContinue(TlsStruct):
+    """``struct { ReportID report_id; opaque payload<PAYLOAD_MIN_LEN..2^32-1>; }``, one report's
+    message in a continued aggregation job. DAP-09 calls it `PrepareContinue`, DAP-19
+    `VerifyContinue`."""
 
     report_id: ReportId
     payload: bytes
 
+    PAYLOAD_MIN_LEN: ClassVar[int] = 0
+
     def _encode_into(self, enc: Encoder) -> None:
         self.report_id._encode_into(enc)
-        enc.opaque32(self.payload, "PrepareContinue.payload")
+        enc.opaque32(self.payload, f"{type(self).__name__}.payload", self.PAYLOAD_MIN_LEN)
 
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
-        return cls(ReportId._decode_from(dec), dec.opaque32("PrepareContinue.payload"))
+        report_id = ReportId._decode_from(dec)
+        return cls(report_id, dec.opaque32(f"{cls.__name__}.payload", cls.PAYLOAD_MIN_LEN))
+
+
+class PrepareContinue(BaseReportContinue):
+    """``struct { ReportID report_id; opaque payload<0..2^32-1>; }`` (DAP §4.5.2.1,
+    digest §6.1)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, QueryType
 from shared.dp.gaussian import analytic_gaussian_sigma
-from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from shared.vdaf.spec import VdafSpec
 
 Role = Literal["leader", "helper"]
@@ -260,12 +259,12 @@ class TaskDefinition(_TaskCommon):
     #: aggregators hold the same setting); None: no rate validation.
     rate_validation: RateValidation | None = None
 
-    @field_validator("vdaf_verify_key")
-    @classmethod
-    def _verify_key_is_valid(cls, value: str) -> str:
-        if len(b64url_decode(value, "vdaf_verify_key")) != VERIFY_KEY_SIZE:
-            raise ValueError(f"vdaf_verify_key must be {VERIFY_KEY_SIZE} bytes")
-        return value
+    @model_validator(mode="after")
+    def _verify_key_is_valid(self) -> TaskDefinition:
+        size = self.vdaf.verify_key_size
+        if len(b64url_decode(self.vdaf_verify_key, "vdaf_verify_key")) != size:
+            raise ValueError(f"vdaf_verify_key must be {size} bytes")
+        return self
 
     @field_validator("collector_hpke_config")
     @classmethod

@@ -10,13 +10,17 @@ here so that the device SDK needs nothing from `services`):
 3. ``POST /attester/token-request`` with that body and the headers `DEVICE_ID_HEADER`,
    `NONCE_HEADER` and `SIGNATURE_HEADER` (base64url values).
 
-``device_id = SHA-256(DER SubjectPublicKeyInfo of the device key)``.
+``device_id = SHA-256(DER SubjectPublicKeyInfo of the device key)`` (`device_id_of`); an ECDSA
+key signs with its curve's hash (`SIGNATURE_HASHES`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from typing import Final
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 __all__ = [
     "ATTESTER_CHALLENGE_PATH",
@@ -26,8 +30,11 @@ __all__ = [
     "DEVICE_ID_SIZE",
     "NONCE_HEADER",
     "NONCE_SIZE",
+    "SIGNATURE_HASHES",
     "SIGNATURE_HEADER",
+    "DevicePublicKey",
     "auth_message",
+    "device_id_of",
 ]
 
 #: Domain separation: these signatures can never be confused with any other use of the key.
@@ -42,6 +49,21 @@ SIGNATURE_HEADER: Final = "Sagg-Device-Signature"
 ATTESTER_ENROLL_PATH: Final = "/attester/enroll"
 ATTESTER_CHALLENGE_PATH: Final = "/attester/challenge"
 ATTESTER_TOKEN_REQUEST_PATH: Final = "/attester/token-request"
+
+DevicePublicKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
+#: The ECDSA curves a device key may use, with the hash its signatures use (Ed25519 has none).
+SIGNATURE_HASHES: Final[dict[str, type[hashes.HashAlgorithm]]] = {
+    "secp256r1": hashes.SHA256,
+    "secp384r1": hashes.SHA384,
+}
+
+
+def device_id_of(public_key: DevicePublicKey) -> bytes:
+    """SHA-256 of the key's DER SubjectPublicKeyInfo: the id device and attester agree on."""
+    spki = public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(spki).digest()
 
 
 def auth_message(device_id: bytes, nonce: bytes, body: bytes) -> bytes:

@@ -6,6 +6,9 @@ DAP-09 runs Prio3 preparation in one HTTP round trip (DAP-09 §4.5.1):
   answers `finish(prep_msg)`;
 - the leader's `leader_continued` finishes on that message.
 Any other message, or a message that does not parse, rejects that report only.
+
+VDAF-20 §5.7 keeps these messages byte for byte and adds the application context `ctx` to the
+functions, which pass it to Prio3 (VDAF-08 has none: leave it empty).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ def leader_init(
     nonces: Sequence[bytes],
     public_shares: Sequence[bytes],
     input_shares: Sequence[bytes],
+    ctx: bytes = b"",
 ) -> tuple[PrepBatch, list[bytes | None]]:
     """The leader's state and outbound `initialize` message per report (None if rejected)."""
-    batch = vdaf.prep_init_batch(verify_key, 0, nonces, public_shares, input_shares)
+    batch = vdaf.prep_init_batch(verify_key, 0, nonces, public_shares, input_shares, ctx)
     outbound = [
         PingPongMessage.initialize(share).encode() if ok else None
         for ok, share in zip(batch.ok, batch.prep_shares, strict=True)
@@ -43,6 +47,7 @@ def helper_init(
     public_shares: Sequence[bytes],
     input_shares: Sequence[bytes],
     inbound: Sequence[bytes],
+    ctx: bytes = b"",
 ) -> tuple[PrepBatch, list[bytes | None]]:
     """The helper's finished batch and outbound `finish` message per report (None if rejected).
 
@@ -50,7 +55,7 @@ def helper_init(
     `batch.out_shares`. An inbound message that does not parse marks the report DECODE_ERROR;
     one of the wrong type, or a failed proof, PREP_ERROR.
     """
-    batch = vdaf.prep_init_batch(verify_key, 1, nonces, public_shares, input_shares)
+    batch = vdaf.prep_init_batch(verify_key, 1, nonces, public_shares, input_shares, ctx)
     leader_shares: list[bytes | None] = []
     for r, payload in enumerate(inbound):
         message = _parse(payload)
@@ -62,7 +67,7 @@ def helper_init(
 
     combinable = [r for r in range(len(inbound)) if batch.ok[r] and leader_shares[r] is not None]
     combined = vdaf.prep_shares_to_prep_batch(
-        [[leader_shares[r] or b"", batch.prep_shares[r]] for r in combinable]
+        [[leader_shares[r] or b"", batch.prep_shares[r]] for r in combinable], ctx
     )
     prep_msgs: list[bytes | None] = [None] * len(inbound)
     for r, msg in zip(combinable, combined, strict=True):

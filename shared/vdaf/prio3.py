@@ -1,4 +1,9 @@
-"""Prio3 (VDAF-08 §7) with XofTurboShake128, computed a batch of reports at a time.
+"""Prio3 (VDAF-08 §7, VDAF-20 §7) with XofTurboShake128, computed a batch of reports at a time.
+
+One implementation serves both drafts; a `Prio3Version` holds what differs on the wire (the DST's
+version byte and application context, the XOF's framing and seed size, the Helper's seeds, the
+FLP's gadget-polynomial basis). This module holds VDAF-08's constants and instances;
+`shared.vdaf.prio3_20` holds VDAF-20's. The circuits take their draft's rules as parameters.
 
 Sharding and preparation take lists of reports of one task and run the FLP over all of them in
 array operations; the per-report work left in Python is the XOF calls that derive each report's
@@ -20,10 +25,18 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from shared.vdaf.circuits import Count, Histogram, MultiHotHistogram, Sum, SumVec, Valid
+from shared.vdaf.circuits import (
+    Count,
+    Histogram,
+    MultihotCountVec,
+    Sum,
+    SumVec,
+    Valid,
+    max_of_bits,
+)
 from shared.vdaf.field import Field, Field64, FieldArray
 from shared.vdaf.flp import FlpGeneric
-from shared.vdaf.xof import XofTurboShake128, domain_separation_tag
+from shared.vdaf.xof import VDAF_VERSION, XofTurboShake128, domain_separation_tag
 
 #: Algorithm identifiers (VDAF-08 §10); 0xFFFF0000..0xFFFFFFFF are private.
 ALGO_PRIO3_COUNT: Final = 0x00000000
@@ -52,12 +65,23 @@ USAGE_JOINT_RAND_SEED: Final = 6
 
 USAGE_JOINT_RAND_PART: Final = 7
 
-VERIFY_KEY_SIZE: Final = 16
+#: Prio3 usages in the order the DST cache lists them.
+_USAGES: Final = (
+    USAGE_MEAS_SHARE,
+    USAGE_PROOF_SHARE,
+    USAGE_JOINT_RANDOMNESS,
+    USAGE_PROVE_RANDOMNESS,
+    USAGE_QUERY_RANDOMNESS,
+    USAGE_JOINT_RAND_SEED,
+    USAGE_JOINT_RAND_PART,
+)
+
+VERIFY_KEY_SIZE: Final = XofTurboShake128.SEED_SIZE
 
 NONCE_SIZE: Final = 16
 
-
-SEED_SIZE = XofTurboShake128.SEED_SIZE
+#: Application contexts whose DSTs one instance keeps (a DAP task uses one).
+_DST_CACHE_SIZE = 16
 
 #: Reports sharded together by `Prio3.shard_batch`.
 SHARD_CHUNK = 32
@@ -90,14 +114,44 @@ class PrepBatch:
         return ok
 
 
-class Prio3:
-    """A Prio3 instance: a validity circuit, a share count and a proof count (VDAF-08 §7.2)."""
+@dataclass(frozen=True, slots=True)
+class Prio3Version:
+    """What a draft fixes about Prio3 beyond its circuits (VDAF-20 §12 lists the changes)."""
 
-    VERIFY_KEY_SIZE = VERIFY_KEY_SIZE
+    name: str
+    #: The VERSION byte of every domain-separation tag.
+    dst_version: int
+    xof: type[XofTurboShake128]
+    flp: type[FlpGeneric]
+    #: Seeds a Helper's input share carries before its blind: VDAF-08 has one for the
+    #: measurement share and one for the proofs share, VDAF-12 on one for both.
+    helper_seeds: int
+    #: Whether the DSTs end with an application context string (VDAF-12 on).
+    has_context: bool
+
+
+#: VDAF-08 §7.2: 16-byte seeds, a measurement and a proof seed per Helper, no context.
+VDAF_08: Final = Prio3Version("VDAF-08", VDAF_VERSION, XofTurboShake128, FlpGeneric, 2, False)
+
+
+class Prio3:
+    """A Prio3 instance: a validity circuit, a share count and a proof count (VDAF-08 §7.2).
+
+    `ctx` arguments are the application context string of VDAF-20 §4; VDAF-08 has none and
+    accepts only the empty string.
+    """
+
     NONCE_SIZE = NONCE_SIZE
     ROUNDS = 1
 
-    def __init__(self, algo_id: int, valid: Valid, shares: int = 2, proofs: int = 1) -> None:
+    def __init__(
+        self,
+        algo_id: int,
+        valid: Valid,
+        shares: int = 2,
+        proofs: int = 1,
+        version: Prio3Version = VDAF_08,
+    ) -> None:
         if not 2 <= shares < 256:
             raise ValueError("Prio3 needs between 2 and 255 shares")
         if not 1 <= proofs < 256:
@@ -105,44 +159,37 @@ class Prio3:
         self.ID = algo_id
         self.SHARES = shares
         self.PROOFS = proofs
-        self.flp = FlpGeneric(valid)
+        self.version = version
+        self.xof = version.xof
+        self.VERIFY_KEY_SIZE = self._seed = version.xof.SEED_SIZE
+        self.flp = version.flp(valid)
         self.field: type[Field] = valid.field
         self.valid = valid
         self.uses_joint_rand = self.flp.JOINT_RAND_LEN > 0
-        seeds = 1 + 2 * (shares - 1) + (shares if self.uses_joint_rand else 0)
-        self.RAND_SIZE = SEED_SIZE * seeds
-        self._dst = {
-            usage: domain_separation_tag(algo_id, usage)
-            for usage in (
-                USAGE_MEAS_SHARE,
-                USAGE_PROOF_SHARE,
-                USAGE_JOINT_RANDOMNESS,
-                USAGE_PROVE_RANDOMNESS,
-                USAGE_QUERY_RANDOMNESS,
-                USAGE_JOINT_RAND_SEED,
-                USAGE_JOINT_RAND_PART,
-            )
-        }
+        self._per_helper = version.helper_seeds + int(self.uses_joint_rand)
+        seeds = self._per_helper * (shares - 1) + int(self.uses_joint_rand) + 1
+        self.RAND_SIZE = self._seed * seeds
+        self._dst_cache: dict[bytes, dict[int, bytes]] = {}
         self._proofs_len = self.flp.PROOF_LEN * proofs
         self._verifiers_len = self.flp.VERIFIER_LEN * proofs
 
-    # --- sizes of the encoded messages (VDAF-08 §7.2.7) ---------------------------------------
+    # --- sizes of the encoded messages (VDAF-08 §7.2.7, VDAF-20 §7.2.7) -----------------------
 
     def public_share_len(self) -> int:
-        return SEED_SIZE * self.SHARES if self.uses_joint_rand else 0
+        return self._seed * self.SHARES if self.uses_joint_rand else 0
 
     def input_share_len(self, agg_id: int) -> int:
-        blind = SEED_SIZE if self.uses_joint_rand else 0
+        blind = self._seed if self.uses_joint_rand else 0
         if agg_id == 0:
             return (self.flp.MEAS_LEN + self._proofs_len) * self.field.ENCODED_SIZE + blind
-        return 2 * SEED_SIZE + blind
+        return self.version.helper_seeds * self._seed + blind
 
     def prep_share_len(self) -> int:
-        blind = SEED_SIZE if self.uses_joint_rand else 0
+        blind = self._seed if self.uses_joint_rand else 0
         return self._verifiers_len * self.field.ENCODED_SIZE + blind
 
     def prep_msg_len(self) -> int:
-        return SEED_SIZE if self.uses_joint_rand else 0
+        return self._seed if self.uses_joint_rand else 0
 
     def agg_share_len(self) -> int:
         return self.flp.OUTPUT_LEN * self.field.ENCODED_SIZE
@@ -152,30 +199,41 @@ class Prio3:
 
     # --- client ------------------------------------------------------------------------------
 
-    def shard(self, measurement: Any, nonce: bytes, rand: bytes) -> tuple[bytes, list[bytes]]:
-        """(public_share, input_shares) for one measurement (VDAF-08 §7.2.1)."""
-        return self.shard_batch([measurement], [nonce], [rand])[0]
+    def shard(
+        self, measurement: Any, nonce: bytes, rand: bytes, ctx: bytes = b""
+    ) -> tuple[bytes, list[bytes]]:
+        """(public_share, input_shares) for one measurement (VDAF-08 §7.2.1, VDAF-20 §7.2.1)."""
+        return self.shard_batch([measurement], [nonce], [rand], ctx)[0]
 
     def shard_batch(
-        self, measurements: Sequence[Any], nonces: Sequence[bytes], rands: Sequence[bytes]
+        self,
+        measurements: Sequence[Any],
+        nonces: Sequence[bytes],
+        rands: Sequence[bytes],
+        ctx: bytes = b"",
     ) -> list[tuple[bytes, list[bytes]]]:
         """Shard many measurements at once; ValueError if any is out of range."""
         if not len(measurements) == len(nonces) == len(rands):
             raise ValueError("measurements, nonces and rands must have the same length")
+        dst = self._dsts(ctx)
         # The prover's NTT buffers grow with batch x proof size; past a few dozen reports they
         # fall out of cache and batching stops paying, so large batches go in chunks.
         results: list[tuple[bytes, list[bytes]]] = []
         for start in range(0, len(measurements), SHARD_CHUNK):
             end = start + SHARD_CHUNK
             results += self._shard_chunk(
-                measurements[start:end], nonces[start:end], rands[start:end]
+                measurements[start:end], nonces[start:end], rands[start:end], dst
             )
         return results
 
     def _shard_chunk(
-        self, measurements: Sequence[Any], nonces: Sequence[bytes], rands: Sequence[bytes]
+        self,
+        measurements: Sequence[Any],
+        nonces: Sequence[bytes],
+        rands: Sequence[bytes],
+        dst: dict[int, bytes],
     ) -> list[tuple[bytes, list[bytes]]]:
-        F, S = self.field, self.SHARES
+        F, S, size = self.field, self.SHARES, self._seed
         n = len(measurements)
         for nonce, rand in zip(nonces, rands, strict=True):
             self._check_nonce(nonce)
@@ -185,37 +243,41 @@ class Prio3:
             n, self.flp.MEAS_LEN, F.LIMBS
         )
 
-        per_helper = 3 if self.uses_joint_rand else 2
-        seeds = [
-            [rand[i : i + SEED_SIZE] for i in range(0, self.RAND_SIZE, SEED_SIZE)] for rand in rands
+        # rand is, in order, each Helper's share seeds and blind, the Leader's blind, and the
+        # prove seed (VDAF-08 §7.2.1, VDAF-20 §7.2.1).
+        seeds = [[rand[i : i + size] for i in range(0, self.RAND_SIZE, size)] for rand in rands]
+        helper_seeds = [
+            [r_seeds[(j - 1) * self._per_helper : j * self._per_helper] for j in range(1, S)]
+            for r_seeds in seeds
         ]
         leader_meas = meas.copy()
         helper_meas: list[list[FieldArray]] = []
         for r in range(n):
             shares_r = []
             for j in range(1, S):
-                share = self._helper_meas_share(j, seeds[r][(j - 1) * per_helper])
+                share = self._helper_meas_share(dst, j, helper_seeds[r][j - 1][0])
                 leader_meas[r] = F.sub(leader_meas[r], share)
                 shares_r.append(share)
             helper_meas.append(shares_r)
 
-        k_prove = [s[-1] for s in seeds]
         public_shares: list[bytes] = [b""] * n
         joint_rands = F.zeros((n, self.flp.JOINT_RAND_LEN * self.PROOFS))
         if self.uses_joint_rand:
             for r in range(n):
-                parts = [self._joint_rand_part(0, seeds[r][-2], leader_meas[r], nonces[r])]
+                parts = [self._joint_rand_part(dst, 0, seeds[r][-2], leader_meas[r], nonces[r])]
                 for j in range(1, S):
-                    blind = seeds[r][(j - 1) * per_helper + 2]
-                    parts.append(self._joint_rand_part(j, blind, helper_meas[r][j - 1], nonces[r]))
+                    blind = helper_seeds[r][j - 1][-1]
+                    parts.append(
+                        self._joint_rand_part(dst, j, blind, helper_meas[r][j - 1], nonces[r])
+                    )
                 public_shares[r] = b"".join(parts)
-                joint_rands[r] = self._joint_rands(self._joint_rand_seed(parts))
+                joint_rands[r] = self._joint_rands(dst, self._joint_rand_seed(dst, parts))
 
         prove_rands = F.zeros((n, self.flp.PROVE_RAND_LEN * self.PROOFS))
         for r in range(n):
             prove_rands[r] = self._xof_vec(
-                k_prove[r],
-                USAGE_PROVE_RANDOMNESS,
+                seeds[r][-1],
+                dst[USAGE_PROVE_RANDOMNESS],
                 bytes((self.PROOFS,)),
                 self.flp.PROVE_RAND_LEN * self.PROOFS,
             )
@@ -227,16 +289,15 @@ class Prio3:
                 self._slice(joint_rands, p, self.flp.JOINT_RAND_LEN),
             )
 
+        last = self.version.helper_seeds - 1
         results = []
         for r in range(n):
             leader_proofs = proofs[r]
             helper_shares = []
             for j in range(1, S):
-                k_meas = seeds[r][(j - 1) * per_helper]
-                k_proofs = seeds[r][(j - 1) * per_helper + 1]
-                leader_proofs = F.sub(leader_proofs, self._helper_proofs_share(j, k_proofs))
-                blind = seeds[r][(j - 1) * per_helper + 2] if self.uses_joint_rand else b""
-                helper_shares.append(k_meas + k_proofs + blind)
+                own = helper_seeds[r][j - 1]
+                leader_proofs = F.sub(leader_proofs, self._helper_proofs_share(dst, j, own[last]))
+                helper_shares.append(b"".join(own))
             leader_blind = seeds[r][-2] if self.uses_joint_rand else b""
             leader_share = F.encode(leader_meas[r]) + F.encode(leader_proofs) + leader_blind
             results.append((public_shares[r], [leader_share, *helper_shares]))
@@ -251,8 +312,10 @@ class Prio3:
         nonces: Sequence[bytes],
         public_shares: Sequence[bytes],
         input_shares: Sequence[bytes],
+        ctx: bytes = b"",
     ) -> PrepBatch:
-        """Each report's prep share and state for aggregator `agg_id` (VDAF-08 §7.2.2)."""
+        """Each report's prep share and state for aggregator `agg_id` (VDAF-08 §7.2.2,
+        VDAF-20 §7.2.2 verify_init)."""
         F, flp = self.field, self.flp
         if len(verify_key) != self.VERIFY_KEY_SIZE:
             raise ValueError(f"Prio3 verify key must be {self.VERIFY_KEY_SIZE} bytes")
@@ -261,6 +324,7 @@ class Prio3:
         n = len(nonces)
         if not n == len(public_shares) == len(input_shares):
             raise ValueError("nonces, public shares and input shares must have the same length")
+        dst = self._dsts(ctx)
 
         status = np.full(n, PrepStatus.OK, dtype=np.int8)
         meas = F.zeros((n, flp.MEAS_LEN))
@@ -268,7 +332,7 @@ class Prio3:
         blinds: list[bytes] = [b""] * n
         parts: list[list[bytes]] = [[] for _ in range(n)]
         for r in range(n):
-            decoded = self._decode_shares(agg_id, nonces[r], public_shares[r], input_shares[r])
+            decoded = self._decode_shares(dst, agg_id, nonces[r], public_shares[r], input_shares[r])
             if decoded is None:
                 status[r] = PrepStatus.DECODE_ERROR
                 continue
@@ -280,14 +344,14 @@ class Prio3:
         own_parts: list[bytes] = [b""] * n
         for r in map(int, np.flatnonzero(status == PrepStatus.OK)):
             if self.uses_joint_rand:
-                own_parts[r] = self._joint_rand_part(agg_id, blinds[r], meas[r], nonces[r])
+                own_parts[r] = self._joint_rand_part(dst, agg_id, blinds[r], meas[r], nonces[r])
                 parts[r][agg_id] = own_parts[r]
-                seed = self._joint_rand_seed(parts[r])
+                seed = self._joint_rand_seed(dst, parts[r])
                 corrected[r] = seed
-                joint_rands[r] = self._joint_rands(seed)
+                joint_rands[r] = self._joint_rands(dst, seed)
             query_rands[r] = self._xof_vec(
                 verify_key,
-                USAGE_QUERY_RANDOMNESS,
+                dst[USAGE_QUERY_RANDOMNESS],
                 bytes((self.PROOFS,)) + nonces[r],
                 flp.QUERY_RAND_LEN * self.PROOFS,
             )
@@ -311,15 +375,17 @@ class Prio3:
         return PrepBatch(status, out_shares, corrected, prep_shares)
 
     def prep_shares_to_prep_batch(
-        self, prep_shares: Sequence[Sequence[bytes]]
+        self, prep_shares: Sequence[Sequence[bytes]], ctx: bytes = b""
     ) -> list[bytes | None]:
         """Combine every aggregator's prep share of each report into its prep message.
 
         `prep_shares[r]` holds report r's shares in aggregator order. The result is the prep
         message (the joint randomness seed, or b"") of each valid report, None for a report whose
-        shares are malformed or whose proof is rejected (VDAF-08 §7.2.2 prep_shares_to_prep).
+        shares are malformed or whose proof is rejected (VDAF-08 §7.2.2 prep_shares_to_prep,
+        VDAF-20 §7.2.2 verifier_shares_to_message).
         """
         F, flp = self.field, self.flp
+        dst = self._dsts(ctx)
         n = len(prep_shares)
         verifiers = F.zeros((n, self._verifiers_len))
         decodable = np.ones(n, dtype=np.bool_)
@@ -342,7 +408,7 @@ class Prio3:
         for p in range(self.PROOFS):
             accept &= flp.decide(self._slice(verifiers, p, flp.VERIFIER_LEN))
         return [
-            (self._joint_rand_seed(parts[r]) if self.uses_joint_rand else b"")
+            (self._joint_rand_seed(dst, parts[r]) if self.uses_joint_rand else b"")
             if accept[r]
             else None
             for r in range(n)
@@ -397,6 +463,22 @@ class Prio3:
 
     # --- helpers -----------------------------------------------------------------------------
 
+    def _dsts(self, ctx: bytes) -> dict[int, bytes]:
+        """Every usage's domain-separation tag for application context `ctx`."""
+        dst = self._dst_cache.get(ctx)
+        if dst is not None:
+            return dst
+        if ctx and not self.version.has_context:
+            raise ValueError(f"{self.version.name} Prio3 takes no application context")
+        if len(self._dst_cache) >= _DST_CACHE_SIZE:
+            self._dst_cache.clear()
+        dst = {
+            usage: domain_separation_tag(self.ID, usage, self.version.dst_version, ctx)
+            for usage in _USAGES
+        }
+        self._dst_cache[ctx] = dst
+        return dst
+
     def _check_nonce(self, nonce: bytes) -> None:
         if len(nonce) != self.NONCE_SIZE:
             raise ValueError(f"Prio3 nonce must be {self.NONCE_SIZE} bytes")
@@ -404,48 +486,51 @@ class Prio3:
     def _slice(self, values: FieldArray, index: int, width: int) -> FieldArray:
         return values[:, index * width : (index + 1) * width]
 
-    def _xof_vec(self, seed: bytes, usage: int, binder: bytes, length: int) -> FieldArray:
-        return XofTurboShake128.expand_into_vec(self.field, seed, self._dst[usage], binder, length)
+    def _xof_vec(self, seed: bytes, dst: bytes, binder: bytes, length: int) -> FieldArray:
+        return self.xof.expand_into_vec(self.field, seed, dst, binder, length)
 
-    def _helper_meas_share(self, agg_id: int, k_share: bytes) -> FieldArray:
-        return self._xof_vec(k_share, USAGE_MEAS_SHARE, bytes((agg_id,)), self.flp.MEAS_LEN)
+    def _helper_meas_share(self, dst: dict[int, bytes], agg_id: int, seed: bytes) -> FieldArray:
+        return self._xof_vec(seed, dst[USAGE_MEAS_SHARE], bytes((agg_id,)), self.flp.MEAS_LEN)
 
-    def _helper_proofs_share(self, agg_id: int, k_share: bytes) -> FieldArray:
-        return self._xof_vec(
-            k_share, USAGE_PROOF_SHARE, bytes((self.PROOFS, agg_id)), self._proofs_len
-        )
+    def _helper_proofs_share(self, dst: dict[int, bytes], agg_id: int, seed: bytes) -> FieldArray:
+        binder = bytes((self.PROOFS, agg_id))
+        return self._xof_vec(seed, dst[USAGE_PROOF_SHARE], binder, self._proofs_len)
 
     def _joint_rand_part(
-        self, agg_id: int, k_blind: bytes, meas_share: FieldArray, nonce: bytes
+        self, dst: dict[int, bytes], agg_id: int, blind: bytes, meas_share: FieldArray, nonce: bytes
     ) -> bytes:
         binder = bytes((agg_id,)) + nonce + self.field.encode(meas_share)
-        return XofTurboShake128.derive_seed(k_blind, self._dst[USAGE_JOINT_RAND_PART], binder)
+        return self.xof.derive_seed(blind, dst[USAGE_JOINT_RAND_PART], binder)
 
-    def _joint_rand_seed(self, parts: Sequence[bytes]) -> bytes:
-        return XofTurboShake128.derive_seed(
-            bytes(SEED_SIZE), self._dst[USAGE_JOINT_RAND_SEED], b"".join(parts)
-        )
+    def _joint_rand_seed(self, dst: dict[int, bytes], parts: Sequence[bytes]) -> bytes:
+        zero = bytes(self._seed)
+        return self.xof.derive_seed(zero, dst[USAGE_JOINT_RAND_SEED], b"".join(parts))
 
-    def _joint_rands(self, seed: bytes) -> FieldArray:
+    def _joint_rands(self, dst: dict[int, bytes], seed: bytes) -> FieldArray:
         return self._xof_vec(
             seed,
-            USAGE_JOINT_RANDOMNESS,
+            dst[USAGE_JOINT_RANDOMNESS],
             bytes((self.PROOFS,)),
             self.flp.JOINT_RAND_LEN * self.PROOFS,
         )
 
     def _decode_shares(
-        self, agg_id: int, nonce: bytes, public_share: bytes, input_share: bytes
+        self,
+        dst: dict[int, bytes],
+        agg_id: int,
+        nonce: bytes,
+        public_share: bytes,
+        input_share: bytes,
     ) -> tuple[FieldArray, FieldArray, bytes, list[bytes]] | None:
         """(meas share, proofs share, blind, joint rand parts), or None if anything is malformed."""
-        F, flp = self.field, self.flp
+        F, flp, size = self.field, self.flp, self._seed
         if len(nonce) != self.NONCE_SIZE:
             return None
         if len(public_share) != self.public_share_len():
             return None
         if len(input_share) != self.input_share_len(agg_id):
             return None
-        parts = [public_share[i : i + SEED_SIZE] for i in range(0, len(public_share), SEED_SIZE)]
+        parts = [public_share[i : i + size] for i in range(0, len(public_share), size)]
         if agg_id == 0:
             field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
             values, in_range = F.candidates(input_share[:field_bytes])
@@ -454,9 +539,12 @@ class Prio3:
             meas, proofs = values[: flp.MEAS_LEN], values[flp.MEAS_LEN :]
             blind = input_share[field_bytes:]
         else:
-            meas = self._helper_meas_share(agg_id, input_share[:SEED_SIZE])
-            proofs = self._helper_proofs_share(agg_id, input_share[SEED_SIZE : 2 * SEED_SIZE])
-            blind = input_share[2 * SEED_SIZE :]
+            seeds_end = self.version.helper_seeds * size
+            meas = self._helper_meas_share(dst, agg_id, input_share[:size])
+            proofs = self._helper_proofs_share(
+                dst, agg_id, input_share[seeds_end - size : seeds_end]
+            )
+            blind = input_share[seeds_end:]
         return meas, proofs, blind, parts
 
 
@@ -472,7 +560,7 @@ def prio3_sum(bits: int, shares: int = 2) -> Prio3:
 
 
 def prio3_sum_vec(length: int, bits: int, chunk_length: int, shares: int = 2) -> Prio3:
-    return Prio3(ALGO_PRIO3_SUM_VEC, SumVec(length, bits, chunk_length), shares)
+    return Prio3(ALGO_PRIO3_SUM_VEC, SumVec(length, max_of_bits(bits), chunk_length), shares)
 
 
 def prio3_histogram(length: int, chunk_length: int, shares: int = 2) -> Prio3:
@@ -483,7 +571,7 @@ def prio3_multihot_histogram(
     length: int, max_count: int, chunk_length: int, shares: int = 2
 ) -> Prio3:
     """The multi-hot count vector with a bound on its weight (private codepoint)."""
-    return Prio3(ALGO_PRIO3_PRIVATE, MultiHotHistogram(length, max_count, chunk_length), shares)
+    return Prio3(ALGO_PRIO3_PRIVATE, MultihotCountVec(length, max_count, chunk_length), shares)
 
 
 def prio3_sum_vec_multiproof(
@@ -493,5 +581,8 @@ def prio3_sum_vec_multiproof(
     if not 2 <= proofs < 256:
         raise ValueError("the Field64 multiproof variant needs between 2 and 255 proofs")
     return Prio3(
-        ALGO_PRIO3_PRIVATE, SumVec(length, bits, chunk_length, field=Field64), shares, proofs
+        ALGO_PRIO3_PRIVATE,
+        SumVec(length, max_of_bits(bits), chunk_length, field=Field64),
+        shares,
+        proofs,
     )

@@ -1,6 +1,9 @@
-"""XofTurboShake128 (VDAF-08 §6.2.1) and Prio3 domain-separation tags (VDAF-08 §6.2.3).
+"""XofTurboShake128 (VDAF-08 §6.2.1, VDAF-20 §6.2.1) and domain-separation tags (VDAF-08 §6.2.3).
 
-The XOF stream for (seed, dst, binder) is TurboSHAKE128(len(dst) || dst || seed || binder, D=1).
+The XOF stream for (seed, dst, binder) is TurboSHAKE128(M, D=1) where M frames its inputs as
+VDAF-08 does, `u8(len(dst)) || dst || seed || binder` with 16-byte seeds (`XofTurboShake128`), or
+as VDAF-12 and later do, `u16le(len(dst)) || dst || u8(len(seed)) || seed || binder` with 32-byte
+seeds (`XofTurboShake128V20`). Everything after the framing is shared.
 Field vectors are read in one bulk `read()` and rejection-sampled with numpy; the rare rejected
 element (probability below 2^-31 per element for Field64, 2^-59 for Field128) pulls the missing
 elements from the same stream, exactly as the element-by-element definition does.
@@ -25,14 +28,22 @@ ALGO_CLASS_VDAF: Final = 0
 #: XofTurboShake128 seed size and Prio3 sizes (VDAF-08 §6.2.1, §7.2).
 XOF_SEED_SIZE: Final = 16
 
+#: XofTurboShake128's seed size from VDAF-12 on (VDAF-20 §6.2.1).
+XOF_SEED_SIZE_V20: Final = 32
+
 
 #: Domain-separation byte of TurboSHAKE128 that VDAF-08 fixes.
 _TURBOSHAKE_DOMAIN = 1
 
 
-def domain_separation_tag(algo_id: int, usage: int) -> bytes:
-    """`u8 VERSION || u8 algo_class || u32 algo_id || u16 usage` (VDAF-08 §6.2.3)."""
-    return struct.pack(">BBIH", VDAF_VERSION, ALGO_CLASS_VDAF, algo_id, usage)
+def domain_separation_tag(
+    algo_id: int, usage: int, version: int = VDAF_VERSION, ctx: bytes = b""
+) -> bytes:
+    """`u8 VERSION || u8 algo_class || u32 algo_id || u16 usage || ctx`.
+
+    VDAF-08 §6.2.3 has no application context (ctx is empty); VDAF-20 §6.2.3 appends it raw.
+    """
+    return struct.pack(">BBIH", version, ALGO_CLASS_VDAF, algo_id, usage) + ctx
 
 
 class XofTurboShake128:
@@ -45,10 +56,15 @@ class XofTurboShake128:
     def __init__(self, seed: bytes, dst: bytes, binder: bytes) -> None:
         if len(seed) != self.SEED_SIZE:
             raise ValueError(f"XOF seed must be {self.SEED_SIZE} bytes, got {len(seed)}")
+        self._shake = TurboSHAKE128.new(domain=_TURBOSHAKE_DOMAIN)
+        self._shake.update(self._frame(seed, dst) + binder)
+
+    @staticmethod
+    def _frame(seed: bytes, dst: bytes) -> bytes:
+        """`u8(len(dst)) || dst || seed` (VDAF-08 §6.2.1)."""
         if len(dst) > 255:
             raise ValueError("XOF domain-separation tag longer than 255 bytes")
-        self._shake = TurboSHAKE128.new(domain=_TURBOSHAKE_DOMAIN)
-        self._shake.update(bytes((len(dst),)) + dst + seed + binder)
+        return bytes((len(dst),)) + dst + seed
 
     def next(self, length: int) -> bytes:
         return bytes(self._shake.read(length))
@@ -75,3 +91,18 @@ class XofTurboShake128:
         cls, field: type[Field], seed: bytes, dst: bytes, binder: bytes, length: int
     ) -> FieldArray:
         return cls(seed, dst, binder).next_vec(field, length)
+
+
+class XofTurboShake128V20(XofTurboShake128):
+    """XofTurboShake128 as VDAF-12..20 frame it (VDAF-20 §6.2.1): 32-byte seeds, u16 DST length."""
+
+    SEED_SIZE = XOF_SEED_SIZE_V20
+
+    __slots__ = ()
+
+    @staticmethod
+    def _frame(seed: bytes, dst: bytes) -> bytes:
+        """`u16le(len(dst)) || dst || u8(len(seed)) || seed` (VDAF-20 §6.2.1)."""
+        if len(dst) > 0xFFFF:
+            raise ValueError("XOF domain-separation tag longer than 65535 bytes")
+        return struct.pack("<H", len(dst)) + dst + bytes((len(seed),)) + seed

@@ -25,13 +25,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.routing import Mount, Route
 
+from deploy.interop import aggregator as interop_aggregator
+from deploy.interop import collector as interop_collector
 from services.aggregator.app import create_app as create_aggregator
 from services.aggregator.settings import AggregatorSettings
 from services.collector.app import create_app as create_collector
 from services.collector.settings import CollectorSettings
 from services.collector.store import open_store
-from services.interop import aggregator as interop_aggregator
-from services.interop import collector as interop_collector
 from shared.b64url import b64url_encode
 from shared.dap.ids import CollectionJobId, TaskId
 from tests.adversaries.harness import ADMIN_TOKEN, AGGREGATOR_TOKEN, COLLECTOR_TOKEN, Task

@@ -32,11 +32,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.reports import ReportInput, build_reports
 from services.common.clock import TestClock
 from services.common.db import Database
 from services.token_issuer.app import create_app
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke

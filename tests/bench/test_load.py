@@ -11,8 +11,8 @@ import httpx
 
 from bench.deployment import PRECISION, request_collection, spawn_deployment, wait_collection
 from bench.load import LoadConfig, generate_load
-from deploy.tasks import TaskParams, create_task
-from deploy.upload import ClientTask
+from client_sdk.upload import ClientTask
+from services.common.provisioning import TaskParams, create_task
 from shared.vdaf.spec import VdafSpec
 
 DURATION = 5.0

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from client_sdk.device import Device, DeviceConfig
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
@@ -26,7 +27,6 @@ from services.recipe_server.app import create_app as recipe_app
 from services.recipe_server.provision import ExistingTask, NewTask, TaskRequest
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.app import create_app as issuer_app
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
 from shared.b64url import b64url_encode

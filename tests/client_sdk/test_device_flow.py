@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from client_sdk.device import Device, DeviceConfig
+from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.tokens import TokenError
-from services.token_issuer.devices import SimulatedDevice
 from shared import hpke
 from shared.b64url import b64url_encode
 from shared.dap.extensions import (

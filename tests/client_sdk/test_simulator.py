@@ -12,10 +12,10 @@ import pytest
 from client_sdk.cli import main
 from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
+from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
 from client_sdk.sampling import DonationSchedule
-from client_sdk.simulator import Simulator
-from services.token_issuer.devices import SimulatedDevice
+from client_sdk.simulator import Progress, Simulator
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe
@@ -44,7 +44,8 @@ def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
     assert 10 < summary.sampled < 50  # q = 0.5
     assert summary.uploaded == summary.sampled == len(world.leader.uploads)
     assert not summary.failed and not summary.refused
-    assert "uploading" in out.getvalue()
+    # Not a terminal: one line per finished phase, no bar redrawn with carriage returns.
+    assert "uploading  " in out.getvalue() and "\r" not in out.getvalue()
     times = {r.report_metadata.time for r in world.leader.uploads}
     assert len(times) >= 1
 
@@ -121,9 +122,24 @@ def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> 
     assert 0.4 < share < 0.6
 
 
-def test_cli_requires_a_recipe() -> None:
-    with pytest.raises(SystemExit):
-        main(["devices", "run"])  # --recipe is required
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_a_bar_only_on_a_terminal() -> None:
+    for stream, bar in ((_Terminal(), True), (io.StringIO(), False)):
+        progress = Progress(4, "answering", stream)
+        for _ in range(4):
+            progress.add()
+        text = stream.getvalue()
+        assert "answering" in text and "4/4" in text
+        assert ("\x1b[" in text or "\r" in text) == bar, text
+
+
+def test_cli_requires_a_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "run"]) == 2  # --recipe is required
+    assert "--recipe" in capsys.readouterr().err
 
 
 def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) -> None:

@@ -20,11 +20,11 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from client_sdk.manufacturer import ManufacturerCA
 from services.aggregator.app import create_app as create_aggregator
 from services.common import entry
 from services.common.limits import ServerLimits
 from services.common.serving import TimedHttpToolsProtocol, server_options
-from services.token_issuer.devices import ManufacturerCA
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
 from shared.dap.problems import MEDIA_PROBLEM, ProblemType

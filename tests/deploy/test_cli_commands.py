@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
+from pydantic_settings import SettingsError
 
-from deploy.cli import CliError, main, secrets_from_files
+from deploy.cli import main
 from deploy.config import Deployment, load_deployment
 from deploy.demo import demo_recipe
 from deploy.keys import PROVISIONED_PARTIES, load_manufacturer_ca
 from deploy.launcher import Cluster, UpOptions
+from services.aggregator.settings import AggregatorSettings
+from services.collector import __main__ as collector_main
+from services.collector.settings import CollectorSettings
+from services.recipe_server.settings import RecipeServerSettings
 from shared.dp import api
 
 
@@ -228,23 +235,72 @@ def test_keys_init_writes_owner_only_files_once(
     assert code == 1 and "missing --helper" in err
 
 
-def test_secret_files(tmp_path: Path) -> None:
+def test_secret_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`<PREFIX><SECRET>_FILE` names the file of a secret setting; read by the settings (a
+    pydantic-settings source), never copied into the environment."""
     token = tmp_path / "token"
     token.write_text("s" * 40 + "\n")
-    env = {
-        "SAGG_AGGREGATOR_ADMIN_TOKEN_FILE": str(token),
-        "SAGG_COLLECTOR_ADMIN_TOKEN_FILE": str(token),
-        # A setting of its own, not a secret reference.
-        "SAGG_RECIPE_SERVER_SIGNING_KEY_FILE": str(token),
-    }
-    assert secrets_from_files(env, "SAGG_AGGREGATOR_") == {"SAGG_AGGREGATOR_ADMIN_TOKEN": "s" * 40}
-    assert secrets_from_files(env, "SAGG_RECIPE_SERVER_") == {}
-    with pytest.raises(CliError, match="not both"):
-        secrets_from_files({**env, "SAGG_AGGREGATOR_ADMIN_TOKEN": "x" * 20}, "SAGG_AGGREGATOR_")
-    with pytest.raises(CliError, match="cannot read"):
-        secrets_from_files(
-            {"SAGG_AGGREGATOR_ADMIN_TOKEN_FILE": str(tmp_path / "none")}, "SAGG_AGGREGATOR_"
-        )
+    monkeypatch.setenv("SAGG_AGGREGATOR_ADMIN_TOKEN_FILE", str(token))
+    # A setting of its own, not a secret reference.
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_SIGNING_KEY_FILE", str(token))
+    monkeypatch.setenv("SAGG_RECIPE_SERVER_ANALYST_TOKEN", "a" * 32)
+    settings = AggregatorSettings()
+    assert settings.admin_token is not None
+    assert settings.admin_token.get_secret_value() == "s" * 40
+    assert "SAGG_AGGREGATOR_ADMIN_TOKEN" not in os.environ
+    recipes = RecipeServerSettings()
+    assert recipes.signing_key_file == token and recipes.signing_key is None
+    # Init arguments (`sagg serve`'s flags) come first.
+    assert AggregatorSettings(admin_token="f" * 20).admin_token.get_secret_value() == "f" * 20  # type: ignore[arg-type, union-attr]
+
+    monkeypatch.setenv("SAGG_AGGREGATOR_ADMIN_TOKEN", "x" * 20)
+    with pytest.raises(
+        SettingsError, match=r"set SAGG_AGGREGATOR_ADMIN_TOKEN or .*_FILE, not both"
+    ):
+        AggregatorSettings()
+    monkeypatch.delenv("SAGG_AGGREGATOR_ADMIN_TOKEN")
+    missing = tmp_path / "none"
+    monkeypatch.setenv("SAGG_AGGREGATOR_ADMIN_TOKEN_FILE", str(missing))
+    with pytest.raises(
+        SettingsError, match=re.escape(f"SAGG_AGGREGATOR_ADMIN_TOKEN_FILE: cannot read {missing}")
+    ):
+        AggregatorSettings()
+    (tmp_path / "empty").write_text("\n")
+    monkeypatch.setenv("SAGG_AGGREGATOR_ADMIN_TOKEN_FILE", str(tmp_path / "empty"))
+    with pytest.raises(SettingsError, match="is empty"):
+        AggregatorSettings()
+
+
+def test_serve_builds_settings_from_flags_environment_and_files(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`sagg serve` hands the service settings made of its flags (first), the environment and
+    secret files, without writing the environment; a bad secret file is one line, exit 2."""
+    token = tmp_path / "token"
+    token.write_text("c" * 40)
+    monkeypatch.setenv("SAGG_COLLECTOR_ADMIN_TOKEN_FILE", str(token))
+    monkeypatch.setenv("SAGG_COLLECTOR_HOST", "127.0.0.2")
+    monkeypatch.setenv("SAGG_COLLECTOR_PORT", "1")
+    served: list[CollectorSettings] = []
+    monkeypatch.setattr(collector_main, "serve", served.append)
+    before = dict(os.environ)
+    code, _, err = _run(
+        capsys, "serve", "collector", "--port", "9", "--database-url", "sqlite:///c.db"
+    )
+    assert code == 0, err
+    (settings,) = served
+    assert (settings.host, settings.port, settings.database_url) == (
+        "127.0.0.2",
+        9,
+        "sqlite:///c.db",
+    )
+    assert settings.admin_token.get_secret_value() == "c" * 40
+    assert dict(os.environ) == before
+
+    monkeypatch.setenv("SAGG_COLLECTOR_ADMIN_TOKEN_FILE", str(tmp_path / "gone"))
+    code, _, err = _run(capsys, "serve", "collector")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"SAGG_COLLECTOR_ADMIN_TOKEN_FILE: cannot read {tmp_path / 'gone'}" in err
 
 
 def test_sagg_up_replaces_the_shared_token_of_an_older_deployment_file(tmp_path: Path) -> None:

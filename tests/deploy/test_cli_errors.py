@@ -7,10 +7,17 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+import client_sdk.cli as client_sdk_cli
+from client_sdk.cli import DevicesRun
+from deploy.cli import collect as collect_command
 from deploy.cli import main
+from deploy.collect import CollectError
+from deploy.config import Deployment, write_deployment
 from deploy.launcher import free_port
 
 VDAF = '{"type":"Prio3Count"}'
@@ -190,7 +197,7 @@ def test_devices_need_the_parties_they_trust(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip() == (
-        "without --policy, name the trusted parties: --leader, --helper and --token-issuer"
+        "sagg: without --policy, name the trusted parties: --leader, --helper and --token-issuer"
     )
 
 
@@ -279,21 +286,85 @@ def test_upload_checks_its_inputs(capsys: pytest.CaptureFixture[str], tmp_path: 
 
 
 DASH_ID = "-" + "A" * 42  # a 32-byte DAP id whose base64url begins with "-" (1 in 64 do)
+DASH_BATCH = "-" + "B" * 42
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["collect", "--task", DASH_ID, "--current-batch"],
-        ["collect", "--task", DASH_ID, "--batch-id", DASH_ID],
-        ["collect", "--batch-id", DASH_ID, "--task", DASH_ID],
-    ],
-    ids=["task", "task+batch-id", "batch-id+task"],
-)
-def test_ids_beginning_with_a_dash_are_values_not_options(
-    capsys: pytest.CaptureFixture[str], argv: list[str]
-):
-    # Parsed as ids, the command gets past argparse and fails only for want of a collector.
-    code, err = _run(capsys, *argv)
-    assert code == 1
-    assert err.startswith("sagg: no collector URL")
+class _RecordedError(CollectError):
+    """Raised by the stand-ins below once they have recorded what reached them."""
+
+
+def test_ids_beginning_with_a_dash_reach_collect_as_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every id-taking option of `sagg collect` (--task, --batch-id, --recipe) takes the next
+    word as its value, "-" or not, in either order, and passes it on unchanged."""
+    monkeypatch.setenv("SAGG_ADMIN_TOKEN", "a" * 32)
+    seen: list[tuple[str, Any]] = []
+
+    def fetch_task(http: object, collector: str, token: str, task_id: str) -> Any:
+        seen.append(("task", task_id))
+        return SimpleNamespace(aggregator_noise=None)
+
+    def request_collection(
+        http: object, collector: str, token: str, task_id: str, query: dict[str, Any]
+    ) -> str:
+        seen.append(("query", (task_id, query)))
+        raise _RecordedError("recorded")
+
+    monkeypatch.setattr(collect_command, "fetch_task", fetch_task)
+    monkeypatch.setattr(collect_command, "request_collection", request_collection)
+    fixed = {"type": "fixed_size", "batch_id": DASH_BATCH}
+    for argv in (
+        ["--task", DASH_ID, "--batch-id", DASH_BATCH],
+        ["--batch-id", DASH_BATCH, "--task", DASH_ID],
+        [f"--task={DASH_ID}", f"--batch-id={DASH_BATCH}"],
+    ):
+        seen.clear()
+        code, err = _run(capsys, "collect", *argv, "--collector", "http://127.0.0.1:1")
+        assert (code, err) == (1, "sagg: recorded\n")
+        assert seen == [("task", DASH_ID), ("query", (DASH_ID, fixed))]
+
+    def fetch_recipe(server: str, recipe_id: str, key: str, **kwargs: Any) -> Any:
+        seen.append(("recipe", recipe_id))
+        raise _RecordedError("recorded")
+
+    monkeypatch.setattr(collect_command, "fetch_recipe", fetch_recipe)
+    deployment = tmp_path / "deployment.json"
+    write_deployment(
+        deployment,
+        Deployment(
+            leader="http://l",
+            helper="http://h",
+            collector="http://127.0.0.1:1",
+            recipe_server="http://127.0.0.1:1",
+            recipe_server_public_key="k",
+        ),
+    )
+    seen.clear()
+    code, err = _run(
+        capsys,
+        *("--deployment", str(deployment), "collect", "--recipe", "-r", "--task", DASH_ID),
+        "--current-batch",
+    )
+    assert (code, err) == (1, "sagg: recorded\n")
+    assert seen == [("recipe", "-r")]
+
+
+def test_ids_beginning_with_a_dash_reach_the_devices(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[DevicesRun] = []
+
+    def run_devices(options: DevicesRun) -> int:
+        runs.append(options)
+        return 0
+
+    monkeypatch.setattr(client_sdk_cli, "run_devices", run_devices)
+    code, err = _run(capsys, "devices", "run", "--recipe", "-r", "--leader", "-l", "--count", "3")
+    assert code == 0, err
+    assert (runs[0].recipe, runs[0].leader, runs[0].count) == ("-r", ["-l"], 3)
+
+
+def test_an_option_without_its_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(capsys, "collect", "--current-batch", "--task")
+    assert code == 2 and "--task" in err and len(err.strip().splitlines()) == 1

@@ -1,7 +1,7 @@
 """docker-compose.yml describes the same topology as `sagg up` (deploy/launcher.py).
 
 Same five services with the same ports and the same `SAGG_<SERVICE>_*` setting names (a
-`..._TOKEN_FILE` in compose stands for the `..._TOKEN` that `sagg serve` reads from it), every
+`..._TOKEN_FILE` in compose stands for the `..._TOKEN` the settings read from it), every
 name a real field of that service's settings; each aggregator its own PostgreSQL server used
 by nothing else; a healthcheck on every long-running service. Least privilege (issue 12): each
 container is given only its own secrets, the manufacturer CA's key only to the device
@@ -23,12 +23,14 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic_settings import BaseSettings
 
-from deploy.cli import SECRET_FILE_SUFFIXES, SERVE_MODULES, main
+from deploy.cli import main
+from deploy.cli.up import SERVE_MODULES
 from deploy.demo import demo_recipe
 from deploy.keys import ensure_keys
 from deploy.launcher import DEFAULT_PORTS, MODULES, SERVICES, STORES, Cluster, UpOptions
 from services.aggregator.settings import AggregatorSettings
 from services.collector.settings import CollectorSettings
+from services.common.settings import SECRET_FILE_SUFFIXES
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.recipe.model import RecipeDraft

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from deploy.upload import ClientTask, upload_reports
+from client_sdk.upload import ClientTask, upload_reports
 from tests.deploy.conftest import Up
 
 # The aggregator service is built in parallel; until its entry point exists this test cannot run.

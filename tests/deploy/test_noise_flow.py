@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from deploy.upload import ClientTask, upload_reports
+from client_sdk.upload import ClientTask, upload_reports
 from services.collector.analysis import PLAIN_TASK_DELTA
 from shared.dap.ids import TaskId
 from shared.dap.task import AggregatorNoise

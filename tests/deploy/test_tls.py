@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy.config import Deployment
 from deploy.tls import ensure_local_tls
-from deploy.upload import ClientTask, UploadError, upload_reports
 from tests.deploy.conftest import Up, age_buckets_draft
 
 DEVICES = 40

@@ -15,14 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy.collect import format_result
-from deploy.upload import (
-    ClientTask,
-    UploadError,
-    expected_aggregate,
-    random_measurements,
-    upload_reports,
-)
+from deploy.upload import expected_aggregate, random_measurements
 from shared import hpke
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.ids import TaskId

@@ -43,8 +43,9 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from deploy.tasks import TaskParams, create_task
-from deploy.upload import ClientTask, build_reports, expected_aggregate, fetch_hpke_config
+from client_sdk.upload import ClientTask, fetch_hpke_config
+from deploy.upload import expected_aggregate
+from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT, Report
 from shared.vdaf.spec import VdafSpec
@@ -454,8 +455,8 @@ class Uploader:
             ClientReport(m, r, r.encode())
             for m, r in zip(
                 measurements,
-                build_reports(
-                    self.task, measurements, self.leader_config, self.helper_config, report_time
+                self.task.build_reports(
+                    measurements, self.leader_config, self.helper_config, report_time
                 ),
                 strict=True,
             )

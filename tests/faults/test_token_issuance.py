@@ -27,9 +27,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.storage import StateDb
 from client_sdk.tokens import TokenError, TokenWallet
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared import b64url
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId

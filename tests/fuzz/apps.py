@@ -16,6 +16,7 @@ import httpx
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from services.collector.app import create_app as create_collector
 from services.collector.settings import CollectorSettings
 from services.common.clock import TestClock
@@ -24,7 +25,6 @@ from services.recipe_server.app import create_app as create_recipe_server
 from services.recipe_server.provision import ExistingTask, NewTask, TaskMissingError, TaskRequest
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.app import create_app as create_token_issuer
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.b64url import b64url_encode

@@ -23,6 +23,7 @@ from shared import hpke
 from shared.b64url import b64url_decode as task_b64url_decode
 from shared.codec import DecodeError, TlsStruct
 from shared.dap import messages as m
+from shared.dap import messages19 as m19
 from shared.dap.extensions import RecipeBinding, decode_extensions
 from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, ReportId, TaskId
 from shared.dap.problems import ProblemType
@@ -76,7 +77,81 @@ HPKE_CONFIG = m.HpkeConfig(1, 0x20, 1, 1, b"\x09" * 32)
 TOKEN = Token(b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, b"\x04" * 256)
 CHALLENGE = TokenChallenge(2, b"issuer.example", b"\x05" * 32, b"origin.example")
 
+# DAP-19 (shared.dap.messages19): the structures whose wire form differs from DAP-09's.
+TASK_CONFIG_19 = m19.TaskConfiguration(
+    b"foobar",
+    m.Url(b"https://leader.example/"),
+    m.Url(b"https://helper.example/"),
+    3600,
+    100,
+    m19.BatchMode.TIME_INTERVAL,
+    b"",
+    m19.VdafType.PRIO3_HISTOGRAM,
+    m19.VdafConfig.of(m19.VdafType.PRIO3_HISTOGRAM, length=4, chunk_length=2).configuration(),
+    (m19.TaskExtension.task_interval(m.Interval(472_222, 24)),),
+)
+META_19 = m19.ReportMetadata(RID, 472_222, (m.Extension(0xFF00, b"pub"),))
+SHARE_19 = m19.ReportShare(META_19, b"\x03" * 32, CT)
+REPORT_19 = m19.Report(META_19, b"\x13" * 32, CT, m.HpkeCiphertext(8, b"\x14" * 32, b"\x15" * 9))
+INIT_19 = m19.VerifyInit(SHARE_19, m.PingPongMessage.initialize(b"\x01" * 32).encode())
+CJR_19 = m19.CollectionJobReq(
+    m19.Query.time_interval(IVL), b"", (m19.CollectionJobExtension(0xFF00, b"x"),)
+)
+SEEDS_19: dict[type[TlsStruct], list[TlsStruct]] = {
+    m19.TaskConfiguration: [
+        TASK_CONFIG_19,
+        m19.TaskConfiguration(
+            b"", m.Url(b"L"), m.Url(b"H"), 1, 0, 0xFE, b"cfg", 0xFFFF1003, b"\x00" * 17
+        ),
+    ],
+    m19.ReportMetadata: [META_19],
+    m19.Report: [REPORT_19],
+    m19.PlaintextInputShare: [m19.PlaintextInputShare((m.Extension(1, b"p"),), b"\x10" * 20)],
+    m19.InputShareAad: [m19.InputShareAad(TID, TASK_CONFIG_19, META_19, b"")],
+    m19.UploadRequest: [m19.UploadRequest((REPORT_19, REPORT_19))],
+    m19.UploadErrors: [
+        m19.UploadErrors(
+            (
+                m19.ReportUploadStatus(RID, m19.ReportError.UNSUPPORTED_EXTENSION),
+                m19.ReportUploadStatus(RID, m19.ReportError.BATCH_COLLECTED),
+            )
+        )
+    ],
+    m19.ReportShare: [SHARE_19],
+    m19.VerifyInit: [INIT_19],
+    m19.AggregationJobInitReq: [
+        m19.AggregationJobInitReq(0, b"", (), (INIT_19,)),
+        m19.AggregationJobInitReq(
+            3, b"ap", (m19.AggregationJobExtension.leader_selected_batch_id(BID),), (INIT_19,)
+        ),
+    ],
+    m19.AggregationJobResp: [
+        m19.AggregationJobResp(
+            (
+                m19.VerifyResp.continued(RID, m.PingPongMessage.finish(b"").encode()),
+                m19.VerifyResp.finished(RID),
+                m19.VerifyResp.rejected(RID, m19.ReportError.UNKNOWN_VERIFICATION_KEY_ID),
+            )
+        )
+    ],
+    m19.AggregationJobContinueReq: [
+        m19.AggregationJobContinueReq(1, (m19.VerifyContinue(RID, b"\x02\x00\x00\x00\x00"),))
+    ],
+    m19.Query: [m19.Query.time_interval(IVL), m19.Query.leader_selected()],
+    m19.BatchSelector: [
+        m19.BatchSelector.time_interval(IVL),
+        m19.BatchSelector.leader_selected(BID),
+    ],
+    m19.CollectionJobReq: [CJR_19],
+    m19.CollectionJobResp: [m19.CollectionJobResp(12, IVL, CT, CT)],
+    m19.AggregateShareReq: [
+        m19.AggregateShareReq(CJR_19, m19.BatchSelector.time_interval(IVL), 10, b"\x42" * 32)
+    ],
+    m19.AggregateShareAad: [m19.AggregateShareAad(TID, TASK_CONFIG_19, CJR_19)],
+}
+
 SEEDS: dict[type[TlsStruct], list[TlsStruct]] = {
+    **SEEDS_19,
     m.Interval: [IVL],
     m.Url: [m.Url(b"https://leader.example/")],
     m.HpkeCiphertext: [CT],
@@ -184,7 +259,7 @@ def hostile(seeds: list[bytes]) -> st.SearchStrategy[bytes]:
     return st.one_of(mutated, st.binary(max_size=200))
 
 
-@pytest.mark.parametrize("cls", list(SEEDS), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", list(SEEDS), ids=lambda c: f"{c.__module__}.{c.__name__}")
 @FUZZ
 @given(data=st.data())
 def test_tls_struct_decode_or_decodeerror(cls: type[TlsStruct], data: st.DataObject) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -10,11 +9,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from services.interop.aggregator import AddTask
-from services.interop.cli import add_interop_parser, cmd_interop
-from services.interop.client import build_client_app
-from services.interop.collector import InteropQuery
-from services.interop.common import (
+from deploy.cli import main
+from deploy.interop import cli as interop_cli
+from deploy.interop.aggregator import AddTask
+from deploy.interop.client import build_client_app
+from deploy.interop.collector import InteropQuery
+from deploy.interop.common import (
     InteropError,
     InteropVdaf,
     configure_logging,
@@ -111,23 +111,19 @@ def test_helper_ignores_collector_token_and_time_interval_drops_max_batch_size()
     assert leader.collector_auth_token == "c" * 22
 
 
-def test_cli_parser_wires_the_handler() -> None:
-    parser = argparse.ArgumentParser(prog="sagg")
-    add_interop_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["interop", "collector", "--port", "8080"])
-    assert (args.role, args.port, args.host, args.func) == (
-        "collector",
-        8080,
-        "127.0.0.1",
-        cmd_interop,
-    )
+def test_cli_wires_the_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sagg interop ROLE --port P` reaches `serve_role` with its options; bad roles and ports
+    are usage errors (exit 2)."""
+    served: list[tuple[object, ...]] = []
+    monkeypatch.setattr(interop_cli, "serve_role", lambda *args: served.append(args))
+    assert main(["interop", "collector", "--port", "8080"]) == 0
+    assert served == [("collector", "127.0.0.1", 8080, None)]
     for argv in (
         ["interop", "leader", "--port", "1"],
         ["interop", "client"],
         ["interop", "client", "--port", "0"],
     ):
-        with pytest.raises(SystemExit):
-            parser.parse_args(argv)
+        assert main(argv) == 2
 
 
 def test_client_app_envelope() -> None:
@@ -145,7 +141,7 @@ def test_logs_go_to_the_logs_dir_when_writable(tmp_path: Path) -> None:
     before = list(root.handlers)
     try:
         configure_logging("client", 4242, logs=tmp_path)
-        logging.getLogger("services.interop.test").info("hello interop")
+        logging.getLogger("deploy.interop.test").info("hello interop")
         for handler in root.handlers:
             handler.flush()
         line = (tmp_path / "sagg-interop-client-4242.log").read_text().splitlines()[-1]

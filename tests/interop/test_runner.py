@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
+from client_sdk.upload import ClientTask, fetch_hpke_config
 from deploy.launcher import free_port
-from deploy.upload import ClientTask, build_reports, fetch_hpke_config
 from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
@@ -67,7 +67,7 @@ def _start(role: str, port: int, data: Path, logs: Path) -> subprocess.Popen[byt
         [
             sys.executable,
             "-m",
-            "services.interop",
+            "deploy.interop",
             role,
             "--port",
             str(port),
@@ -411,7 +411,7 @@ def test_replayed_report_counted_once(cluster: Cluster) -> None:
     )
     task_id = TaskId.from_b64url(task.task_id)
     configs = [fetch_hpke_config(cluster.http, url, task_id) for url in (task.leader, task.helper)]
-    (report,) = build_reports(client_task, [7], configs[0], configs[1], now)
+    (report,) = client_task.build_reports([7], configs[0], configs[1], now)
     url = f"{task.leader.rstrip('/')}/tasks/{task.task_id}/reports"
     statuses = [
         cluster.http.put(

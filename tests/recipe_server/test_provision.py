@@ -11,12 +11,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.tasks import TaskParams, create_task
 from services.aggregator.app import create_app as aggregator_app
 from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.collector.app import create_app as collector_app
 from services.collector.settings import CollectorSettings
+from services.common.provisioning import TaskParams, create_task
 from services.recipe_server.app import create_app
 from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.extensions import recipe_digest

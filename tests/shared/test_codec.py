@@ -287,6 +287,53 @@ def test_vector_length_past_the_buffer() -> None:
         Decoder(bytes.fromhex("0009 000100")).vector16(Item._decode_from, "V")
 
 
+# --- unprefixed vectors running to the end (DAP-19 `T v[message_length]`) ----------------------
+
+
+def test_vector_to_end_has_no_prefix_and_reads_to_the_end() -> None:
+    items = [Item(1, b"a"), Item(2, b""), Item(0xFFFF, b"xyz")]
+    enc = Encoder()
+    enc.u8(9)
+    enc.vector_to_end(items, "V")
+    out = enc.to_bytes()
+    assert out == bytes.fromhex("09 0001 01 61 0002 00 ffff 03 78797a")
+    dec = Decoder(out)
+    assert dec.u8() == 9
+    assert dec.vector_to_end(Item._decode_from, "V") == items
+    dec.finish()
+    assert Decoder(b"").vector_to_end(Item._decode_from, "V") == []
+
+
+def test_vector_to_end_stops_at_the_enclosing_vector_end() -> None:
+    # Nested in a 4-byte u16 vector, the unprefixed list ends with that vector, not the buffer.
+    dec = Decoder(bytes.fromhex("0004 0001 01 41 0002 00"))
+    nested = dec.vector16(lambda d: d.vector_to_end(Item._decode_from, "V"), "Outer")
+    assert nested == [[Item(1, b"A")]]
+    assert dec.remaining == 3
+    assert dec.vector_to_end(Item._decode_from, "V") == [Item(2, b"")]
+
+
+def test_vector_to_end_partial_trailing_item_is_decode_error() -> None:
+    whole = bytes.fromhex("0001 01 61 0002 00")
+    for cut in (1, 3, 5, 6):
+        with pytest.raises(DecodeError, match="need"):
+            Decoder(whole[:cut]).vector_to_end(Item._decode_from, "V")
+    # a cut at an item boundary is a shorter, valid list
+    assert Decoder(whole[:4]).vector_to_end(Item._decode_from, "V") == [Item(1, b"a")]
+
+
+def test_vector_to_end_minimum() -> None:
+    with pytest.raises(DecodeError, match=r"^V: 0 bytes at offset 1 is below the minimum 1$"):
+        dec = Decoder(b"\x07")
+        dec.u8()
+        dec.vector_to_end(Item._decode_from, "V", min_len=1)
+    enc = Encoder()
+    enc.u8(7)
+    with pytest.raises(ValueError, match=r"^V: encoded length below the minimum 1$"):
+        enc.vector_to_end([], "V", min_len=1)
+    assert enc.to_bytes() == b"\x07"  # nothing half-written
+
+
 def test_zero_width_items_are_rejected() -> None:
     calls: list[int] = []
 

@@ -4,7 +4,8 @@ Random batches mix valid reports with tampered ones (a changed proof element, a 
 byte, a wrong joint-randomness part, a swapped helper seed, a value >= p). Preparing the whole
 batch at once must give, for every report, the same status, prep messages and output shares as
 preparing that report alone; valid reports must be accepted and tampered ones rejected; and the
-aggregate of the accepted reports must be the sum of their measurements.
+aggregate of the accepted reports must be the sum of their measurements. Both drafts' instances
+(VDAF-08, and VDAF-20 under an application context: names ending in "@20") run the same test.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.vdaf import prio3_20
+from shared.vdaf.field import Field64
 from shared.vdaf.prio3 import (
     PrepBatch,
     Prio3,
@@ -28,16 +31,17 @@ from shared.vdaf.prio3 import (
     prio3_sum_vec_multiproof,
 )
 
-VERIFY_KEY = bytes(range(16))
+CTX = b"test context"
 
 
 def _measurement(name: str, rng: random.Random) -> Any:
+    name = name.removesuffix("@20")
     if name == "count":
         return rng.randrange(2)
     if name == "sum":
-        return rng.randrange(256)
+        return rng.randrange(201)
     if name in ("sumvec", "multiproof"):
-        return [rng.randrange(16) for _ in range(5)]
+        return [rng.randrange(13) for _ in range(5)]
     if name == "histogram":
         return rng.randrange(7)
     bits = [0] * 6
@@ -53,6 +57,12 @@ VDAFS: dict[str, Callable[[], Prio3]] = {
     "histogram": lambda: prio3_histogram(7, 3),
     "multihot": lambda: prio3_multihot_histogram(6, 3, 4),
     "multiproof": lambda: prio3_sum_vec_multiproof(5, 4, 3, proofs=3),
+    "count@20": prio3_20.prio3_count,
+    "sum@20": lambda: prio3_20.prio3_sum(200),
+    "sumvec@20": lambda: prio3_20.prio3_sum_vec(5, 12, 3),
+    "histogram@20": lambda: prio3_20.prio3_histogram(7, 3),
+    "multihot@20": lambda: prio3_20.prio3_multihot_count_vec(6, 3, 4),
+    "multiproof@20": lambda: prio3_20.prio3_sum_vec_with_multiproof(Field64, 3, 5, 12, 3),
 }
 _INSTANCES = {name: make() for name, make in VDAFS.items()}
 
@@ -89,18 +99,20 @@ def _prepare(
     leaders: list[bytes],
     helpers: list[bytes],
 ) -> tuple[list[PrepBatch], list[bytes | None], list[np.ndarray]]:
+    ctx = _ctx(vdaf)
+    verify_key = bytes(range(vdaf.VERIFY_KEY_SIZE))
     batches = [
-        vdaf.prep_init_batch(VERIFY_KEY, agg_id, nonces, publics, shares)
+        vdaf.prep_init_batch(verify_key, agg_id, nonces, publics, shares, ctx)
         for agg_id, shares in enumerate((leaders, helpers))
     ]
     msgs = vdaf.prep_shares_to_prep_batch(
-        [[b.prep_shares[r] for b in batches] for r in range(len(nonces))]
+        [[b.prep_shares[r] for b in batches] for r in range(len(nonces))], ctx
     )
     finished = [vdaf.prep_next_batch(b, msgs) for b in batches]
     return batches, msgs, finished
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(VDAFS)),
     seed=st.integers(0, 2**32 - 1),
@@ -113,7 +125,8 @@ def test_batched_preparation_matches_report_by_report(
     rng = random.Random(seed)
     measurements = [_measurement(name, rng) for _ in kinds]
     nonces = [rng.randbytes(16) for _ in kinds]
-    sharded = vdaf.shard_batch(measurements, nonces, [rng.randbytes(vdaf.RAND_SIZE) for _ in kinds])
+    rands = [rng.randbytes(vdaf.RAND_SIZE) for _ in kinds]
+    sharded = vdaf.shard_batch(measurements, nonces, rands, _ctx(vdaf))
     publics, leaders, helpers = [], [], []
     for kind, (public, (leader, helper)) in zip(kinds, sharded, strict=True):
         public, leader, helper = _tamper(vdaf, kind, public, leader, helper, rng)
@@ -142,7 +155,12 @@ def test_batched_preparation_matches_report_by_report(
     assert result == _expected_aggregate(name, accepted)
 
 
+def _ctx(vdaf: Prio3) -> bytes:
+    return CTX if vdaf.version.has_context else b""
+
+
 def _expected_aggregate(name: str, measurements: list[Any]) -> Any:
+    name = name.removesuffix("@20")
     if name in ("count", "sum"):
         return sum(measurements)
     if name == "histogram":

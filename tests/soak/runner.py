@@ -58,6 +58,7 @@ import numpy as np
 
 from client_sdk.budget import BudgetAccountant
 from client_sdk.device import Device, DeviceConfig
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.query import randomize_indices
 from client_sdk.recipes import VerifiedRecipe
@@ -67,7 +68,6 @@ from client_sdk.upload import Uploader
 from deploy.collect import CollectError, request_collection
 from deploy.keys import load_manufacturer_ca
 from deploy.recipes import publish_recipe
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
 from shared.dap.messages import Report

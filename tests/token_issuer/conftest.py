@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from client_sdk.manufacturer import ManufacturerCA
 from services.common.clock import Clock, TestClock
 from services.common.db import Database
-from services.token_issuer.devices import ManufacturerCA
 from services.token_issuer.keys import KeySchedule, KeyStore
 from shared.privacypass.issuance import IssuerKey
 from tests import pg

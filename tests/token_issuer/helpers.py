@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from httpx import Response
 
-from services.token_issuer.devices import SimulatedDevice
+from client_sdk.manufacturer import SimulatedDevice
 from shared.privacypass.attestation import DEVICE_ID_HEADER, NONCE_HEADER, SIGNATURE_HEADER
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, padding
 from cryptography.hazmat.primitives.serialization import Encoding
 from fastapi.testclient import TestClient
 
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from services.common.clock import Clock, TestClock
 from services.common.db import Database
 from services.token_issuer.app import create_app
@@ -22,7 +23,6 @@ from services.token_issuer.attester import (
     HttpIssuerChannel,
     QuotaExceededError,
 )
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.attestation import DEVICE_ID_HEADER

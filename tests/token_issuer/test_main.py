@@ -13,8 +13,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from client_sdk.manufacturer import ManufacturerCA
 from services.token_issuer.__main__ import main
-from services.token_issuer.devices import ManufacturerCA
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.directory import (
     ISSUER_DIRECTORY_PATH,

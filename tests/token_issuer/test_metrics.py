@@ -12,11 +12,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from fastapi.testclient import TestClient
 
+from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from services.common.clock import Clock, TestClock
 from services.common.db import Database
 from services.common.logs import JsonFormatter
 from services.token_issuer.app import create_app
-from services.token_issuer.devices import ManufacturerCA, SimulatedDevice
 from services.token_issuer.keys import KeySchedule, KeyStore
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.client import create_token_request

@@ -7,18 +7,14 @@ import sys
 
 from services.aggregator.server import drive
 from services.aggregator.settings import AggregatorSettings
-from services.common.entry import settings_from_env
+from services.common.entry import service_main
 
 __all__ = ["main"]
 
 
 def main() -> int:
     """Exit 2 with one line on stderr for bad settings, as the API process does."""
-    settings = settings_from_env(AggregatorSettings, "SAGG_AGGREGATOR_", "aggregator drivers")
-    if settings is None:
-        return 2
-    drive(settings)
-    return 0
+    return service_main(AggregatorSettings, "aggregator drivers", drive)
 
 
 if __name__ == "__main__":

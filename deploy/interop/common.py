@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -23,7 +24,7 @@ from typing import Any, Literal
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from services.common.logs import JsonFormatter
 from shared.vdaf.spec import VdafSpec
@@ -44,6 +45,7 @@ __all__ = [
     "no_lifespan",
     "parse_measurement",
     "problem_detail",
+    "service_settings",
     "validation_message",
 ]
 
@@ -149,6 +151,19 @@ def problem_detail(response: httpx.Response) -> str:
     if isinstance(problem, dict):
         return str(problem.get("detail") or problem.get("title") or problem)
     return str(problem)[:200]
+
+
+def service_settings(store: Path, host: str, port: int) -> dict[str, Any]:
+    """The settings every wrapped service gets in an interop run: a private SQLite store at
+    `store`, a fresh admin token, and plain HTTP (the harness connects the parties by plain
+    HTTP on a private network)."""
+    return {
+        "database_url": f"sqlite:///{store}",
+        "admin_token": SecretStr(secrets.token_urlsafe(32)),
+        "host": host,
+        "port": port,
+        "allow_insecure_http": True,
+    }
 
 
 def error_body(message: str) -> dict[str, Any]:

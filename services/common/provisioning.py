@@ -2,22 +2,22 @@
 
 Order matters: the collector is provisioned first because it generates the HPKE key pair the
 aggregators seal aggregate shares to; then the leader and the helper get their `TaskDefinition`
-through the admin API (`PUT /internal/tasks/{id}`: 201 created, 200 identical, 409 different).
-Each party takes its own credential (`PartyTokens`): the operator's admin token of that party,
-or the provisioning token it gave the recipe server.
+through the admin API (`services.common.admin_client`: 201 created, 200 identical, 409
+different), each with its own credential (`PartyTokens`). `sagg task create` (`deploy`) and the
+recipe server (`services.recipe_server.provision`) both provision through `create_task`.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from client_sdk.http import http_client, http_failure
+from services.common.admin_client import AdminClient, Party, PartyTokens, ProvisionError
+from services.common.http import http_client
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
@@ -29,31 +29,9 @@ from shared.dap.task import (
     TokenPolicy,
 )
 from shared.transport import TransportPolicy
-from shared.vdaf.prio3 import VERIFY_KEY_SIZE
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["PartyTokens", "ProvisionError", "TaskParams", "create_task"]
-
-
-class ProvisionError(Exception):
-    """A party refused or could not be reached; the message is one line."""
-
-
-@dataclass(frozen=True, repr=False)
-class PartyTokens:
-    """The bearer token presented to each DAP party (no party ever sees another's)."""
-
-    leader: str
-    helper: str
-    collector: str
-
-    @classmethod
-    def shared(cls, token: str) -> PartyTokens:
-        """One token for all three (a test bench run by one operator)."""
-        return cls(token, token, token)
-
-    def __repr__(self) -> str:
-        return "PartyTokens(...)"
+__all__ = ["TaskParams", "create_task"]
 
 
 class TaskParams(BaseModel):
@@ -92,27 +70,6 @@ class TaskParams(BaseModel):
         return self
 
 
-def _put(http: httpx.Client, base: str, what: str, task_id: str, body: str, token: str) -> Any:
-    url = f"{base.rstrip('/')}/internal/tasks/{task_id}"
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    try:
-        response = http.put(url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
-        raise ProvisionError(f"cannot reach the {what} at {base}: {http_failure(exc)}") from None
-    if response.status_code in (200, 201):
-        return response.json() if response.content else None
-    detail = ""
-    try:
-        doc = response.json()
-        detail = doc.get("detail") or doc.get("title") or ""
-    except ValueError:
-        pass
-    raise ProvisionError(
-        f"the {what} refused the task: HTTP {response.status_code}"
-        + (f" {detail}" if detail else "")
-    )
-
-
 def create_task(
     params: TaskParams,
     credentials: PartyTokens | str,
@@ -140,7 +97,7 @@ def create_task(
             TaskId.from_b64url(task_id)
         except DecodeError as exc:
             raise ProvisionError(f"invalid task id: {exc}") from None
-    verify_key = b64url_encode(secrets.token_bytes(VERIFY_KEY_SIZE))
+    verify_key = b64url_encode(secrets.token_bytes(params.vdaf.verify_key_size))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
     expiration = None
@@ -163,15 +120,13 @@ def create_task(
             )
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
-        answer = _put(
-            client,
-            params.collector,
-            "collector",
+        admin = AdminClient(client)
+        answer = admin.put_task(
+            Party("collector", params.collector, credentials.collector),
             task_id,
             collector_task.model_dump_json(),
-            credentials.collector,
         )
-        if not isinstance(answer, dict) or "collector_hpke_config" not in answer:
+        if "collector_hpke_config" not in answer:
             raise ProvisionError("the collector did not return its HPKE config")
         common: dict[str, Any] = {
             "task_id": task_id,
@@ -198,8 +153,11 @@ def create_task(
             helper = TaskDefinition(**common, role="helper")
         except ValidationError as exc:
             raise ProvisionError(f"invalid task: {exc.errors()[0]['msg']}") from None
-        _put(client, params.leader, "leader", task_id, leader.model_dump_json(), credentials.leader)
-        _put(client, params.helper, "helper", task_id, helper.model_dump_json(), credentials.helper)
+        for party, definition in (
+            (Party("leader", params.leader, credentials.leader), leader),
+            (Party("helper", params.helper, credentials.helper), helper),
+        ):
+            admin.put_task(party, task_id, definition.model_dump_json())
     finally:
         if own:
             client.close()

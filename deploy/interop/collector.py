@@ -12,25 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 from fastapi import FastAPI
-from pydantic import Field, SecretStr
+from pydantic import Field
 
-from services.collector.app import create_app
-from services.collector.settings import CollectorSettings
-from services.interop.common import (
+from deploy.interop.common import (
     CommandBody,
     InteropError,
     InteropVdaf,
     format_result,
     interop_app,
     problem_detail,
+    service_settings,
 )
+from services.collector.app import create_app
+from services.collector.settings import CollectorSettings
+from services.common.admin_client import AsyncAdminClient, Party, ProvisionError
 from shared.dap.messages import QueryType
 from shared.dap.task import CollectorTask
 
@@ -98,12 +99,7 @@ class CollectionPoll(CommandBody):
 def collector_settings(data: Path, host: str, port: int) -> CollectorSettings:
     """A private SQLite store and short polling intervals (runners poll for about 60 s)."""
     return CollectorSettings(
-        database_url=f"sqlite:///{data / 'collector.sqlite3'}",
-        admin_token=SecretStr(secrets.token_urlsafe(32)),
-        host=host,
-        port=port,
-        # The interop harness connects the parties by plain HTTP on a private network.
-        allow_insecure_http=True,
+        **service_settings(data / "collector.sqlite3", host, port),
         poll_interval=0.5,
         max_backoff=2.0,
     )
@@ -112,10 +108,12 @@ def collector_settings(data: Path, host: str, port: int) -> CollectorSettings:
 def build_collector_app(settings: CollectorSettings) -> FastAPI:
     """The interop collector's ASGI app over `settings`."""
     inner = create_app(settings)
-    admin = {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+    admin_token = settings.admin_token.get_secret_value()
+    admin = {"Authorization": f"Bearer {admin_token}"}
     internal = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=inner), base_url="http://collector.internal"
     )
+    party = Party("collector", "http://collector.internal", admin_token)
 
     async def call(method: str, path: str, json_body: Any = None) -> httpx.Response:
         return await internal.request(method, path, json=json_body, headers=admin)
@@ -135,15 +133,14 @@ def build_collector_app(settings: CollectorSettings) -> FastAPI:
                 "time_precision": 1,
             }
         )
-        response = await call(
-            "PUT", f"/internal/tasks/{task.task_id}", task.model_dump(mode="json")
-        )
-        if response.status_code not in (200, 201):
-            raise InteropError(
-                f"task not added ({response.status_code}): {problem_detail(response)}"
+        try:
+            answer = await AsyncAdminClient(internal).put_task(
+                party, task.task_id, task.model_dump_json()
             )
+        except ProvisionError as exc:
+            raise InteropError(f"task not added: {exc}") from None
         log.info("task %s added (%s)", task.task_id, task.vdaf.describe())
-        return {"collector_hpke_config": response.json()["collector_hpke_config"]}
+        return {"collector_hpke_config": answer["collector_hpke_config"]}
 
     async def collection_start(body: dict[str, Any]) -> dict[str, Any]:
         request = CollectionStart.model_validate(body)

@@ -1,4 +1,4 @@
-"""The interop client: ``/internal/test/upload`` over the DAP upload client (interop draft §4.3).
+"""The interop client: ``/internal/test/upload`` over the SDK's upload client (interop draft §4.3).
 
 Each upload fetches both aggregators' HPKE configs (DAP-09 §4.4.1), shards the measurement,
 seals the two input shares and PUTs the report to the leader (DAP-09 §4.4.2), then answers
@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import Field
 
-from deploy.upload import ClientTask, UploadError, upload_reports
-from services.common.http import http_client
-from services.interop.common import (
+from client_sdk.http import http_client
+from client_sdk.upload import ClientTask, UploadError, upload_reports
+from deploy.interop.common import (
     CommandBody,
     InteropError,
     InteropVdaf,
