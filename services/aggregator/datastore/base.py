@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from services.common.crypter import Crypter
-from services.common.db import Database
+from services.common.db import Database, Row
 
 
 class StoreBase:
@@ -20,3 +20,13 @@ class StoreBase:
     def _shard(self) -> int:
         """A random shard row of the sharded counters: concurrent writers rarely meet."""
         return secrets.randbelow(self._shards)
+
+    def _job_row(self, name: str, table: str, task_id: bytes, job_id: bytes) -> Row | None:
+        """A job's row (aggregation or collection job), read in transaction `name`."""
+        return self.db.run(
+            name,
+            lambda tx: tx.query_one(
+                f"SELECT * FROM {table} WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )

@@ -27,7 +27,7 @@ from services.aggregator.datastore.records import (
     opt_bytes,
 )
 from services.aggregator.datastore.states import CollectionState, JobState
-from services.common.db import Row, Tx
+from services.common.db import Params, Row, Tx
 from shared.dap.problems import ProblemType
 
 
@@ -128,13 +128,7 @@ class CollectionStore(StoreBase):
         return self.db.run("put_collection_job", body)
 
     def collection_job(self, task_id: bytes, job_id: bytes) -> Row | None:
-        return self.db.run(
-            "collection_job",
-            lambda tx: tx.query_one(
-                "SELECT * FROM collection_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": task_id, "j": job_id},
-            ),
-        )
+        return self._job_row("collection_job", "collection_jobs", task_id, job_id)
 
     def delete_collection_job(self, task_id: bytes, job_id: bytes) -> bool:
         return (
@@ -264,32 +258,36 @@ class CollectionStore(StoreBase):
         return self.db.run("start_collection", body)
 
     def finish_collection(self, lease: Lease, result: bytes) -> None:
-        def body(tx: Tx) -> None:
-            check_lease(tx, "collection_jobs", lease)
-            tx.execute(
-                "UPDATE collection_jobs SET state = :s, result = :r, lease_token = NULL"
-                " WHERE task_id = :t AND job_id = :j AND state = :collecting",
-                {
-                    "s": CollectionState.FINISHED,
-                    "r": result,
-                    "t": lease.task_id,
-                    "j": lease.job_id,
-                    "collecting": CollectionState.COLLECTING,
-                },
-            )
-
-        self.db.run("finish_collection", body)
+        self._end_job(
+            "finish_collection",
+            lease,
+            "state = :s, result = :r",
+            {"s": CollectionState.FINISHED, "r": result, "collecting": CollectionState.COLLECTING},
+            " AND state = :collecting",
+        )
 
     def fail_collection(self, lease: Lease, problem: str) -> None:
+        self._end_job(
+            "fail_collection",
+            lease,
+            "state = :s, error = :e, leader_share = NULL",
+            {"s": CollectionState.FAILED, "e": problem},
+        )
+
+    def _end_job(
+        self, name: str, lease: Lease, assignments: str, params: Params, where: str = ""
+    ) -> None:
+        """Set a leased job's final columns and let go of its lease."""
+
         def body(tx: Tx) -> None:
             check_lease(tx, "collection_jobs", lease)
             tx.execute(
-                "UPDATE collection_jobs SET state = :s, error = :e, lease_token = NULL,"
-                " leader_share = NULL WHERE task_id = :t AND job_id = :j",
-                {"s": CollectionState.FAILED, "e": problem, "t": lease.task_id, "j": lease.job_id},
+                f"UPDATE collection_jobs SET {assignments}, lease_token = NULL"
+                f" WHERE task_id = :t AND job_id = :j{where}",
+                {**params, "t": lease.task_id, "j": lease.job_id},
             )
 
-        self.db.run("fail_collection", body)
+        self.db.run(name, body)
 
 
 def _noised_leader_share(

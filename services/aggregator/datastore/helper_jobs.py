@@ -36,13 +36,7 @@ from shared.dap.problems import ProblemType
 
 class HelperJobStore(StoreBase):
     def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
-        return self.db.run(
-            "aggregation_job",
-            lambda tx: tx.query_one(
-                "SELECT * FROM aggregation_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": task_id, "j": job_id},
-            ),
-        )
+        return self._job_row("aggregation_job", "aggregation_jobs", task_id, job_id)
 
     def report_aggregations(self, task_id: bytes, job_id: bytes) -> list[Row]:
         return self.db.run(

@@ -32,14 +32,6 @@ class ShareSum(Protocol):
 
 
 @dataclass(frozen=True)
-class BucketCount:
-    """The fullest `time_precision` bucket a batch has reports in (001 §4.8)."""
-
-    bucket: int
-    reports: int
-
-
-@dataclass(frozen=True)
 class Refusal:
     """Why a batch's aggregate share is not released: the DAP problem and a detail for it."""
 
@@ -53,6 +45,14 @@ class RatePolicy(Protocol):
     def refusal(self, busiest: BucketCount) -> Refusal | None:
         """The refusal of a batch whose fullest bucket is `busiest`, or None to release it."""
         ...
+
+
+@dataclass(frozen=True)
+class BucketCount:
+    """The fullest `time_precision` bucket a batch has reports in (001 §4.8)."""
+
+    bucket: int
+    reports: int
 
 
 @dataclass(frozen=True)
