@@ -7,6 +7,8 @@ import re
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
+_HISTOGRAM = ("_bucket", "_sum", "_count", "_created")
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -17,7 +19,10 @@ def parse(text: str) -> Samples:
     declared: set[str] = set()
     for line in text.splitlines():
         if line.startswith("# TYPE "):
-            declared.add(line.split()[2])
+            _, _, family, kind = line.split()
+            # A histogram's samples are its buckets, sum and count.
+            suffixes = _HISTOGRAM if kind == "histogram" else ("",)
+            declared.update(family + suffix for suffix in suffixes)
             continue
         if line.startswith("#") or not line:
             continue

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from pydantic import Field
 
 from deploy.interop.common import (
+    Command,
     CommandBody,
     InteropError,
     InteropVdaf,
@@ -125,12 +126,10 @@ def build_aggregator_app(settings: AggregatorSettings) -> FastAPI:
     internal = httpx.AsyncClient(transport=httpx.ASGITransport(app=dap))
     admin = AsyncAdminClient(internal)
 
-    async def endpoint_for_task(body: dict[str, Any]) -> dict[str, Any]:
-        EndpointForTask.model_validate(body)
+    async def endpoint_for_task(_: EndpointForTask) -> dict[str, Any]:
         return {"endpoint": DAP_PREFIX}
 
-    async def add_task(body: dict[str, Any]) -> dict[str, Any]:
-        request = AddTask.model_validate(body)
+    async def add_task(request: AddTask) -> dict[str, Any]:
         definition = request.definition()
         party = Party(request.role, "http://aggregator.internal", admin_token)
         try:
@@ -153,8 +152,10 @@ def build_aggregator_app(settings: AggregatorSettings) -> FastAPI:
             await internal.aclose()
             dap.state.aggregator.ds.db.close()
 
-    app = interop_app(
-        "aggregator", {"endpoint_for_task": endpoint_for_task, "add_task": add_task}, lifespan
-    )
+    commands = {
+        "endpoint_for_task": Command(EndpointForTask, endpoint_for_task),
+        "add_task": Command(AddTask, add_task),
+    }
+    app = interop_app("aggregator", commands, lifespan)
     app.mount(DAP_PREFIX.rstrip("/"), dap)
     return app

@@ -20,6 +20,7 @@ from pydantic import Field
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy.interop.common import (
+    Command,
     CommandBody,
     InteropError,
     InteropVdaf,
@@ -62,8 +63,7 @@ def build_client_app(timeout: float = 30.0) -> FastAPI:
         if result.rejected:
             raise InteropError(result.rejected[0])
 
-    async def upload(body: dict[str, Any]) -> dict[str, Any]:
-        request = Upload.model_validate(body)
+    async def upload(request: Upload) -> dict[str, Any]:
         spec = request.vdaf.spec()
         measurement = parse_measurement(spec, request.measurement)
         task = ClientTask(
@@ -87,4 +87,4 @@ def build_client_app(timeout: float = 30.0) -> FastAPI:
         finally:
             http.close()
 
-    return interop_app("client", {"upload": upload}, lifespan)
+    return interop_app("client", {"upload": Command(Upload, upload)}, lifespan)

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from pydantic import Field
 
 from deploy.interop.common import (
+    Command,
     CommandBody,
     InteropError,
     InteropVdaf,
@@ -118,8 +119,7 @@ def build_collector_app(settings: CollectorSettings) -> FastAPI:
     async def call(method: str, path: str, json_body: Any = None) -> httpx.Response:
         return await internal.request(method, path, json=json_body, headers=admin)
 
-    async def add_task(body: dict[str, Any]) -> dict[str, Any]:
-        request = AddTask.model_validate(body)
+    async def add_task(request: AddTask) -> dict[str, Any]:
         task = CollectorTask.model_validate(
             {
                 "task_id": request.task_id,
@@ -142,8 +142,7 @@ def build_collector_app(settings: CollectorSettings) -> FastAPI:
         log.info("task %s added (%s)", task.task_id, task.vdaf.describe())
         return {"collector_hpke_config": answer["collector_hpke_config"]}
 
-    async def collection_start(body: dict[str, Any]) -> dict[str, Any]:
-        request = CollectionStart.model_validate(body)
+    async def collection_start(request: CollectionStart) -> dict[str, Any]:
         if request.agg_param != "":
             # Prio3's aggregation parameter is empty (VDAF-08 §7), and the collector API
             # has no field for one.
@@ -157,8 +156,7 @@ def build_collector_app(settings: CollectorSettings) -> FastAPI:
             raise InteropError(f"collection not started: {problem_detail(response)}")
         return {"handle": response.json()["collection_job_id"]}
 
-    async def collection_poll(body: dict[str, Any]) -> dict[str, Any]:
-        request = CollectionPoll.model_validate(body)
+    async def collection_poll(request: CollectionPoll) -> dict[str, Any]:
         response = await call("GET", f"/collections/{request.handle}")
         if response.status_code == 404:
             raise InteropError(f"unknown handle {request.handle!r}")
@@ -194,9 +192,9 @@ def build_collector_app(settings: CollectorSettings) -> FastAPI:
     return interop_app(
         "collector",
         {
-            "add_task": add_task,
-            "collection_start": collection_start,
-            "collection_poll": collection_poll,
+            "add_task": Command(AddTask, add_task),
+            "collection_start": Command(CollectionStart, collection_start),
+            "collection_poll": Command(CollectionPoll, collection_poll),
         },
         lifespan,
     )

@@ -11,22 +11,25 @@ Conventions of draft-dcook-ppm-dap-interop-test-design-07 §4 (digest §11):
 from __future__ import annotations
 
 import contextlib
-import json
+import inspect
 import logging
 import os
 import secrets
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import Body, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from services.common.logs import JsonFormatter
+from services.common.routing import InvalidRequest, answers_invalid, api_router
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
@@ -54,12 +57,20 @@ log = logging.getLogger(__name__)
 Role = Literal["aggregator", "collector", "client"]
 #: A command handler: the request's JSON object in, the success fields out (InteropError or a
 #: pydantic ValidationError for an "error" answer).
-Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 Lifespan = Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]
 
 #: The VDAF types this implementation accepts over the interop API (interop draft §4.2.1);
 #: Poplar1 and Janus's private Prio3 variants have no counterpart here.
 SUPPORTED_VDAFS = ("Prio3Count", "Prio3Sum", "Prio3SumVec", "Prio3Histogram")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A test API command: its body's model, and what it does with a valid body (the success
+    answer's fields; InteropError or a pydantic ValidationError for an "error" answer)."""
+
+    body: type[CommandBody]
+    run: Callable[[Any], Awaitable[dict[str, Any]]]
 
 
 class InteropError(Exception):
@@ -111,7 +122,8 @@ class InteropVdaf(CommandBody):
         try:
             return VdafSpec.model_validate(params)
         except ValidationError as exc:
-            raise InteropError(f"invalid VDAF: {validation_message(exc)}") from None
+            message = validation_message(exc.errors(include_input=False, include_url=False))
+            raise InteropError(f"invalid VDAF: {message}") from None
 
 
 def parse_measurement(vdaf: VdafSpec, value: object) -> int | list[int]:
@@ -132,10 +144,10 @@ def format_result(value: object) -> str | list[str]:
     raise InteropError(f"unexpected aggregate {value!r}")
 
 
-def validation_message(exc: ValidationError) -> str:
-    """Locations and messages only: inputs may hold tokens and keys."""
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """Locations and messages of pydantic's `errors` only: inputs may hold tokens and keys."""
     parts = []
-    for e in exc.errors(include_input=False, include_url=False):
+    for e in errors:
         where = ".".join(str(p) for p in e["loc"])
         msg = str(e["msg"]).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
@@ -170,12 +182,34 @@ def error_body(message: str) -> dict[str, Any]:
     return {"status": "error", "error": message}
 
 
+class CommandAnswer(BaseModel):
+    """Every command's answer (§4): the outcome, what failed, and the command's own fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["success", "error"]
+    error: str | None = None
+
+
+def _invalid_answer(name: str) -> InvalidRequest:
+    async def answer(_: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        if errors and errors[0].get("type") == "json_invalid":
+            return JSONResponse(error_body("request body is not JSON"))
+        # [1:]: FastAPI's "body"
+        message = validation_message([{**e, "loc": tuple(e["loc"])[1:]} for e in errors])
+        log.info("%s: invalid request: %s", name, message)
+        return JSONResponse(error_body(f"invalid request: {message}"))
+
+    return answer
+
+
 def interop_app(role: Role, commands: Mapping[str, Command], lifespan: Lifespan) -> FastAPI:
     """A FastAPI app answering ``POST /internal/test/<name>`` for each command (and ``ready``).
 
-    A body that is not a JSON object, or a command that fails, still answers 200 with status
-    "error" (§4: the status carries the outcome); any other path under /internal/test is a
-    plain 404 from the router.
+    A body the command's model refuses, or a command that fails, still answers 200 with
+    status "error" (§4: the status carries the outcome); an empty body is an empty object;
+    any other path under /internal/test is a plain 404 from the router.
     """
     app = FastAPI(
         title=f"sagg interop {role}",
@@ -184,27 +218,22 @@ def interop_app(role: Role, commands: Mapping[str, Command], lifespan: Lifespan)
         redoc_url=None,
         openapi_url=None,
     )
+    router = api_router("interop")
 
-    async def ready(_: dict[str, Any]) -> dict[str, Any]:
+    async def ready(_: CommandBody) -> dict[str, Any]:
         # The lifespan has run before the first request is served, so answering is readiness.
         return {}
 
     def route(name: str, command: Command) -> None:
-        async def endpoint(request: Request) -> JSONResponse:
-            raw = await request.body()
+        async def endpoint(body: CommandBody | None = None) -> JSONResponse:
             try:
-                body = json.loads(raw) if raw.strip() else {}
-            except ValueError:
-                return JSONResponse(error_body("request body is not JSON"))
-            if not isinstance(body, dict):
-                return JSONResponse(error_body("request body must be a JSON object"))
-            try:
-                fields = await command(body)
+                parsed = body if body is not None else command.body.model_validate({})
+                fields = await command.run(parsed)
             except InteropError as exc:
                 log.info("%s: %s", name, exc)
                 return JSONResponse(error_body(str(exc)))
             except ValidationError as exc:
-                message = validation_message(exc)
+                message = validation_message(exc.errors(include_input=False, include_url=False))
                 log.info("%s: invalid request: %s", name, message)
                 return JSONResponse(error_body(f"invalid request: {message}"))
             except Exception as exc:  # a bug or an outage: still an answer the runner can read
@@ -212,11 +241,26 @@ def interop_app(role: Role, commands: Mapping[str, Command], lifespan: Lifespan)
                 return JSONResponse(error_body(f"internal error: {type(exc).__name__}"))
             return JSONResponse({"status": "success", **fields})
 
-        app.add_api_route(f"/internal/test/{name}", endpoint, methods=["POST"], name=name)
+        # The body's model is the command's: FastAPI reads the signature.
+        body = inspect.Parameter(
+            "body",
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None,
+            annotation=Annotated[command.body | None, Body()],
+        )
+        endpoint.__signature__ = inspect.Signature([body])  # type: ignore[attr-defined]
+        router.add_api_route(
+            f"/internal/test/{name}",
+            answers_invalid(_invalid_answer(name))(endpoint),
+            methods=["POST"],
+            name=name,
+            response_model=CommandAnswer,
+        )
 
-    route("ready", ready)
+    route("ready", Command(CommandBody, ready))
     for name, command in commands.items():
         route(name, command)
+    app.include_router(router)
     return app
 
 

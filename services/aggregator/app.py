@@ -30,31 +30,34 @@ FastAPI (`upload_route`) and are stored in groups (`uploads`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from services.aggregator.datastore import Datastore
-from services.aggregator.metrics import aggregator_metrics, task_stats
+from services.aggregator.metrics import AggregatorCollector, task_stats
 from services.aggregator.service import Aggregator, Answer
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
-from services.common.auth import hash_token, require_bearer, token_hash
+from services.common.auth import DAP_CREDENTIALS, BearerAuth, hash_token, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
 from services.common.health import install_healthz
 from services.common.http import http_client
 from services.common.limits import install_body_limit
-from services.common.metrics import Registry, install_metrics
+from services.common.metrics import RequestMetrics, install_metrics
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
@@ -62,19 +65,17 @@ from services.common.problems import (
     install_problem_handlers,
     problem_response,
 )
+from services.common.routing import (
+    answers_invalid,
+    api_router,
+    binary_body,
+    binary_response,
+    created_or_found,
+)
 from shared import hpke
 from shared.codec import DecodeError
+from shared.dap import messages as dap
 from shared.dap.ids import TaskId
-from shared.dap.messages import (
-    MEDIA_AGGREGATE_SHARE,
-    MEDIA_AGGREGATE_SHARE_REQ,
-    MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
-    MEDIA_AGGREGATION_JOB_INIT_REQ,
-    MEDIA_AGGREGATION_JOB_RESP,
-    MEDIA_COLLECT_REQ,
-    MEDIA_COLLECTION,
-    MEDIA_HPKE_CONFIG_LIST,
-)
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
 
@@ -114,6 +115,10 @@ def _respond(answer: Answer, media_type: str | None = None) -> Response:
     )
 
 
+#: The upload route's template, for the request latency of the fast path.
+UPLOAD_ROUTE = "/tasks/{task_id}/reports"
+
+
 class _AggregatorApp(FastAPI):
     """The FastAPI app, with uploads answered before FastAPI's stack (`upload_route`)."""
 
@@ -121,9 +126,38 @@ class _AggregatorApp(FastAPI):
         task_id = upload_task_id(scope)
         if task_id is not None:
             state = self.state
-            await handle_upload(state.aggregator, state.upload_gate, task_id, scope, receive, send)
+            upload = functools.partial(handle_upload, state.aggregator, state.upload_gate, task_id)
+            timer: RequestMetrics = state.request_metrics
+            await timer.timed(upload, scope, receive, send, route=UPLOAD_ROUTE)
             return
         await super().__call__(scope, receive, send)
+
+
+class TaskCreated(BaseModel):
+    """The answer to a task definition: created (201) or already there (200)."""
+
+    task_id: str
+
+
+class KeyRotated(BaseModel):
+    """The config id of the new HPKE key, now listed first."""
+
+    config_id: int
+
+
+def _invalid_definition(task_id: str, exc: RequestValidationError) -> Response:
+    # Only locations and messages: the input may hold tokens and keys.
+    errors = [
+        f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"  # [1:]: FastAPI's "body"
+        for e in exc.errors()
+    ]
+    return problem_response(
+        type_="about:blank",
+        title="invalid task definition",
+        status=400,
+        detail="; ".join(errors),
+        task_id=task_id,
+    )
 
 
 def open_aggregator(
@@ -132,7 +166,7 @@ def open_aggregator(
     clock: Clock | None = None,
     database: Database | None = None,
     issuer_http: httpx.Client | None = None,
-    metrics: Registry | None = None,
+    metrics: CollectorRegistry | None = None,
 ) -> Aggregator:
     """The aggregator over the store at `settings.database_url`, migrated and with an HPKE key.
 
@@ -160,7 +194,7 @@ def create_app(
     """An aggregator app over the store at `settings.database_url` (migrated here).
 
     `issuer_http` fetches token issuer directories (tests pass an in-process issuer)."""
-    registry = Registry()
+    registry = CollectorRegistry()
     agg = open_aggregator(
         settings, clock=clock, database=database, issuer_http=issuer_http, metrics=registry
     )
@@ -174,85 +208,118 @@ def create_app(
     install_body_limit(app, settings.max_request_body_bytes, dap=True)
     install_problem_handlers(app)
     install_http_problem_handler(app)
+    admin_hash = token_hash(settings.admin_token)
+    registry.register(AggregatorCollector(ds))
+    app.state.request_metrics = install_metrics(app, registry, admin_hash)
+    install_healthz(app, ds.is_migrated)
+    app.include_router(_dap_routes(agg))
+    admin = BearerAuth(admin_hash)
+    provisioning = BearerAuth(admin_hash, token_hash(settings.provisioner_token))
+    app.include_router(_provisioning_routes(agg, provisioning))
+    app.include_router(_admin_routes(agg, admin))
+    log.debug("aggregator app created (%s)", json.dumps({"db": ds.db.dialect.name}))
+    return app
 
-    async def call(fn: Callable[..., Answer], *args: Any) -> Answer:
-        return await run_in_threadpool(fn, *args)
 
-    # --- DAP-09 ------------------------------------------------------------------------------
+async def _call(fn: Callable[..., Answer], *args: Any) -> Answer:
+    return await run_in_threadpool(fn, *args)
 
-    @app.get("/hpke_config")
-    async def hpke_config(request: Request) -> Response:
-        task_id = request.query_params.get("task_id")
-        answer = await call(agg.hpke_config_list, task_id)
+
+def _dap_routes(agg: Aggregator) -> APIRouter:
+    """DAP-09 §4 (but uploads: `upload_route`); the parties authenticate with the task's
+    tokens, checked by `Aggregator`."""
+    router = api_router("dap", response_class=Response)
+
+    @router.get(
+        "/hpke_config",
+        responses=binary_response(dap.MEDIA_HPKE_CONFIG_LIST),
+    )
+    async def hpke_config(task_id: Annotated[str | None, Query()] = None) -> Response:
+        answer = await _call(agg.hpke_config_list, task_id)
         return Response(
             content=answer.body,
             status_code=200,
-            headers={"Content-Type": MEDIA_HPKE_CONFIG_LIST, "Cache-Control": "max-age=86400"},
+            headers={
+                "Content-Type": dap.MEDIA_HPKE_CONFIG_LIST,
+                "Cache-Control": "max-age=86400",
+            },
         )
 
-    @app.put("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    jobs = "/tasks/{task_id}/aggregation_jobs/{job_id}"
+    job_resp = binary_response(dap.MEDIA_AGGREGATION_JOB_RESP, 200, 201)
+    init, cont = dap.MEDIA_AGGREGATION_JOB_INIT_REQ, dap.MEDIA_AGGREGATION_JOB_CONTINUE_REQ
+
+    task_auth = list(DAP_CREDENTIALS)
+
+    @router.put(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(init))
     async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:
-        body = await _body(request, MEDIA_AGGREGATION_JOB_INIT_REQ, task_id)
-        answer = await call(agg.helper_init, task_id, job_id, request.headers, body)
-        return _respond(answer, MEDIA_AGGREGATION_JOB_RESP)
+        body = await _body(request, init, task_id)
+        answer = await _call(agg.helper_init, task_id, job_id, request.headers, body)
+        return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
-    @app.post("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    @router.post(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(cont))
     async def aggregation_continue(task_id: str, job_id: str, request: Request) -> Response:
-        body = await _body(request, MEDIA_AGGREGATION_JOB_CONTINUE_REQ, task_id)
-        answer = await call(agg.helper_continue, task_id, job_id, request.headers, body)
-        return _respond(answer, MEDIA_AGGREGATION_JOB_RESP)
+        body = await _body(request, cont, task_id)
+        answer = await _call(agg.helper_continue, task_id, job_id, request.headers, body)
+        return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
-    @app.delete("/tasks/{task_id}/aggregation_jobs/{job_id}")
+    @router.delete(jobs, dependencies=task_auth, status_code=204)
     async def aggregation_delete(task_id: str, job_id: str, request: Request) -> Response:
-        return _respond(await call(agg.helper_delete, task_id, job_id, request.headers))
+        return _respond(await _call(agg.helper_delete, task_id, job_id, request.headers))
 
-    @app.post("/tasks/{task_id}/aggregate_shares")
+    @router.post(
+        "/tasks/{task_id}/aggregate_shares",
+        dependencies=task_auth,
+        responses=binary_response(dap.MEDIA_AGGREGATE_SHARE),
+        openapi_extra=binary_body(dap.MEDIA_AGGREGATE_SHARE_REQ),
+    )
     async def aggregate_shares(task_id: str, request: Request) -> Response:
-        body = await _body(request, MEDIA_AGGREGATE_SHARE_REQ, task_id)
-        answer = await call(agg.helper_aggregate_share, task_id, request.headers, body)
-        return _respond(answer, MEDIA_AGGREGATE_SHARE)
+        body = await _body(request, dap.MEDIA_AGGREGATE_SHARE_REQ, task_id)
+        answer = await _call(agg.helper_aggregate_share, task_id, request.headers, body)
+        return _respond(answer, dap.MEDIA_AGGREGATE_SHARE)
 
-    @app.put("/tasks/{task_id}/collection_jobs/{job_id}")
+    collections = "/tasks/{task_id}/collection_jobs/{job_id}"
+
+    @router.put(
+        collections,
+        dependencies=task_auth,
+        status_code=201,
+        openapi_extra=binary_body(dap.MEDIA_COLLECT_REQ),
+    )
     async def collection_put(task_id: str, job_id: str, request: Request) -> Response:
-        body = await _body(request, MEDIA_COLLECT_REQ, task_id)
-        return _respond(await call(agg.put_collection_job, task_id, job_id, request.headers, body))
+        body = await _body(request, dap.MEDIA_COLLECT_REQ, task_id)
+        answer = await _call(agg.put_collection_job, task_id, job_id, request.headers, body)
+        return _respond(answer)
 
-    @app.post("/tasks/{task_id}/collection_jobs/{job_id}")
+    @router.post(
+        collections,
+        dependencies=task_auth,
+        responses=binary_response(dap.MEDIA_COLLECTION, 200, 202),
+    )
     async def collection_poll(task_id: str, job_id: str, request: Request) -> Response:
-        answer = await call(agg.poll_collection_job, task_id, job_id, request.headers)
-        return _respond(answer, MEDIA_COLLECTION)
+        answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
+        return _respond(answer, dap.MEDIA_COLLECTION)
 
-    @app.delete("/tasks/{task_id}/collection_jobs/{job_id}")
+    @router.delete(collections, dependencies=task_auth, status_code=204)
     async def collection_delete(task_id: str, job_id: str, request: Request) -> Response:
-        return _respond(await call(agg.delete_collection_job, task_id, job_id, request.headers))
+        return _respond(await _call(agg.delete_collection_job, task_id, job_id, request.headers))
 
-    # --- admin -------------------------------------------------------------------------------
+    return router
 
-    admin_hash = token_hash(settings.admin_token)
-    provisioner_hash = token_hash(settings.provisioner_token)
 
-    def check_admin(request: Request) -> None:
-        require_bearer(request.headers, admin_hash)
+def _task_key(task_id: str) -> bytes:
+    try:
+        return TaskId.from_b64url(task_id).value
+    except DecodeError:
+        raise HttpProblemError(404, "unknown task", task_id=task_id) from None
 
-    def check_provisioning(request: Request) -> None:
-        require_bearer(request.headers, admin_hash, provisioner_hash)
 
-    def put_task(task_id: str, raw: bytes) -> Response:
-        try:
-            definition = TaskDefinition.model_validate_json(raw)
-        except ValidationError as exc:
-            # Only locations and messages: the input may hold tokens and keys.
-            errors = [
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                for e in exc.errors(include_input=False, include_url=False)
-            ]
-            return problem_response(
-                type_="about:blank",
-                title="invalid task definition",
-                status=400,
-                detail="; ".join(errors),
-                task_id=task_id,
-            )
+def _provisioning_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
+    """What the recipe server's provisioning token may do too: create and confirm tasks."""
+    router = api_router("admin", [auth.dependency])
+    ds, clock = agg.ds, agg.clock
+
+    def put_task(task_id: str, definition: TaskDefinition) -> Response:
         if definition.task_id != task_id:
             raise HttpProblemError(400, "task id in the path and the body differ", task_id=task_id)
         config = definition.collector_config
@@ -291,54 +358,49 @@ def create_app(
         agg.forget_task(definition.id.value)
         return JSONResponse({"task_id": task_id}, status_code=201 if outcome == "created" else 200)
 
-    @app.put("/internal/tasks/{task_id}")
-    async def admin_put_task(task_id: str, request: Request) -> Response:
-        check_provisioning(request)
-        raw = await request.body()
-        return await run_in_threadpool(put_task, task_id, raw)
+    async def invalid_definition(request: Request, exc: RequestValidationError) -> Response:
+        auth.check(request)
+        return _invalid_definition(request.path_params["task_id"], exc)
 
-    def task_key(task_id: str) -> bytes:
-        try:
-            return TaskId.from_b64url(task_id).value
-        except DecodeError:
-            raise HttpProblemError(404, "unknown task", task_id=task_id) from None
+    @router.put("/internal/tasks/{task_id}", **created_or_found(TaskCreated))
+    @answers_invalid(invalid_definition)
+    async def admin_put_task(task_id: str, definition: TaskDefinition) -> Response:
+        return await run_in_threadpool(put_task, task_id, definition)
 
-    @app.get("/internal/tasks/{task_id}")
-    async def admin_get_task(task_id: str, request: Request) -> Response:
-        check_provisioning(request)
-        record = await run_in_threadpool(ds.get_task, task_key(task_id))
+    @router.get("/internal/tasks/{task_id}", response_model=dict[str, Any])
+    async def admin_get_task(task_id: str) -> Response:
+        record = await run_in_threadpool(ds.get_task, _task_key(task_id))
         if record is None:
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         shown = {k: v for k, v in record.definition.items() if k not in UNSHOWN_FIELDS}
         return JSONResponse(shown)
 
-    @app.delete("/internal/tasks/{task_id}")
-    async def admin_delete_task(task_id: str, request: Request) -> Response:
-        check_admin(request)
-        key = task_key(task_id)
+    return router
+
+
+def _admin_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
+    """The operator's: delete tasks, read their statistics, rotate the HPKE keys."""
+    router = api_router("admin", [auth.dependency])
+    ds = agg.ds
+
+    @router.delete("/internal/tasks/{task_id}", status_code=204)
+    async def admin_delete_task(task_id: str) -> Response:
+        key = _task_key(task_id)
         if not await run_in_threadpool(ds.delete_task, key):
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         agg.forget_task(key)
         return Response(status_code=204)
 
-    @app.get("/internal/tasks/{task_id}/stats")
-    async def admin_task_stats(task_id: str, request: Request) -> Response:
-        check_admin(request)
-        key = task_key(task_id)
-        record = await run_in_threadpool(ds.get_task, key)
+    @router.get("/internal/tasks/{task_id}/stats", response_model=dict[str, Any])
+    async def admin_task_stats(task_id: str) -> Response:
+        record = await run_in_threadpool(ds.get_task, _task_key(task_id))
         if record is None:
             raise HttpProblemError(404, "unknown task", task_id=task_id)
         return JSONResponse(await run_in_threadpool(task_stats, ds, record))
 
-    install_metrics(app, aggregator_metrics(ds, registry), admin_hash)
-
-    @app.post("/internal/hpke_keys/rotate")
-    async def admin_rotate(request: Request) -> Response:
-        check_admin(request)
+    @router.post("/internal/hpke_keys/rotate", response_model=KeyRotated)
+    async def admin_rotate() -> Response:
         config_id = await run_in_threadpool(agg.rotate_keys)
         return JSONResponse({"config_id": config_id})
 
-    install_healthz(app, ds.is_migrated)
-
-    log.debug("aggregator app created (%s)", json.dumps({"db": ds.db.dialect.name}))
-    return app
+    return router

@@ -1,9 +1,10 @@
 """Per-task statistics: the admin stats document and the aggregator's Prometheus metrics.
 
-Everything comes from the datastore at scrape time (`services.common.metrics`), so every
-process of one aggregator reports the same numbers, across restarts. Counts of refused reports
-are by stage (``upload`` at the leader, ``aggregation`` at either aggregator) and reason: a
-`PrepareError` name or one of sagg's finer reasons (``binding_mismatch``, ``token_spent``...).
+Everything comes from the datastore at scrape time (`AggregatorCollector`, a prometheus_client
+collector), so every process of one aggregator reports the same numbers, across restarts.
+Counts of refused reports are by stage (``upload`` at the leader, ``aggregation`` at either
+aggregator) and reason: a `PrepareError` name or one of sagg's finer reasons
+(``binding_mismatch``, ``token_spent``...).
 Batch progress is the aggregated report count of each uncollected batch over the task's
 minimum batch size (DAP-09 §4.6.5: a batch is collectable at 1.0). Refused collections of
 batches that passed DAP's checks are counted by reason (``rate_exceeded``: 001 §4.8 rate
@@ -12,15 +13,24 @@ validation).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from services.aggregator.datastore import Datastore, TaskRecord
-from services.common.metrics import Registry, Scrape
 from shared.b64url import b64url_encode
 
-__all__ = ["aggregator_metrics", "task_stats"]
+__all__ = ["AggregatorCollector", "task_stats"]
 
-_TASK = ("task", "role")
+_TASK = ["task", "role"]
+#: The job families by state: name and what they count.
+_BY_STATE = (
+    ("report_aggregations", "Report aggregations"),
+    ("aggregation_jobs", "Aggregation jobs"),
+    ("collection_jobs", "Collection jobs"),
+)
 
 
 def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
@@ -43,81 +53,70 @@ def task_stats(ds: Datastore, record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def aggregator_metrics(ds: Datastore, registry: Registry | None = None) -> Registry:
-    """Every task's statistics as metric families, read from `ds` on each scrape (added to
-    `registry`, which may hold the process's event counters already)."""
-    if registry is None:
-        registry = Registry()
-    registry.family(
-        "sagg_reports_received_total",
-        "counter",
-        "Reports stored: accepted uploads (leader), report shares seen (helper).",
-        _TASK,
-    )
-    registry.family(
-        "sagg_reports_waiting", "gauge", "Stored reports not yet in an aggregation job.", _TASK
-    )
-    registry.family(
-        "sagg_reports_rejected_total",
-        "counter",
-        "Refused reports by stage and reason.",
-        (*_TASK, "stage", "reason"),
-    )
-    registry.family(
-        "sagg_batches_refused_total",
-        "counter",
-        "Collection requests refused by reason (rate_exceeded: 001 §4.8 rate validation).",
-        (*_TASK, "reason"),
-    )
-    for family, what in (
-        ("report_aggregations", "Report aggregations"),
-        ("aggregation_jobs", "Aggregation jobs"),
-        ("collection_jobs", "Collection jobs"),
-    ):
-        registry.family(f"sagg_{family}", "gauge", f"{what} by state.", (*_TASK, "state"))
-    registry.family("sagg_batches_collected", "gauge", "Batches collected.", _TASK)
-    registry.family(
-        "sagg_batch_reports",
-        "gauge",
-        "Aggregated reports of each uncollected batch.",
-        (*_TASK, "batch"),
-    )
-    registry.family(
-        "sagg_batch_progress_ratio",
-        "gauge",
-        "Aggregated reports of each uncollected batch over the minimum batch size.",
-        (*_TASK, "batch"),
-    )
-    registry.family("sagg_task_min_batch_size", "gauge", "The task's minimum batch size.", _TASK)
+class AggregatorCollector(Collector):
+    """Every task's statistics as metric families, read from `ds` on each scrape."""
 
-    def read(scrape: Scrape) -> None:
-        for record in sorted(ds.all_tasks(), key=lambda r: r.task_id):
-            _task_samples(scrape, task_stats(ds, record))
+    def __init__(self, ds: Datastore) -> None:
+        self.ds = ds
 
-    registry.on_scrape(read)
-    return registry
-
-
-def _task_samples(scrape: Scrape, doc: dict[str, Any]) -> None:
-    base = {"task": doc["task_id"], "role": doc["role"]}
-    scrape.add("sagg_reports_received_total", doc["reports"]["received"], **base)
-    scrape.add("sagg_reports_waiting", doc["reports"]["waiting"], **base)
-    for stage, reasons in doc["rejections"].items():
-        for reason, n in reasons.items():
-            scrape.add("sagg_reports_rejected_total", n, **base, stage=stage, reason=reason)
-    for reason, n in doc["batches_refused"].items():
-        scrape.add("sagg_batches_refused_total", n, **base, reason=reason)
-    for family in ("report_aggregations", "aggregation_jobs", "collection_jobs"):
-        for state, n in doc[family].items():
-            scrape.add(f"sagg_{family}", n, **base, state=state)
-    scrape.add("sagg_batches_collected", doc["batches_collected"], **base)
-    min_batch_size = doc["min_batch_size"]
-    for batch in doc["open_batches"]:
-        scrape.add("sagg_batch_reports", batch["reports"], **base, batch=batch["batch"])
-        scrape.add(
-            "sagg_batch_progress_ratio",
-            batch["reports"] / min_batch_size,
-            **base,
-            batch=batch["batch"],
+    def collect(self) -> Iterator[Metric]:
+        received = CounterMetricFamily(
+            "sagg_reports_received_total",
+            "Reports stored: accepted uploads (leader), report shares seen (helper).",
+            labels=_TASK,
         )
-    scrape.add("sagg_task_min_batch_size", min_batch_size, **base)
+        waiting = GaugeMetricFamily(
+            "sagg_reports_waiting", "Stored reports not yet in an aggregation job.", labels=_TASK
+        )
+        rejected = CounterMetricFamily(
+            "sagg_reports_rejected_total",
+            "Refused reports by stage and reason.",
+            labels=[*_TASK, "stage", "reason"],
+        )
+        refused = CounterMetricFamily(
+            "sagg_batches_refused_total",
+            "Collection requests refused by reason (rate_exceeded: 001 §4.8 rate validation).",
+            labels=[*_TASK, "reason"],
+        )
+        by_state = {
+            family: GaugeMetricFamily(
+                f"sagg_{family}", f"{what} by state.", labels=[*_TASK, "state"]
+            )
+            for family, what in _BY_STATE
+        }
+        collected = GaugeMetricFamily("sagg_batches_collected", "Batches collected.", labels=_TASK)
+        batch_reports = GaugeMetricFamily(
+            "sagg_batch_reports",
+            "Aggregated reports of each uncollected batch.",
+            labels=[*_TASK, "batch"],
+        )
+        progress = GaugeMetricFamily(
+            "sagg_batch_progress_ratio",
+            "Aggregated reports of each uncollected batch over the minimum batch size.",
+            labels=[*_TASK, "batch"],
+        )
+        min_size = GaugeMetricFamily(
+            "sagg_task_min_batch_size", "The task's minimum batch size.", labels=_TASK
+        )
+        for record in sorted(self.ds.all_tasks(), key=lambda r: r.task_id):
+            doc = task_stats(self.ds, record)
+            base = [doc["task_id"], doc["role"]]
+            received.add_metric(base, doc["reports"]["received"])
+            waiting.add_metric(base, doc["reports"]["waiting"])
+            for stage, reasons in doc["rejections"].items():
+                for reason, n in reasons.items():
+                    rejected.add_metric([*base, stage, reason], n)
+            for reason, n in doc["batches_refused"].items():
+                refused.add_metric([*base, reason], n)
+            for family, states in by_state.items():
+                for state, n in doc[family].items():
+                    states.add_metric([*base, state], n)
+            collected.add_metric(base, doc["batches_collected"])
+            for batch in doc["open_batches"]:
+                batch_reports.add_metric([*base, batch["batch"]], batch["reports"])
+                progress.add_metric(
+                    [*base, batch["batch"]], batch["reports"] / doc["min_batch_size"]
+                )
+            min_size.add_metric(base, doc["min_batch_size"])
+        yield from (received, waiting, rejected, refused, *by_state.values(), collected)
+        yield from (batch_reports, progress, min_size)

@@ -46,6 +46,7 @@ from functools import cached_property
 from typing import Any, Final
 
 import httpx
+from prometheus_client import CollectorRegistry
 
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import (
@@ -75,7 +76,6 @@ from services.aggregator.tokens import (
 from services.aggregator.uploads import QueueFullError, UploadWriter
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
-from services.common.metrics import Registry
 from services.common.problems import DapProblemError, HttpProblemError
 from shared import hpke
 from shared.b64url import b64url_decode
@@ -356,7 +356,7 @@ class Aggregator:
         settings: AggregatorSettings,
         *,
         fetch: Fetch | None = None,
-        metrics: Registry | None = None,
+        metrics: CollectorRegistry | None = None,
     ) -> None:
         self.ds = datastore
         self.clock = clock

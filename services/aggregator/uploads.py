@@ -26,9 +26,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter
+
 from services.aggregator.datastore import Datastore, NewReport
 from services.common.db import TransientDbError
-from services.common.metrics import Registry
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class UploadWriter:
         max_group: int,
         max_queue: int,
         idle_s: float = 2.0,
-        metrics: Registry | None = None,
+        metrics: CollectorRegistry | None = None,
     ) -> None:
         self._ds = datastore
         self._max_group = max_group
@@ -70,17 +71,18 @@ class UploadWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         # Their ratio is the mean group size: how much the group commit saves.
-        metrics = metrics if metrics is not None else Registry()
-        self.commits = metrics.counter(
+        self.commits = Counter(
             "sagg_upload_commits_total",
             "Transactions of the upload writer in this process.",
             ("role",),
-        )
-        self.committed = metrics.counter(
+            registry=metrics,
+        ).labels(role="leader")
+        self.committed = Counter(
             "sagg_upload_commit_reports_total",
             "Uploads those transactions took to the store (stored or refused there).",
             ("role",),
-        )
+            registry=metrics,
+        ).labels(role="leader")
 
     def store(self, report: NewReport, done: Done) -> None:
         """Queue a validated report; `done` runs in the writer thread after the commit.
@@ -148,8 +150,8 @@ class UploadWriter:
             log.error("storing an upload failed: %s", type(exc).__name__)
             self._tell(group[0], exc)
             return
-        self.commits.inc(role="leader")
-        self.committed.inc(len(reports), role="leader")
+        self.commits.inc()
+        self.committed.inc(len(reports))
         for pending in group:
             self._tell(pending, next(stored) if pending.report is not None else COUNTED)
 

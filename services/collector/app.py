@@ -21,27 +21,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from services.collector.collect import (
     CollectionError,
     CollectQuery,
     check_query,
-    parse_query,
     query_json,
 )
 from services.collector.metrics import CollectorMetrics
 from services.collector.poller import CollectionPoller, PollerConfig, millis
 from services.collector.settings import CollectorSettings
 from services.collector.store import JobRow, PutTaskOutcome, Store, StoreError, open_store
-from services.common.auth import require_bearer, token_hash
+from services.common.auth import BearerAuth, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.health import install_healthz
@@ -54,6 +54,7 @@ from services.common.problems import (
     install_problem_handlers,
     problem_response,
 )
+from services.common.routing import answers_invalid, api_router, created_or_found
 from shared import hpke
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
@@ -69,17 +70,33 @@ log = logging.getLogger(__name__)
 _CONFIG_ID = 1
 
 
-def _validation_detail(exc: ValidationError) -> str:
+def _invalid_body(exc: RequestValidationError) -> HttpProblemError:
+    """The first of FastAPI's validation errors, as the collector words it."""
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid" or (first.get("type") == "missing" and loc == ("body",)):
+        return HttpProblemError(400, "body is not JSON")
+    where = ".".join(str(p) for p in loc[1:])  # [1:]: FastAPI's "body"
+    return HttpProblemError(400, f"{where}: {first.get('msg')}" if where else str(first.get("msg")))
 
 
-class _CollectRequest(BaseModel):
+class CollectRequest(BaseModel):
+    """``POST /collections``: the task and the query of a new collection job."""
+
     model_config = ConfigDict(extra="forbid")
 
     task_id: str
-    query: dict[str, Any]
+    query: CollectQuery
+
+
+class TaskProvisioned(BaseModel):
+    """The collector's HPKE config of the task (encoded HpkeConfig, unpadded base64url)."""
+
+    collector_hpke_config: str
+
+
+class CollectionCreated(BaseModel):
+    collection_job_id: str
 
 
 def job_view(job: JobRow, task: CollectorTask | None) -> dict[str, Any]:
@@ -164,17 +181,6 @@ def create_app(
 
     app = FastAPI(title="sagg collector", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.metrics = metrics
-
-    def authorize(request: Request) -> None:
-        """The admin API takes `Authorization: Bearer <admin token>` (401 absent, 403 wrong)."""
-        require_bearer(request.headers, admin_hash)
-
-    async def json_body(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except (ValueError, RecursionError):
-            raise HttpProblemError(400, "body is not JSON") from None
-
     install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_http_problem_handler(app)
@@ -196,18 +202,30 @@ def create_app(
 
     install_healthz(app, ready)
     install_metrics(app, metrics.registry, admin_hash)
+    app.include_router(_provisioning_routes(db, clock, BearerAuth(admin_hash, provisioner_hash)))
+    app.include_router(_admin_routes(db, clock, state, BearerAuth(admin_hash)))
+    return app
 
-    @app.put("/internal/tasks/{task_id}")
-    async def put_task(task_id: str, request: Request) -> Response:
-        require_bearer(request.headers, admin_hash, provisioner_hash)
+
+def _provisioning_routes(db: Callable[[], Store], clock: Clock, auth: BearerAuth) -> APIRouter:
+    """What the recipe server's provisioning token may do too: provision tasks."""
+    router = api_router("admin", [auth.dependency])
+
+    def check_task_id(task_id: str) -> None:
         try:
             TaskId.from_b64url(task_id)
         except DecodeError as exc:
             raise HttpProblemError(400, str(exc)) from None
-        try:
-            task = CollectorTask.model_validate(await json_body(request))
-        except ValidationError as exc:
-            raise HttpProblemError(400, _validation_detail(exc)) from None
+
+    async def invalid_task(request: Request, exc: RequestValidationError) -> Response:
+        auth.check(request)
+        check_task_id(request.path_params["task_id"])
+        raise _invalid_body(exc)
+
+    @router.put("/internal/tasks/{task_id}", **created_or_found(TaskProvisioned))
+    @answers_invalid(invalid_task)
+    async def put_task(task_id: str, task: CollectorTask) -> Response:
+        check_task_id(task_id)
         if task.task_id != task_id:
             raise HttpProblemError(400, "task_id in the body differs from the URL")
 
@@ -237,9 +255,17 @@ def create_app(
             status_code=201 if outcome is PutTaskOutcome.CREATED else 200,
         )
 
-    @app.get("/internal/tasks/{task_id}")
-    async def get_task(task_id: str, request: Request) -> Response:
-        authorize(request)
+    return router
+
+
+def _admin_routes(
+    db: Callable[[], Store], clock: Clock, state: dict[str, Any], auth: BearerAuth
+) -> APIRouter:
+    """The analyst's and operator's: read tasks, start and read collections."""
+    router = api_router("admin", [auth.dependency])
+
+    @router.get("/internal/tasks/{task_id}", response_model=dict[str, Any])
+    async def get_task(task_id: str) -> Response:
         stored = await asyncio.to_thread(db().load_task, task_id)
         if stored is None:
             raise HttpProblemError(404, f"unknown task {task_id}", task_id=task_id)
@@ -248,25 +274,28 @@ def create_app(
         body["collector_hpke_config"] = stored.hpke_config
         return JSONResponse(body)
 
-    @app.post("/collections")
-    async def create_collection(request: Request) -> Response:
-        authorize(request)
-        try:
-            body = _CollectRequest.model_validate(await json_body(request))
-            query: CollectQuery = parse_query(body.query)
-        except ValidationError as exc:
-            raise HttpProblemError(400, _validation_detail(exc)) from None
+    async def invalid_collection(request: Request, exc: RequestValidationError) -> Response:
+        auth.check(request)
+        raise _invalid_body(exc)
+
+    @router.post(
+        "/collections",
+        status_code=201,
+        response_model=CollectionCreated,
+    )
+    @answers_invalid(invalid_collection)
+    async def create_collection(body: CollectRequest) -> Response:
         stored = await asyncio.to_thread(db().load_task, body.task_id)
         if stored is None:
             raise HttpProblemError(404, f"unknown task {body.task_id}")
         task = CollectorTask.model_validate_json(stored.definition)
         try:
-            check_query(task, query)
+            check_query(task, body.query)
         except CollectionError as exc:
             raise HttpProblemError(400, str(exc)) from None
         job_id = CollectionJobId.random().to_b64url()
         created = await asyncio.to_thread(
-            db().create_job, job_id, body.task_id, query_json(query), millis(clock)
+            db().create_job, job_id, body.task_id, query_json(body.query), millis(clock)
         )
         if not created:  # the task was deleted in between
             raise HttpProblemError(404, f"unknown task {body.task_id}")
@@ -276,9 +305,8 @@ def create_app(
         poller.wake()
         return JSONResponse({"collection_job_id": job_id}, status_code=201)
 
-    @app.get("/collections/{job_id}")
-    async def get_collection(job_id: str, request: Request) -> Response:
-        authorize(request)
+    @router.get("/collections/{job_id}", response_model=dict[str, Any])
+    async def get_collection(job_id: str) -> Response:
         job = await asyncio.to_thread(db().get_job, job_id)
         if job is None:
             raise HttpProblemError(404, f"unknown collection job {job_id}")
@@ -286,4 +314,4 @@ def create_app(
         task = None if stored is None else CollectorTask.model_validate_json(stored.definition)
         return JSONResponse(job_view(job, task))
 
-    return app
+    return router

@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, replace
 
 import httpx
+from prometheus_client import Counter
 
 from services.collector.collect import (
     CollectionError,
@@ -45,7 +46,6 @@ from services.collector.leader import (
 )
 from services.collector.store import JobRow, JobState, JobUpdate, Store, StoredTask
 from services.common.clock import Clock
-from services.common.metrics import Counter
 from shared import hpke
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
@@ -182,7 +182,7 @@ class CollectionPoller:
     def _count(self, job: JobRow, request: str, outcome: Outcome) -> None:
         if self._requests is not None:
             name = type(outcome).__name__.lower()
-            self._requests.inc(task=job.task_id, request=request, outcome=name)
+            self._requests.labels(task=job.task_id, request=request, outcome=name).inc()
 
     def _settle(
         self, job: JobRow, outcome: Outcome, stored: StoredTask, task: CollectorTask

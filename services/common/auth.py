@@ -7,7 +7,9 @@ leak does not hand out credentials, and comparison is constant-time.
 The services' own APIs take ``Authorization: Bearer`` credentials with a scope each (least
 privilege, RFC 9576 §4 keeps every party's powers apart): an operator's admin token opens a
 party's whole API, a provisioning token (the recipe server's) only creates and confirms tasks.
-Every configured token is at least `MIN_TOKEN_LENGTH` characters (`ServiceToken`).
+Every configured token is at least `MIN_TOKEN_LENGTH` characters (`ServiceToken`). Routes
+take their check as a FastAPI dependency (`BearerAuth`), so the OpenAPI descriptions declare
+the bearer scheme.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any, Final
 
+from fastapi import HTTPException, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, SecretStr
 
 from services.common.problems import HttpProblemError
@@ -81,6 +85,52 @@ def require_bearer(headers: Mapping[str, str], *allowed: bytes | None) -> None:
     matches = [token_matches(expected, token) for expected in allowed]
     if not any(matches):
         raise HttpProblemError(403, "this token may not do this")
+
+
+#: The scheme the OpenAPI descriptions declare; the check itself is `require_bearer`'s, so a
+#: missing token is a problem document too (auto_error would answer FastAPI's own 403).
+BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearer")
+
+
+#: The DAP parties' credentials (DAP-09 §3.1): either header, checked against the task's token
+#: hash by the aggregator itself. As dependencies these only declare the schemes: a route
+#: listing both accepts either.
+DAP_AUTH_SCHEME = APIKeyHeader(name=DAP_AUTH_HEADER, auto_error=False, scheme_name="dap-auth")
+DAP_CREDENTIALS: Final = (Security(DAP_AUTH_SCHEME), Security(BEARER_SCHEME))
+
+
+class BearerAuth:
+    """The credentials of a group of routes as a FastAPI dependency (`dependency`): a bearer
+    token matching one of the `allowed` hashes (`require_bearer`)."""
+
+    def __init__(self, *allowed: bytes | None) -> None:
+        self.allowed = allowed
+
+        async def authorize(
+            request: Request,
+            _: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)],
+        ) -> None:
+            self.check(request)
+
+        self.dependency: Any = Security(authorize)
+
+    def check(self, request: Request) -> None:
+        """`HttpProblemError` 401 or 403 unless `request` carries an allowed token."""
+        require_bearer(request.headers, *self.allowed)
+
+
+async def presented_bearer(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)],
+) -> str | None:
+    """The token a request carries (`presented_token`), as a dependency of routes whose
+    callers are looked up by it (analysts, the split attester)."""
+    return presented_token(request.headers)
+
+
+def unauthorized() -> HTTPException:
+    """401 for an unknown or missing token, alike: nothing tells a prober which tokens exist."""
+    return HTTPException(401, "Unauthorized", headers={"WWW-Authenticate": "Bearer"})
 
 
 def auth_headers(token: str) -> dict[str, str]:

@@ -1,182 +1,147 @@
-"""Prometheus metrics of every sagg service: one registry, the text exposition, `GET /metrics`.
+"""Prometheus metrics of every sagg service (prometheus_client): registries, request latency,
+and `GET /metrics` in the text exposition format 0.0.4.
 
-The exposition is the Prometheus text format 0.0.4, written here rather than taken from
-prometheus_client so the services need no dependency for ~100 lines. Two kinds of family:
+Where each family lives:
 
-- **event counters** (`Registry.counter`) count what happened in this process (a refused
-  request, a poll); they start at zero with the process, as Prometheus counters may;
-- **stored values** (`Registry.family` + `Registry.on_scrape`) are read from the service's
-  store at scrape time, so every replica of a service and every restart reports the same
-  numbers for what the database knows (jobs by state, reports per batch, log size).
+- **process-wide** families (``process_*`` and ``python_*`` from prometheus_client's own
+  collectors, the store's transaction metrics in `services.common.db`) are on the default
+  `prometheus_client.REGISTRY`;
+- **per app**, on the app's own `CollectorRegistry` (a test process runs several apps side by
+  side): event counters that count what happened in this process (they start at zero with
+  it, as Prometheus counters may), the request latency histogram (`install_request_metrics`),
+  and custom collectors that read the service's store at scrape time, so every replica and
+  every restart reports the same numbers for what the database knows (jobs by state,
+  reports per batch, log size).
 
-`GET /metrics` takes the same bearer token check as the admin APIs (`require_bearer`): task
-ids and traffic figures are not public.
+`GET /metrics` exposes both registries and takes the same bearer token check as the admin
+APIs (`services.common.auth`): task ids and traffic figures are not public.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Final, Literal
+import time
+from typing import Final
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import Response
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.common.auth import require_bearer
+from services.common.auth import BearerAuth
 from services.common.problems import install_http_problem_handler
+from services.common.routing import api_router
+
+__all__ = [
+    "MEDIA_PROMETHEUS_TEXT",
+    "RequestMetrics",
+    "exposition",
+    "install_metrics",
+    "install_request_metrics",
+]
 
 #: Prometheus text exposition format 0.0.4, as every service's `GET /metrics` answers it.
-MEDIA_PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
+MEDIA_PROMETHEUS_TEXT: Final = CONTENT_TYPE_PLAIN_0_0_4
+
+#: The route label of requests no route matched (404s, and 413s answered before routing):
+#: never the raw path, whose ids would make the label set unbounded.
+UNMATCHED: Final = "unmatched"
+
+#: Request latency buckets, seconds: uploads take a few milliseconds, collections and
+#: aggregation job steps up to seconds.
+_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-__all__ = ["Counter", "Registry", "Scrape", "install_metrics"]
-
-Kind = Literal["counter", "gauge"]
-Number = int | float
-
-_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The text of a scrape: the process-wide families, then the app's (blocking: the app's
+    collectors read the store, so call it off the event loop)."""
+    return generate_latest(REGISTRY) + generate_latest(registry)
 
 
-@dataclass(frozen=True)
-class _Family:
-    name: str
-    kind: Kind
-    help: str
-    labels: tuple[str, ...]
-    from_store: bool
-
-    def key(self, labels: dict[str, str]) -> tuple[str, ...]:
-        if set(labels) != set(self.labels):
-            raise ValueError(f"{self.name} takes labels {self.labels}, got {tuple(labels)}")
-        return tuple(str(labels[name]) for name in self.labels)
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    return route.path if isinstance(route, BaseRoute) and hasattr(route, "path") else UNMATCHED
 
 
-class Counter:
-    """A monotonic in-process counter with a fixed set of label names; thread-safe."""
+class RequestMetrics:
+    """``sagg_http_request_duration_seconds`` by method, route template and status class."""
 
-    def __init__(self, family: _Family) -> None:
-        self._family = family
-        self._values: dict[tuple[str, ...], int] = {}
-        self._lock = threading.Lock()
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.histogram = Histogram(
+            "sagg_http_request_duration_seconds",
+            "Time to answer HTTP requests, by method, route template and status class.",
+            ("method", "route", "status"),
+            buckets=_BUCKETS,
+            registry=registry,
+        )
 
-    def inc(self, amount: int = 1, **labels: str) -> None:
-        if amount < 0:
-            raise ValueError("a counter only goes up")
-        key = self._family.key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0) + amount
+    async def timed(
+        self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, route: str | None = None
+    ) -> None:
+        """Run `app` on the request and observe how long it took to answer; `route` names
+        the template when no router sets one (the leader's upload fast path)."""
+        status = 500  # if the app raises, the server's error handler answers 500
 
-    def value(self, **labels: str) -> int:
-        key = self._family.key(labels)
-        with self._lock:
-            return self._values.get(key, 0)
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
 
-    def samples(self) -> list[tuple[tuple[str, ...], int]]:
-        with self._lock:
-            return sorted(self._values.items())
-
-
-@dataclass
-class Scrape:
-    """What one scrape reads from the store: `add` a sample of a declared family."""
-
-    _families: dict[str, _Family]
-    samples: dict[str, list[tuple[tuple[str, ...], Number]]] = field(default_factory=dict)
-
-    def add(self, name: str, value: Number, **labels: str) -> None:
-        family = self._families.get(name)
-        if family is None or not family.from_store:
-            raise KeyError(f"{name} is not a declared store family")
-        self.samples.setdefault(name, []).append((family.key(labels), value))
-
-
-class Registry:
-    """The metric families of one service and how to read them."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, _Family] = {}
-        self._counters: dict[str, Counter] = {}
-        self._sources: list[Callable[[Scrape], None]] = []
-
-    def _declare(
-        self, name: str, kind: Kind, help_text: str, labels: Sequence[str], from_store: bool
-    ) -> _Family:
-        if not _NAME.match(name) or name in self._families:
-            raise ValueError(f"bad or duplicate metric name {name!r}")
-        if not all(_LABEL.match(label) for label in labels):
-            raise ValueError(f"bad label names {labels!r}")
-        family = _Family(name, kind, help_text, tuple(labels), from_store)
-        self._families[name] = family
-        return family
-
-    def counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
-        """An event counter kept in this process."""
-        counter = Counter(self._declare(name, "counter", help_text, labels, False))
-        self._counters[name] = counter
-        return counter
-
-    def family(self, name: str, kind: Kind, help_text: str, labels: Sequence[str] = ()) -> None:
-        """A family whose samples an `on_scrape` source reads from the store."""
-        self._declare(name, kind, help_text, labels, True)
-
-    def on_scrape(self, source: Callable[[Scrape], None]) -> None:
-        self._sources.append(source)
-
-    def render(self) -> str:
-        """The exposition text; stored values are read now (blocking: call off the loop)."""
-        scrape = Scrape(self._families)
-        for source in self._sources:
-            source(scrape)
-        lines: list[str] = []
-        for family in self._families.values():
-            lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-            lines.append(f"# TYPE {family.name} {family.kind}")
-            samples: Sequence[tuple[tuple[str, ...], Number]] = (
-                scrape.samples.get(family.name, [])
-                if family.from_store
-                else self._counters[family.name].samples()
+        start = time.perf_counter()
+        try:
+            await app(scope, receive, observed)
+        finally:
+            template = route if route is not None else _route_template(scope)
+            self.histogram.labels(scope["method"], template, f"{status // 100}xx").observe(
+                time.perf_counter() - start
             )
-            lines.extend(_sample(family, key, value) for key, value in samples)
-        return "\n".join(lines) + "\n"
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+class _RequestMetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: RequestMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.metrics.timed(self.app, scope, receive, send)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def install_request_metrics(app: FastAPI, registry: CollectorRegistry) -> RequestMetrics:
+    """Time every request of `app` (outermost of the middlewares installed so far: call it
+    after `install_body_limit`, so that 413s are timed too)."""
+    metrics = RequestMetrics(registry)
+    app.add_middleware(_RequestMetricsMiddleware, metrics=metrics)
+    return metrics
 
 
-def _format(value: Number) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+def metrics_router(registry: CollectorRegistry, auth: BearerAuth) -> APIRouter:
+    """``GET /metrics`` behind `auth`."""
+    router = api_router("ops", [auth.dependency], response_class=Response)
 
-
-def _sample(family: _Family, key: tuple[str, ...], value: Number) -> str:
-    if not family.labels:
-        return f"{family.name} {_format(value)}"
-    inner = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(family.labels, key, strict=True))
-    return f"{family.name}{{{inner}}} {_format(value)}"
-
-
-def install_metrics(app: FastAPI, registry: Registry, token_hash: bytes | None) -> None:
-    """`GET /metrics` behind ``Authorization: Bearer <token>`` (SHA-256 `token_hash`; None
-    refuses every caller with 403, as the admin APIs do without an admin token)."""
-    install_http_problem_handler(app)
-
-    @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
-        require_bearer(request.headers, token_hash)
-        text = await run_in_threadpool(registry.render)
+    @router.get(
+        "/metrics",
+        responses={200: {"description": "the metrics", "content": {MEDIA_PROMETHEUS_TEXT: {}}}},
+    )
+    async def metrics() -> Response:
+        text = await run_in_threadpool(exposition, registry)
         return Response(text, media_type=MEDIA_PROMETHEUS_TEXT)
+
+    return router
+
+
+def install_metrics(
+    app: FastAPI, registry: CollectorRegistry, token_hash: bytes | None
+) -> RequestMetrics:
+    """`GET /metrics` behind ``Authorization: Bearer <token>`` (SHA-256 `token_hash`; None
+    refuses every caller with 403, as the admin APIs do without an admin token), and the
+    request latency of every route of `app` on `registry`."""
+    install_http_problem_handler(app)
+    timer = install_request_metrics(app, registry)
+    app.include_router(metrics_router(registry, BearerAuth(token_hash)))
+    return timer

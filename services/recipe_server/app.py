@@ -33,15 +33,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from services.common.auth import hash_token, presented_token
+from services.common.auth import hash_token, presented_bearer, presented_token, unauthorized
 from services.common.clock import Clock, RealClock
 from services.common.db import Database
 from services.common.health import install_healthz
@@ -49,6 +50,7 @@ from services.common.http import http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
+from services.common.routing import answers_invalid, api_router
 from services.recipe_server.keys import load_signer
 from services.recipe_server.metrics import CountingProvisioner, RecipeServerMetrics
 from services.recipe_server.provision import DapProvisioner, PartyTokens, Provisioner
@@ -75,6 +77,13 @@ log = logging.getLogger(__name__)
 #: Drafts carry prefix trees and vocabularies, but nothing near this.
 _MAX_DRAFT = 8 * 1024 * 1024
 _T = TypeVar("_T")
+#: A non-negative integer query parameter; empty is as if absent.
+_COUNT: Final = r"^[0-9]{0,18}$"
+Count = Annotated[str | None, Query(pattern=_COUNT, description="a non-negative integer")]
+
+
+def _count(raw: str | None) -> int | None:
+    return int(raw) if raw else None
 
 
 def _problem(status: int, title: str, **extra: Any) -> Response:
@@ -105,13 +114,23 @@ def _token_issuers(settings: RecipeServerSettings) -> list[TokenIssuerRef]:
     ]
 
 
-def _int_param(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadRequestError(f"{name} must be a non-negative integer")
-    return int(raw)
+async def _invalid_query(_: Request, exc: RequestValidationError) -> Response:
+    error = exc.errors()[0]
+    name = error["loc"][-1]
+    if error["type"] == "missing":
+        raise BadRequestError(f"{name} is required")
+    raise BadRequestError(f"{name} must be a non-negative integer")
+
+
+class PublicKey(BaseModel):
+    key_id: str
+    algorithm: str
+    #: Raw Ed25519 public key, unpadded base64url.
+    public_key: str
+
+
+class Keys(BaseModel):
+    keys: list[PublicKey]
 
 
 def _provisioning_tokens(settings: RecipeServerSettings) -> PartyTokens | None:
@@ -157,7 +176,6 @@ def create_app(
     provisioner = CountingProvisioner(provisioner, metrics.provisioned)
     service = RecipeService(store, signer, provisioner, clock, _token_issuers(settings))
     service.start()
-    analysts = _analysts(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -179,16 +197,6 @@ def create_app(
         metrics.registry,
         hash_token(settings.metrics_token.get_secret_value()) if settings.metrics_token else None,
     )
-    refused = metrics.refused
-
-    async def call(fn: Callable[..., _T], *args: Any) -> _T:
-        return await run_in_threadpool(fn, *args)
-
-    def errors(exc: ValidationError) -> list[dict[str, str]]:
-        return [
-            {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "message": e["msg"]}
-            for e in exc.errors()
-        ]
 
     @app.exception_handler(NotFoundError)
     async def on_not_found(_: Request, exc: Exception) -> Response:
@@ -198,7 +206,22 @@ def create_app(
     async def on_bad_request(_: Request, exc: Exception) -> Response:
         return _problem(400, str(exc))
 
-    @app.get("/keys")
+    app.include_router(_device_routes(service, signer, metrics))
+    app.include_router(_analyst_routes(service, metrics, _analysts(settings)))
+    return app
+
+
+async def _call(fn: Callable[..., _T], *args: Any) -> _T:
+    return await run_in_threadpool(fn, *args)
+
+
+def _device_routes(
+    service: RecipeService, signer: RecipeSigner, metrics: RecipeServerMetrics
+) -> APIRouter:
+    """What devices read, without authentication: everything is verifiable against the key."""
+    router = api_router("devices")
+
+    @router.get("/keys", response_model=Keys)
     async def keys() -> Response:
         return JSONResponse(
             {
@@ -212,44 +235,125 @@ def create_app(
             }
         )
 
-    @app.post("/recipes")
-    async def publish(request: Request) -> Response:
-        token = presented_token(request.headers)
+    @router.get("/recipes", response_model=dict[str, Any])
+    async def list_recipes() -> Response:
+        body = await _call(service.listing)
+        metrics.listings.inc()
+        return JSONResponse(body)
+
+    @router.get("/recipes/{recipe_id}", response_model=dict[str, Any])
+    @answers_invalid(_invalid_query)
+    async def get_recipe(
+        recipe_id: str, version: Count = None, tree_size: Count = None
+    ) -> Response:
+        body = await _call(service.recipe_with_proof, recipe_id, _count(version), _count(tree_size))
+        # Only served recipes are labels: ids that exist, so the label set stays bounded.
+        metrics.fetches.labels(recipe=recipe_id).inc()
+        return JSONResponse(body)
+
+    @router.get("/log/sth", response_model=dict[str, Any])
+    async def sth() -> Response:
+        head = await _call(service.latest_head)
+        return JSONResponse(head.signed().model_dump())
+
+    @router.get("/log/sth/{tree_size}", response_model=dict[str, Any])
+    async def sth_at(tree_size: int) -> Response:
+        head = await _call(service.head, tree_size)
+        return JSONResponse(head.signed().model_dump())
+
+    @router.get("/log/consistency", response_model=dict[str, Any])
+    @answers_invalid(_invalid_query)
+    async def consistency(first: Count, second: Count = None) -> Response:
+        if not first:
+            raise BadRequestError("first is required")
+        return JSONResponse(await _call(service.consistency, int(first), _count(second)))
+
+    @router.get("/log/inclusion", response_model=dict[str, Any])
+    @answers_invalid(_invalid_query)
+    async def inclusion(
+        leaf_index: Count = None,
+        tree_size: Count = None,
+        leaf_hash: Annotated[str | None, Query(description="unpadded base64url")] = None,
+    ) -> Response:
+        index = _count(leaf_index)
+        if (index is None) == (leaf_hash is None):
+            raise BadRequestError("give exactly one of leaf_index and leaf_hash")
+        leaf = None
+        if leaf_hash is not None:
+            try:
+                leaf = b64url_decode(leaf_hash, "leaf_hash")
+            except ValueError as exc:
+                raise BadRequestError(str(exc)) from None
+        return JSONResponse(await _call(service.inclusion, index, leaf, _count(tree_size)))
+
+    return router
+
+
+def _draft_errors(exc: RequestValidationError) -> list[dict[str, str]]:
+    return [
+        {
+            # [1:]: FastAPI's "body"
+            "field": ".".join(str(p) for p in e["loc"][1:]) or "(body)",
+            "message": e["msg"],
+        }
+        for e in exc.errors()
+    ]
+
+
+def _analyst_routes(
+    service: RecipeService, metrics: RecipeServerMetrics, analysts: dict[bytes, Analyst]
+) -> APIRouter:
+    """What analysts do: publish recipes."""
+    router = api_router("analysts")
+    refused = metrics.refused
+
+    async def publisher(
+        request: Request, token: Annotated[str | None, Depends(presented_bearer)]
+    ) -> Analyst:
         analyst = analysts.get(hash_token(token)) if token else None
         if analyst is None:
-            refused.inc(reason="unauthorized")
-            # Unknown and missing tokens look alike: nothing tells a prober which tokens exist.
-            return problem_response(
-                type_="about:blank",
-                title="Unauthorized",
-                status=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        raw = await request.body()
-        if len(raw) > _MAX_DRAFT:
-            refused.inc(reason="too_large")
-            return _problem(413, "draft too large")
+            refused.labels(reason="unauthorized").inc()
+            raise unauthorized()
+        if len(await request.body()) > _MAX_DRAFT:
+            refused.labels(reason="too_large").inc()
+            raise HTTPException(413, "draft too large")
+        return analyst
+
+    async def invalid_draft(request: Request, exc: RequestValidationError) -> Response:
+        # An unparsable body fails before the dependencies run: the caller is checked here.
+        await publisher(request, presented_token(request.headers))
+        refused.labels(reason="invalid_draft").inc()
+        return _problem(422, "Invalid recipe draft", errors=_draft_errors(exc))
+
+    # A default, not Annotated: annotations are strings here, and `publisher` is local.
+    by_publisher = Depends(publisher)
+
+    @router.post(
+        "/recipes",
+        response_model=dict[str, Any],
+        responses={201: {"model": dict[str, Any], "description": "published"}},
+    )
+    @answers_invalid(invalid_draft)
+    async def publish(
+        draft: RecipeDraft,
+        analyst: Analyst = by_publisher,
+    ) -> Response:
         try:
-            draft = RecipeDraft.model_validate_json(raw)
-        except ValidationError as exc:
-            refused.inc(reason="invalid_draft")
-            return _problem(422, "Invalid recipe draft", errors=errors(exc))
-        try:
-            result = await call(service.publish, draft, analyst)
+            result = await _call(service.publish, draft, analyst)
         except ForbiddenError as exc:
-            refused.inc(reason="forbidden")
+            refused.labels(reason="forbidden").inc()
             return _problem(403, str(exc))
         except ConflictError as exc:
-            refused.inc(reason="conflict")
+            refused.labels(reason="conflict").inc()
             return _problem(409, str(exc))
         except InvalidDraftError as exc:
-            refused.inc(reason="invalid_draft")
+            refused.labels(reason="invalid_draft").inc()
             problems = [{"field": f, "message": m} for f, m in exc.problems]
             return _problem(422, "Invalid recipe draft", errors=problems)
         except ProvisioningFailedError as exc:
-            refused.inc(reason="provisioning_failed")
+            refused.labels(reason="provisioning_failed").inc()
             return _problem(502, f"Task provisioning failed: {exc}")
-        metrics.published.inc(outcome="created" if result.created else "existing")
+        metrics.published.labels(outcome="created" if result.created else "existing").inc()
         if result.created:
             log.info(
                 "published %s v%d at leaf %d",
@@ -257,7 +361,7 @@ def create_app(
                 result.record.version,
                 result.record.leaf_index,
             )
-        body = await call(
+        body = await _call(
             service.recipe_with_proof,
             result.record.recipe_id,
             result.record.version,
@@ -265,51 +369,4 @@ def create_app(
         )
         return JSONResponse(body, status_code=201 if result.created else 200)
 
-    @app.get("/recipes")
-    async def list_recipes() -> Response:
-        body = await call(service.listing)
-        metrics.listings.inc()
-        return JSONResponse(body)
-
-    @app.get("/recipes/{recipe_id}")
-    async def get_recipe(recipe_id: str, request: Request) -> Response:
-        version = _int_param(request, "version")
-        tree_size = _int_param(request, "tree_size")
-        body = await call(service.recipe_with_proof, recipe_id, version, tree_size)
-        # Only served recipes are labels: ids that exist, so the label set stays bounded.
-        metrics.fetches.inc(recipe=recipe_id)
-        return JSONResponse(body)
-
-    @app.get("/log/sth")
-    async def sth() -> Response:
-        head = await call(service.latest_head)
-        return JSONResponse(head.signed().model_dump())
-
-    @app.get("/log/sth/{tree_size}")
-    async def sth_at(tree_size: int) -> Response:
-        head = await call(service.head, tree_size)
-        return JSONResponse(head.signed().model_dump())
-
-    @app.get("/log/consistency")
-    async def consistency(request: Request) -> Response:
-        first = _int_param(request, "first")
-        if first is None:
-            raise BadRequestError("first is required")
-        return JSONResponse(await call(service.consistency, first, _int_param(request, "second")))
-
-    @app.get("/log/inclusion")
-    async def inclusion(request: Request) -> Response:
-        index = _int_param(request, "leaf_index")
-        hash_text = request.query_params.get("leaf_hash")
-        if (index is None) == (hash_text is None):
-            raise BadRequestError("give exactly one of leaf_index and leaf_hash")
-        leaf = None
-        if hash_text is not None:
-            try:
-                leaf = b64url_decode(hash_text, "leaf_hash")
-            except ValueError as exc:
-                raise BadRequestError(str(exc)) from None
-        tree_size = _int_param(request, "tree_size")
-        return JSONResponse(await call(service.inclusion, index, leaf, tree_size))
-
-    return app
+    return router

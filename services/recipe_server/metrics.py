@@ -8,9 +8,13 @@ reason, tasks created on the DAP parties, and device fetches of recipes and of t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.common.metrics import Counter, Registry, Scrape
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from services.recipe_server.provision import (
     ExistingTask,
     NewTask,
@@ -20,12 +24,41 @@ from services.recipe_server.provision import (
 )
 from services.recipe_server.store import RecipeStore
 
-__all__ = ["CountingProvisioner", "RecipeServerMetrics"]
+__all__ = ["CountingProvisioner", "RecipeLog", "RecipeServerMetrics"]
+
+
+class RecipeLog(Collector):
+    """The recipe store at scrape time: recipes by analyst, their tasks, the log's size."""
+
+    def __init__(self, store: RecipeStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.store.counts()
+        recipes = GaugeMetricFamily(
+            "sagg_recipe_server_recipes", "Recipes in the log, by analyst.", labels=["analyst"]
+        )
+        for analyst, n in counts.recipes_by_analyst.items():
+            recipes.add_metric([analyst], n)
+        yield recipes
+        yield GaugeMetricFamily(
+            "sagg_recipe_server_recipe_tasks", "DAP tasks recipes name.", counts.tasks
+        )
+        yield GaugeMetricFamily(
+            "sagg_recipe_server_pending_tasks",
+            "Tasks provisioned for publications that have not reached the log.",
+            counts.pending_tasks,
+        )
+        yield GaugeMetricFamily(
+            "sagg_recipe_server_log_size",
+            "Entries of the recipe log (latest tree head).",
+            counts.log_size,
+        )
 
 
 @dataclass(frozen=True)
 class RecipeServerMetrics:
-    registry: Registry
+    registry: CollectorRegistry
     #: Label outcome: ``created`` or ``existing`` (the same draft again).
     published: Counter
     #: Label reason: ``unauthorized``, ``too_large``, ``invalid_draft``, ``forbidden``,
@@ -39,53 +72,40 @@ class RecipeServerMetrics:
 
     @classmethod
     def create(cls, store: RecipeStore) -> RecipeServerMetrics:
-        registry = Registry()
-        registry.family(
-            "sagg_recipe_server_recipes", "gauge", "Recipes in the log, by analyst.", ("analyst",)
+        registry = CollectorRegistry()
+        registry.register(RecipeLog(store))
+        return cls(
+            registry,
+            published=Counter(
+                "sagg_recipe_server_publications_total",
+                "Accepted publications: created, or the same draft again (existing).",
+                ("outcome",),
+                registry=registry,
+            ),
+            refused=Counter(
+                "sagg_recipe_server_publications_refused_total",
+                "Refused publications by reason.",
+                ("reason",),
+                registry=registry,
+            ),
+            provisioned=Counter(
+                "sagg_recipe_server_tasks_provisioned_total",
+                "Task creations on collector, leader and helper, by outcome.",
+                ("outcome",),
+                registry=registry,
+            ),
+            fetches=Counter(
+                "sagg_recipe_server_recipe_fetches_total",
+                "Recipes served with their inclusion proof, by recipe id.",
+                ("recipe",),
+                registry=registry,
+            ),
+            listings=Counter(
+                "sagg_recipe_server_listing_fetches_total",
+                "Listings of the log served.",
+                registry=registry,
+            ),
         )
-        registry.family("sagg_recipe_server_recipe_tasks", "gauge", "DAP tasks recipes name.")
-        registry.family(
-            "sagg_recipe_server_pending_tasks",
-            "gauge",
-            "Tasks provisioned for publications that have not reached the log.",
-        )
-        registry.family(
-            "sagg_recipe_server_log_size", "gauge", "Entries of the recipe log (latest tree head)."
-        )
-        published = registry.counter(
-            "sagg_recipe_server_publications_total",
-            "Accepted publications: created, or the same draft again (existing).",
-            ("outcome",),
-        )
-        refused = registry.counter(
-            "sagg_recipe_server_publications_refused_total",
-            "Refused publications by reason.",
-            ("reason",),
-        )
-        provisioned = registry.counter(
-            "sagg_recipe_server_tasks_provisioned_total",
-            "Task creations on collector, leader and helper, by outcome.",
-            ("outcome",),
-        )
-        fetches = registry.counter(
-            "sagg_recipe_server_recipe_fetches_total",
-            "Recipes served with their inclusion proof, by recipe id.",
-            ("recipe",),
-        )
-        listings = registry.counter(
-            "sagg_recipe_server_listing_fetches_total", "Listings of the log served."
-        )
-
-        def read(scrape: Scrape) -> None:
-            counts = store.counts()
-            for analyst, n in counts.recipes_by_analyst.items():
-                scrape.add("sagg_recipe_server_recipes", n, analyst=analyst)
-            scrape.add("sagg_recipe_server_recipe_tasks", counts.tasks)
-            scrape.add("sagg_recipe_server_pending_tasks", counts.pending_tasks)
-            scrape.add("sagg_recipe_server_log_size", counts.log_size)
-
-        registry.on_scrape(read)
-        return cls(registry, published, refused, provisioned, fetches, listings)
 
 
 class CountingProvisioner:
@@ -107,9 +127,9 @@ class CountingProvisioner:
         try:
             self._inner.create(task)
         except ProvisionError:
-            self._counter.inc(outcome="failed")
+            self._counter.labels(outcome="failed").inc()
             raise
-        self._counter.inc(outcome="created")
+        self._counter.labels(outcome="created").inc()
 
     def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
         return self._inner.existing(task_id, request)

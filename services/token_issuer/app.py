@@ -31,16 +31,17 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated
 
 import httpx
 from cryptography import x509
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 
-from services.common.auth import hash_token, presented_token, token_matches
+from services.common.auth import hash_token, presented_bearer, token_matches, unauthorized
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
@@ -49,6 +50,13 @@ from services.common.http import http_client as new_http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import install_problem_handlers, problem_response
+from services.common.routing import (
+    answers_invalid,
+    api_router,
+    binary_body,
+    binary_response,
+    created_or_found,
+)
 from services.token_issuer.attester import (
     AttesterService,
     HttpIssuerChannel,
@@ -60,7 +68,7 @@ from services.token_issuer.attester import (
 from services.token_issuer.devices import DeviceAuthError
 from services.token_issuer.issuer import IssuanceError, IssuerService
 from services.token_issuer.keys import KeySchedule, KeyStore
-from services.token_issuer.metrics import TokenIssuerMetrics
+from services.token_issuer.metrics import AttesterCounts, IssuerKeys, TokenIssuerMetrics
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.attestation import (
     ATTESTER_CHALLENGE_PATH,
@@ -81,7 +89,6 @@ log = logging.getLogger(__name__)
 
 #: A TokenRequest is 259 bytes; anything much larger is refused before it is read whole.
 _MAX_BODY = 4096
-_T = TypeVar("_T")
 
 
 def load_trust_anchors(paths: list[Path]) -> list[x509.Certificate]:
@@ -105,21 +112,27 @@ async def _read_body(request: Request) -> bytes | None:
     return bytes(chunks)
 
 
-class _EnrollBody(BaseModel):
+class EnrollBody(BaseModel):
+    """A device's enrolment: its certificate chain, PEM."""
+
     model_config = ConfigDict(extra="forbid")
     certificate: str
 
 
-class _ChallengeBody(BaseModel):
+class Enrolled(BaseModel):
+    device_id: str
+
+
+class ChallengeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     device_id: str
 
 
-def _parse_json(model: type[BaseModel], raw: bytes) -> Any:
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError:
-        return None
+class Challenge(BaseModel):
+    """A nonce the device signs with its token request, and until when (UNIX time) it may."""
+
+    nonce: str
+    expires: int
 
 
 def create_app(
@@ -165,7 +178,7 @@ def create_app(
             issued=metrics.issued,
             refused=metrics.issuance_errors,
         )
-        metrics.read_issuer(issuer, clock)
+        metrics.registry.register(IssuerKeys(issuer, clock))
 
     if role in ("joint", "attester"):
         if issuer_channel is None:
@@ -196,7 +209,7 @@ def create_app(
             nonce_ttl_seconds=settings.nonce_ttl_seconds,
         )
         attester.migrate()
-        metrics.read_attester(attester)
+        metrics.registry.register(AttesterCounts(attester))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -220,14 +233,21 @@ def create_app(
     )
 
     if issuer is not None:
-        _issuer_routes(app, issuer, settings)
+        app.include_router(_issuer_routes(issuer, settings))
     if attester is not None:
-        _attester_routes(app, attester, metrics)
+        app.include_router(_attester_routes(attester, metrics))
     return app
 
 
-def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSettings) -> None:
-    @app.get(ISSUER_DIRECTORY_PATH)
+def _issuer_routes(issuer: IssuerService, settings: TokenIssuerSettings) -> APIRouter:
+    """RFC 9578: the directory for everyone, token requests for the attester only."""
+    router = api_router("issuer")
+
+    @router.get(
+        ISSUER_DIRECTORY_PATH,
+        response_class=Response,
+        responses=binary_response(MEDIA_ISSUER_DIRECTORY),
+    )
     async def directory() -> Response:
         doc = await run_in_threadpool(issuer.directory)
         return Response(
@@ -237,13 +257,21 @@ def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSet
         )
 
     if settings.attester_secret is None:
-        return  # joint model without a split attester: the attester calls in process
+        return router  # joint model without a split attester: the attester calls in process
     secret_hash = hash_token(settings.attester_secret.get_secret_value())
 
-    @app.post("/token-request")
+    def attester_only(token: Annotated[str | None, Depends(presented_bearer)]) -> None:
+        if not token_matches(secret_hash, token):
+            raise unauthorized()
+
+    @router.post(
+        "/token-request",
+        dependencies=[Depends(attester_only)],
+        response_class=Response,
+        responses=binary_response(MEDIA_TOKEN_RESPONSE),
+        openapi_extra=binary_body(MEDIA_TOKEN_REQUEST),
+    )
     async def token_request(request: Request) -> Response:
-        if not token_matches(secret_hash, presented_token(request.headers)):
-            return _problem(401, "Unauthorized", {"WWW-Authenticate": "Bearer"})
         if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
             return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
         body = await _read_body(request)
@@ -255,70 +283,93 @@ def _issuer_routes(app: FastAPI, issuer: IssuerService, settings: TokenIssuerSet
             return _problem(422, f"Unprocessable token request: {exc}")
         return Response(out, media_type=MEDIA_TOKEN_RESPONSE)
 
+    return router
 
-def _attester_routes(app: FastAPI, attester: AttesterService, metrics: TokenIssuerMetrics) -> None:
+
+def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> APIRouter:
+    """The devices': enrol, get a challenge, request tokens (authenticated by the device key)."""
+    router = api_router("attester")
     requests = metrics.token_requests
+    refusals = metrics.enrolment_refusals
 
-    @app.post(ATTESTER_ENROLL_PATH)
-    async def enroll(request: Request) -> Response:
-        raw = await _read_body(request)
-        parsed = _parse_json(_EnrollBody, raw) if raw is not None else None
-        if parsed is None:
-            metrics.enrolment_refusals.inc(reason="bad_request")
-            return _problem(400, 'expected {"certificate": PEM}')
+    def bad_enrolment() -> Response:
+        refusals.labels(reason="bad_request").inc()
+        return _problem(400, 'expected {"certificate": PEM}')
+
+    async def invalid_enrolment(_: Request, __: RequestValidationError) -> Response:
+        return bad_enrolment()
+
+    @router.post(ATTESTER_ENROLL_PATH, **created_or_found(Enrolled))
+    @answers_invalid(invalid_enrolment)
+    async def enroll(body: EnrollBody, request: Request) -> Response:
+        if len(await request.body()) > _MAX_BODY:
+            return bad_enrolment()
         try:
-            result = await run_in_threadpool(attester.enroll, parsed.certificate.encode())
+            result = await run_in_threadpool(attester.enroll, body.certificate.encode())
         except DeviceAuthError as exc:
-            metrics.enrolment_refusals.inc(reason=exc.reason)
+            refusals.labels(reason=exc.reason).inc()
             return _problem(403, f"Enrollment refused: {exc}")
-        metrics.enrolments.inc(outcome="created" if result.created else "known")
+        metrics.enrolments.labels(outcome="created" if result.created else "known").inc()
         return JSONResponse(
             {"device_id": b64url_encode(result.device_id)},
             status_code=201 if result.created else 200,
         )
 
-    @app.post(ATTESTER_CHALLENGE_PATH)
-    async def challenge(request: Request) -> Response:
-        raw = await _read_body(request)
-        parsed = _parse_json(_ChallengeBody, raw) if raw is not None else None
-        if parsed is None:
-            return _problem(400, 'expected {"device_id": base64url}')
+    def bad_challenge() -> Response:
+        return _problem(400, 'expected {"device_id": base64url}')
+
+    async def invalid_challenge(_: Request, __: RequestValidationError) -> Response:
+        return bad_challenge()
+
+    @router.post(ATTESTER_CHALLENGE_PATH, response_model=Challenge)
+    @answers_invalid(invalid_challenge)
+    async def challenge(body: ChallengeBody, request: Request) -> Response:
+        if len(await request.body()) > _MAX_BODY:
+            return bad_challenge()
         try:
-            device_id = b64url_decode(parsed.device_id)
+            device_id = b64url_decode(body.device_id)
             result = await run_in_threadpool(attester.challenge, device_id)
         except (HeaderError, DeviceAuthError):
             return _problem(401, "Unknown device")
         return JSONResponse({"nonce": b64url_encode(result.nonce), "expires": result.expires})
 
-    @app.post(ATTESTER_TOKEN_REQUEST_PATH)
+    @router.post(
+        ATTESTER_TOKEN_REQUEST_PATH,
+        response_class=Response,
+        responses=binary_response(MEDIA_TOKEN_RESPONSE),
+        openapi_extra=binary_body(MEDIA_TOKEN_REQUEST),
+    )
     async def token_request(request: Request) -> Response:
-        if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
-            requests.inc(outcome="bad_request")
-            return _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
-        try:
-            device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
-            nonce = b64url_decode(request.headers.get(NONCE_HEADER, ""))
-            signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
-        except HeaderError:
-            requests.inc(outcome="auth_failed")
-            return _problem(401, "Device authentication required")
-        body = await _read_body(request)
-        if body is None:
-            requests.inc(outcome="bad_request")
-            return _problem(422, "token request too large")
-        try:
-            out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
-        except DeviceAuthError:
-            requests.inc(outcome="auth_failed")
-            return _problem(401, "Device authentication failed")
-        except QuotaExceededError as exc:
-            requests.inc(outcome="quota_exceeded")
-            return _problem(429, "Token quota exceeded", {"Retry-After": str(exc.retry_after)})
-        except IssuanceError:
-            requests.inc(outcome="issuer_refused")
-            return _problem(422, "Unprocessable token request")
-        except IssuerUnavailableError:
-            requests.inc(outcome="issuer_unavailable")
-            return _problem(502, "Issuer unavailable")
-        requests.inc(outcome="issued")
-        return Response(out, media_type=MEDIA_TOKEN_RESPONSE)
+        outcome, response = await _token_request(attester, request)
+        requests.labels(outcome=outcome).inc()
+        return response
+
+    return router
+
+
+async def _token_request(attester: AttesterService, request: Request) -> tuple[str, Response]:
+    """A device's token request: (its outcome label, the answer)."""
+    if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
+        return "bad_request", _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
+    try:
+        device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
+        nonce = b64url_decode(request.headers.get(NONCE_HEADER, ""))
+        signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
+    except HeaderError:
+        return "auth_failed", _problem(401, "Device authentication required")
+    body = await _read_body(request)
+    if body is None:
+        return "bad_request", _problem(422, "token request too large")
+    try:
+        out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
+    except DeviceAuthError:
+        return "auth_failed", _problem(401, "Device authentication failed")
+    except QuotaExceededError as exc:
+        return "quota_exceeded", _problem(
+            429, "Token quota exceeded", {"Retry-After": str(exc.retry_after)}
+        )
+    except IssuanceError:
+        return "issuer_refused", _problem(422, "Unprocessable token request")
+    except IssuerUnavailableError:
+        return "issuer_unavailable", _problem(502, "Issuer unavailable")
+    return "issued", Response(out, media_type=MEDIA_TOKEN_RESPONSE)

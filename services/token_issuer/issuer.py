@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client import Counter
+
 from services.common.clock import Clock
-from services.common.metrics import Counter
 from services.token_issuer.keys import KeyRing, KeyStore
 from shared.codec import DecodeError
 from shared.privacypass.issuance import IssuanceError, issue
@@ -66,7 +67,7 @@ class IssuerService:
             response = self._issue(body)
         except IssuanceError as exc:
             if self._refused is not None:
-                self._refused.inc(reason=exc.reason)
+                self._refused.labels(reason=exc.reason).inc()
             raise
         return response
 
@@ -80,5 +81,5 @@ class IssuerService:
             raise IssuanceError("unknown token key id", "unknown_key_id")
         response = issue(key.key, request).encode()
         if self._issued is not None:
-            self._issued.inc(epoch=str(key.epoch))
+            self._issued.labels(epoch=str(key.epoch)).inc()
         return response

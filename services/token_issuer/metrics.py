@@ -11,19 +11,64 @@ Nothing identifying is a label: no device id, no key id, no token.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from services.common.clock import Clock
-from services.common.metrics import Counter, Registry, Scrape
 from services.token_issuer.attester import AttesterService
 from services.token_issuer.issuer import IssuerService
 
-__all__ = ["TokenIssuerMetrics"]
+__all__ = ["AttesterCounts", "IssuerKeys", "TokenIssuerMetrics"]
+
+
+class IssuerKeys(Collector):
+    """The issuer's key ring at scrape time: the keys in the directory, by epoch."""
+
+    def __init__(self, issuer: IssuerService, clock: Clock) -> None:
+        self.issuer = issuer
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        expiry = GaugeMetricFamily(
+            "sagg_token_issuer_key_expiry_timestamp_seconds",
+            "When each published key stops verifying (UNIX time), by epoch.",
+            labels=["epoch"],
+        )
+        issuing = GaugeMetricFamily(
+            "sagg_token_issuer_key_issuing",
+            "1 for the keys that sign token requests now, 0 for keys kept for verification.",
+            labels=["epoch"],
+        )
+        now = self.clock.now()
+        for key in self.issuer.ring().keys:
+            expiry.add_metric([str(key.epoch)], key.expires)
+            issuing.add_metric([str(key.epoch)], int(key.issuing(now)))
+        yield from (expiry, issuing)
+
+
+class AttesterCounts(Collector):
+    """The attester's store at scrape time: devices, and tokens charged in this quota window."""
+
+    def __init__(self, attester: AttesterService) -> None:
+        self.attester = attester
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.attester.counts()
+        yield GaugeMetricFamily("sagg_attester_devices", "Enrolled devices.", counts.devices)
+        yield GaugeMetricFamily(
+            "sagg_attester_window_tokens",
+            "Tokens charged to devices in the current quota window (all replicas).",
+            counts.window_tokens,
+        )
 
 
 @dataclass(frozen=True)
 class TokenIssuerMetrics:
-    registry: Registry
+    registry: CollectorRegistry
     #: Label epoch: the key schedule's epoch of the signing key.
     issued: Counter
     #: Label reason: `IssuanceError.reason`.
@@ -38,75 +83,37 @@ class TokenIssuerMetrics:
 
     @classmethod
     def create(cls) -> TokenIssuerMetrics:
-        registry = Registry()
+        registry = CollectorRegistry()
         return cls(
             registry,
-            registry.counter(
+            Counter(
                 "sagg_token_issuer_tokens_issued_total",
                 "Tokens issued (blind signatures), by key epoch.",
                 ("epoch",),
+                registry=registry,
             ),
-            registry.counter(
+            Counter(
                 "sagg_token_issuer_issuance_errors_total",
                 "TokenRequests the issuer refused, by reason.",
                 ("reason",),
+                registry=registry,
             ),
-            registry.counter(
+            Counter(
                 "sagg_attester_enrolments_total",
                 "Accepted device enrolments: new devices, or known ones again.",
                 ("outcome",),
+                registry=registry,
             ),
-            registry.counter(
+            Counter(
                 "sagg_attester_enrolment_refusals_total",
                 "Refused device enrolments, by reason.",
                 ("reason",),
+                registry=registry,
             ),
-            registry.counter(
+            Counter(
                 "sagg_attester_token_requests_total",
                 "Token requests of devices by outcome (quota_exceeded: HTTP 429).",
                 ("outcome",),
+                registry=registry,
             ),
         )
-
-    def read_issuer(self, issuer: IssuerService, clock: Clock) -> None:
-        """Scrape the issuer's key ring: the keys in the directory, by epoch."""
-        expiry = "sagg_token_issuer_key_expiry_timestamp_seconds"
-        self.registry.family(
-            expiry,
-            "gauge",
-            "When each published key stops verifying (UNIX time), by epoch.",
-            ("epoch",),
-        )
-        self.registry.family(
-            "sagg_token_issuer_key_issuing",
-            "gauge",
-            "1 for the keys that sign token requests now, 0 for keys kept for verification.",
-            ("epoch",),
-        )
-
-        def read(scrape: Scrape) -> None:
-            now = clock.now()
-            for key in issuer.ring().keys:
-                epoch = str(key.epoch)
-                scrape.add(
-                    "sagg_token_issuer_key_expiry_timestamp_seconds", key.expires, epoch=epoch
-                )
-                scrape.add("sagg_token_issuer_key_issuing", int(key.issuing(now)), epoch=epoch)
-
-        self.registry.on_scrape(read)
-
-    def read_attester(self, attester: AttesterService) -> None:
-        """Scrape the attester's store: devices, and tokens charged in this quota window."""
-        self.registry.family("sagg_attester_devices", "gauge", "Enrolled devices.")
-        self.registry.family(
-            "sagg_attester_window_tokens",
-            "gauge",
-            "Tokens charged to devices in the current quota window (all replicas).",
-        )
-
-        def read(scrape: Scrape) -> None:
-            counts = attester.counts()
-            scrape.add("sagg_attester_devices", counts.devices)
-            scrape.add("sagg_attester_window_tokens", counts.window_tokens)
-
-        self.registry.on_scrape(read)

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from starlette.routing import Mount, Route
 
@@ -208,14 +209,16 @@ def _known_secrets(s: Services, tmp_path: Path) -> set[str]:
 def _routes(app: FastAPI, prefix: str = "") -> Iterator[tuple[str, str]]:
     """(method, path) of every route, mounted apps included; HEAD only mirrors GET. The
     router's table rather than the OpenAPI document: the aggregator and the recipe server
-    publish none, and a route left out of a description must not escape the walk."""
-    for route in app.routes:
+    publish none, and a route left out of a description must not escape the walk. Routes of
+    included routers are listed by `iter_route_contexts`."""
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
         if isinstance(route, Mount) and isinstance(route.app, FastAPI):
             yield from _routes(route.app, prefix + route.path)
         elif isinstance(route, Route):
-            for method in sorted(route.methods or ()):
+            for method in sorted(context.methods or ()):
                 if method != "HEAD":
-                    yield method, prefix + route.path
+                    yield method, prefix + str(context.path)
 
 
 def _fill(path: str, values: dict[str, str]) -> str:

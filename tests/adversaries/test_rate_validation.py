@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from services.aggregator.metrics import aggregator_metrics
+from services.aggregator.metrics import AggregatorCollector
 from services.aggregator.service import Aggregator
 from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId
 from shared.dap.messages import (
@@ -163,8 +164,10 @@ def test_a_refused_batch_is_neither_collected_nor_consumed(
         direct = dep.aggregate_share(BUCKET, 10, bytes(32))
         assert problem_type(direct) == "invalidBatchSize"
     assert dep.stats(dep.helper)["batches_refused"] == {"rate_exceeded": 2}
-    sample = f'sagg_batches_refused_total{{task="{dep.tid}",role="leader",reason="rate_exceeded"}}'
-    assert f"{sample} 3" in aggregator_metrics(dep.leader_agg.ds).render()
+    registry = CollectorRegistry()
+    registry.register(AggregatorCollector(dep.leader_agg.ds))
+    refused = {"task": dep.tid, "role": "leader", "reason": "rate_exceeded"}
+    assert registry.get_sample_value("sagg_batches_refused_total", refused) == 3
 
     # The earlier hour is within the rate and collects, reports intact.
     assert dep.collect(PREVIOUS) == (3, 3)

@@ -52,6 +52,7 @@ from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import Env, aggregator_auth, make_env
 from tests.aggregator.helpers import problem_type, task_stats
 from tests.aggregator.issuer import ISSUER_URL, Issuer
+from tests.exposition import parse, value
 
 DIGEST = hashlib.sha256(b"a canonical recipe").digest()
 
@@ -534,25 +535,15 @@ def test_stats_and_metrics(db_factory: DbFactory, clock: TestClock) -> None:
     r = env.leader.get("/metrics", headers=helpers.admin_headers())
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    lines = r.text.splitlines()
-    labels = f'task="{env.tid}",role="leader"'
-    assert f"sagg_reports_received_total{{{labels}}} 2" in lines
-    assert (
-        f'sagg_reports_rejected_total{{{labels},stage="upload",reason="binding_missing"}} 1'
-        in lines
-    )
-    assert f'sagg_aggregation_jobs{{{labels},state="finished"}} 1' in lines
-    assert f"sagg_task_min_batch_size{{{labels}}} 3" in lines
-    assert any(line.startswith(f"sagg_batch_reports{{{labels},batch=") for line in lines)
+    assert "# TYPE sagg_reports_rejected_total counter" in r.text.splitlines()
+    samples = parse(r.text)  # every line parses as a comment or a declared sample
+    task = {"task": env.tid, "role": "leader"}
+    binding_missing = {"stage": "upload", "reason": "binding_missing"}
+    assert value(samples, "sagg_reports_received_total", **task) == 2
+    assert value(samples, "sagg_reports_rejected_total", **task, **binding_missing) == 1
+    assert value(samples, "sagg_aggregation_jobs", **task, state="finished") == 1
+    assert value(samples, "sagg_task_min_batch_size", **task) == 3
     # Progress towards B = 3: two of the three reports a collection needs.
     batch = stats["open_batches"][0]["batch"]
-    progress = f'sagg_batch_progress_ratio{{{labels},batch="{batch}"}} '
-    assert [float(line.removeprefix(progress)) for line in lines if line.startswith(progress)] == [
-        pytest.approx(2 / 3)
-    ]
-    assert "# TYPE sagg_reports_rejected_total counter" in lines
-    # Every sample line parses as name{labels} value.
-    for line in lines:
-        if not line.startswith("#"):
-            name_labels, value = line.rsplit(" ", 1)
-            assert float(value) >= 0 and name_labels.endswith("}")
+    assert value(samples, "sagg_batch_reports", **task, batch=batch) == 2
+    assert value(samples, "sagg_batch_progress_ratio", **task, batch=batch) == pytest.approx(2 / 3)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from services.aggregator.datastore import Datastore, NewReport, UploadOutcome
 from services.aggregator.uploads import COUNTED, UploadWriter
@@ -62,7 +63,8 @@ class _Answers:
 def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     ds: Datastore,
 ) -> None:
-    writer = UploadWriter(ds, max_group=16, max_queue=1024)
+    registry = CollectorRegistry()
+    writer = UploadWriter(ds, max_group=16, max_queue=1024, metrics=registry)
     n = 60
     answers = _Answers(ds, n + 2)
     # Keep the writer busy with a slow first group so that the rest queue up behind it.
@@ -96,9 +98,10 @@ def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     assert answers.outcomes[n + 1] == COUNTED
     # Every report was in the store when its request was answered.
     assert all(answers.stored_then[i] == 1 for i in range(n))
-    assert writer.committed.value(role="leader") == n + 1
+    leader = {"role": "leader"}
+    assert registry.get_sample_value("sagg_upload_commit_reports_total", leader) == n + 1
     # One slow group, then the queue in groups of at most 16.
-    commits = writer.commits.value(role="leader")
+    commits = registry.get_sample_value("sagg_upload_commits_total", leader)
     assert commits == 1 + -(-(n + 2) // 16), commits
     assert ds.count_rows("client_reports", TASK) == n
     assert ds.rejection_counts(TASK)["upload"] == {

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from client_sdk.manufacturer import ManufacturerCA
@@ -108,13 +108,13 @@ def _chunked(total: int) -> list[bytes]:
 def _routes(app: FastAPI, task_id: str) -> list[tuple[str, str]]:
     """(method, path) of every route, path parameters filled in."""
     out = []
-    for route in app.routes:
-        if not isinstance(route, APIRoute):
+    for route in iter_route_contexts(app.routes):
+        if not isinstance(route.original_route, APIRoute):
             continue
         path = re.sub(
             r"\{([^}:]+)(?::[^}]*)?\}",
             lambda m: task_id if m.group(1) == "task_id" else "AAAAAAAAAAAAAAAAAAAAAA",
-            route.path,
+            str(route.path),
         )
         out += [(method, path) for method in sorted((route.methods or set()) - {"HEAD"})]
     return out

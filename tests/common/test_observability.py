@@ -1,98 +1,119 @@
 """`services.common.metrics`, `health` and `logs` on their own: the exposition format, the
-bearer check of `/metrics`, `/healthz` answers, and the JSON log lines."""
+request latency histogram, the bearer check of `/metrics`, `/healthz` answers, and the JSON
+log lines."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+from collections.abc import Iterator
 
-import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from services.common.auth import hash_token
 from services.common.health import install_healthz
 from services.common.logs import JsonFormatter
-from services.common.metrics import Counter, Registry, Scrape, install_metrics
+from services.common.metrics import install_metrics
 from tests.exposition import parse, value
 
 TOKEN = "metrics-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def _registry(stored: dict[str, int]) -> tuple[Registry, Counter]:
-    registry = Registry()
-    registry.family("sagg_jobs", "gauge", "Jobs by state.", ("task", "state"))
-    registry.family("sagg_ratio", "gauge", "A ratio.")
-    counter = registry.counter("sagg_events_total", "Events by kind.", ("kind",))
+class _Stored(Collector):
+    """A store read at scrape time."""
 
-    def read(scrape: Scrape) -> None:
-        for state, n in stored.items():
-            scrape.add("sagg_jobs", n, task='a"b\\c\nd', state=state)
-        scrape.add("sagg_ratio", 2 / 3)
+    def __init__(self, stored: dict[str, int]) -> None:
+        self.stored = stored
 
-    registry.on_scrape(read)
-    return registry, counter
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("sagg_jobs", "Jobs by state.", labels=["task", "state"])
+        for state, n in self.stored.items():
+            jobs.add_metric(['a"b\\c\nd', state], n)
+        yield jobs
+        yield GaugeMetricFamily("sagg_ratio", "A ratio.", 2 / 3)
+
+
+def _app(stored: dict[str, int], token: str | None = TOKEN) -> tuple[FastAPI, Counter]:
+    registry = CollectorRegistry()
+    registry.register(_Stored(stored))
+    counter = Counter("sagg_events_total", "Events by kind.", ("kind",), registry=registry)
+    app = FastAPI()
+    install_metrics(app, registry, hash_token(token) if token else None)
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: str) -> dict[str, str]:
+        return {"item": item_id}
+
+    return app, counter
 
 
 def test_exposition_text() -> None:
     stored = {"finished": 2}
-    registry, counter = _registry(stored)
-    counter.inc(kind="x")
-    counter.inc(3, kind="x")
-    counter.inc(kind="y")
-    text = registry.render()
-    lines = text.splitlines()
-    assert lines[:2] == ["# HELP sagg_jobs Jobs by state.", "# TYPE sagg_jobs gauge"]
-    # Label values escape backslash, quote and newline (format 0.0.4).
-    assert 'sagg_jobs{task="a\\"b\\\\c\\nd",state="finished"} 2' in lines
-    assert "sagg_ratio 0.6666666666666666" in lines
-    assert "# TYPE sagg_events_total counter" in lines
-    samples = parse(text)
-    assert value(samples, "sagg_events_total", kind="x") == 4
-    assert value(samples, "sagg_events_total", kind="y") == 1
-    # Stored values are read at each scrape.
-    stored["finished"] = 5
-    assert 'sagg_jobs{task="a\\"b\\\\c\\nd",state="finished"} 5' in registry.render()
+    app, counter = _app(stored)
+    counter.labels(kind="x").inc()
+    counter.labels(kind="x").inc(3)
+    counter.labels(kind="y").inc()
+    with TestClient(app) as client:
+        text = client.get("/metrics", headers=AUTH).text
+        lines = text.splitlines()
+        assert "# HELP sagg_jobs Jobs by state." in lines and "# TYPE sagg_jobs gauge" in lines
+        # Label values escape backslash, quote and newline (format 0.0.4).
+        assert 'sagg_jobs{state="finished",task="a\\"b\\\\c\\nd"} 2.0' in lines
+        assert "sagg_ratio 0.6666666666666666" in lines
+        assert "# TYPE sagg_events_total counter" in lines
+        samples = parse(text)
+        assert value(samples, "sagg_events_total", kind="x") == 4
+        assert value(samples, "sagg_events_total", kind="y") == 1
+        # Process-wide families come from the default registry, in the same answer.
+        assert value(samples, "process_cpu_seconds_total") > 0
+        # Stored values are read at each scrape.
+        stored["finished"] = 5
+        again = client.get("/metrics", headers=AUTH).text.splitlines()
+        assert 'sagg_jobs{state="finished",task="a\\"b\\\\c\\nd"} 5.0' in again
 
 
-def test_registry_refuses_mistakes() -> None:
-    registry = Registry()
-    counter = registry.counter("sagg_a_total", "A.", ("kind",))
-    with pytest.raises(ValueError, match="only goes up"):
-        counter.inc(-1, kind="x")
-    with pytest.raises(ValueError, match="takes labels"):
-        counter.inc(other="x")
-    with pytest.raises(ValueError, match="duplicate"):
-        registry.family("sagg_a_total", "gauge", "again")
-    with pytest.raises(ValueError, match="bad"):
-        registry.family("sagg-dash", "gauge", "bad name")
-    with pytest.raises(ValueError, match="bad label"):
-        registry.family("sagg_b", "gauge", "bad label", ("not-ok",))
-
-    def undeclared(scrape: Scrape) -> None:
-        scrape.add("sagg_a_total", 1, kind="x")  # an in-process counter, not a stored family
-
-    registry.on_scrape(undeclared)
-    with pytest.raises(KeyError):
-        registry.render()
+def test_request_latency_by_route_template() -> None:
+    app, _ = _app({})
+    with TestClient(app) as client:
+        for item in ("a", "b", "c"):
+            assert client.get(f"/items/{item}").status_code == 200
+        assert client.get("/nowhere/1").status_code == 404
+        assert client.get("/metrics").status_code == 401
+        samples = parse(client.get("/metrics", headers=AUTH).text)
+    name = "sagg_http_request_duration_seconds_count"
+    # The route's template, never the raw path: ids would make the label set unbounded.
+    assert value(samples, name, method="GET", route="/items/{item_id}", status="2xx") == 3
+    assert value(samples, name, method="GET", route="unmatched", status="4xx") == 1
+    assert value(samples, name, method="GET", route="/metrics", status="4xx") == 1
+    buckets = {
+        dict(labels)["le"]: n
+        for (sample, labels), n in samples.items()
+        if sample == "sagg_http_request_duration_seconds_bucket"
+        and dict(labels)["route"] == "/items/{item_id}"
+    }
+    assert buckets["+Inf"] == 3 and all(n <= 3 for n in buckets.values())
+    assert not any("/items/a" in dict(labels).get("route", "") for _, labels in samples)
 
 
 def test_metrics_endpoint_auth() -> None:
-    app = FastAPI()
-    install_metrics(app, _registry({"new": 1})[0], hash_token(TOKEN))
-    off = FastAPI()
-    install_metrics(off, _registry({})[0], None)
+    app, _ = _app({"new": 1})
+    off, _ = _app({}, token=None)
     with TestClient(app) as client, TestClient(off) as disabled:
         assert client.get("/metrics").status_code == 401
         wrong = client.get("/metrics", headers={"Authorization": "Bearer " + "x" * 30})
         assert wrong.status_code == 403
         assert wrong.headers["content-type"] == "application/problem+json"
-        ok = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        ok = client.get("/metrics", headers=AUTH)
         assert ok.status_code == 200
         assert ok.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
         assert "sagg_jobs" in ok.text
-        denied = disabled.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        denied = disabled.get("/metrics", headers=AUTH)
         assert denied.status_code == 403
 
 

@@ -1,12 +1,9 @@
 """Schemathesis against the JSON APIs' OpenAPI descriptions, in process (issue #8, item 2).
 
-The descriptions start from FastAPI's `app.openapi()`. The handlers read the raw request (so
-they can answer problem documents in their own words), which leaves FastAPI with no request
-body schema and a default 422 response that the services never send. So each description is
-completed here from the models the handlers validate with (TaskDefinition, CollectorTask,
-the collection query, RecipeDraft, the attester's bodies), its query parameters, and the
-responses the services document: the success body where it has a fixed shape, and an RFC 9457
-problem document (`application/problem+json`) for every error.
+The descriptions are FastAPI's `app.openapi()`, unchanged: the routes take typed bodies and
+query parameters, declare their success models, an RFC 9457 problem document
+(`application/problem+json`) as every error (`services.common.routing`) and the bearer scheme
+of their credentials. A route whose description is wrong fails here.
 
 Both generation modes run: positive (schema-valid requests, authorized) and negative
 (schema-violating ones). Checks: no 5xx, responses conform to the declared schema and
@@ -15,9 +12,8 @@ content type. Examples are bounded and derandomized.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,7 +21,6 @@ import schemathesis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
-from pydantic import BaseModel, TypeAdapter
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -34,11 +29,10 @@ from schemathesis.checks import (
 )
 from schemathesis.core.result import Ok
 
-from services.collector.collect import CollectQuery
+from shared.dap.messages import MEDIA_AGGREGATION_JOB_INIT_REQ, MEDIA_REPORT
 from shared.dap.problems import MEDIA_PROBLEM
-from shared.dap.task import CollectorTask, TaskDefinition
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH
-from shared.recipe.model import RecipeDraft
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST
 from tests.fuzz.apps import (
     Services,
     admin_auth,
@@ -49,38 +43,12 @@ from tests.fuzz.apps import (
 EXAMPLES = 12
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
 
-PROBLEM = {
-    "type": "object",
-    "required": ["type", "title", "status"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer", "minimum": 400, "maximum": 599},
-        "detail": {"type": "string"},
-        "taskid": {"type": "string"},
-    },
-}
-OBJECT = {"type": "object"}
-
-
-def _schema(target: Any, components: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic model's JSON schema, its $defs hoisted into the OpenAPI components."""
-    adapter = target if isinstance(target, TypeAdapter) else TypeAdapter(target)
-    doc: dict[str, Any] = adapter.json_schema(ref_template="#/components/schemas/{model}")
-    components.update(doc.pop("$defs", {}))
-    return doc
-
 
 @dataclass
 class Op:
     method: str
     path: str
-    body: Any = None  # a pydantic model / TypeAdapter, or a JSON schema dict
-    success: dict[int, dict[str, Any] | None] = field(default_factory=lambda: {200: OBJECT})
-    query: dict[str, dict[str, Any]] = field(default_factory=dict)
     auth: bool = True
-    #: Overrides of FastAPI's path parameter schemas.
-    path_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,26 +59,9 @@ class Api:
     ops: list[Op]
 
 
-class _EnrollBody(BaseModel):
-    certificate: str
-
-
-class _ChallengeBody(BaseModel):
-    device_id: str
-
-
-class _CollectRequest(BaseModel):
-    task_id: str
-    query: CollectQuery
-
-
 def _none(_: Services) -> dict[str, str]:
     return {}
 
-
-TASK_ID = {"type": "object", "required": ["task_id"], "properties": {"task_id": {"type": "string"}}}
-INT = {"type": "integer", "minimum": 0}
-TEXT = {"type": "string"}
 
 APIS = [
     Api(
@@ -118,15 +69,11 @@ APIS = [
         lambda s: s.leader,
         admin_auth,
         [
-            Op("put", "/internal/tasks/{task_id}", TaskDefinition, {200: TASK_ID, 201: TASK_ID}),
+            Op("put", "/internal/tasks/{task_id}"),
             Op("get", "/internal/tasks/{task_id}"),
-            Op("delete", "/internal/tasks/{task_id}", success={204: None}),
+            Op("delete", "/internal/tasks/{task_id}"),
             Op("get", "/internal/tasks/{task_id}/stats"),
-            Op(
-                "post",
-                "/internal/hpke_keys/rotate",
-                success={200: {"type": "object", "required": ["config_id"]}},
-            ),
+            Op("post", "/internal/hpke_keys/rotate"),
             Op("get", "/healthz", auth=False),
         ],
     ),
@@ -135,14 +82,9 @@ APIS = [
         lambda s: s.collector,
         collector_admin_auth,
         [
-            Op("put", "/internal/tasks/{task_id}", CollectorTask, {200: OBJECT, 201: OBJECT}),
+            Op("put", "/internal/tasks/{task_id}"),
             Op("get", "/internal/tasks/{task_id}"),
-            Op(
-                "post",
-                "/collections",
-                _CollectRequest,
-                {201: {"type": "object", "required": ["collection_job_id"]}},
-            ),
+            Op("post", "/collections"),
             Op("get", "/collections/{job_id}"),
             Op("get", "/healthz", auth=False),
         ],
@@ -152,23 +94,13 @@ APIS = [
         lambda s: s.recipe_server,
         analyst_auth,
         [
-            Op("post", "/recipes", RecipeDraft, {200: OBJECT, 201: OBJECT}),
+            Op("post", "/recipes"),
             Op("get", "/recipes", auth=False),
-            Op(
-                "get",
-                "/recipes/{recipe_id}",
-                query={"version": INT, "tree_size": INT},
-                auth=False,
-            ),
+            Op("get", "/recipes/{recipe_id}", auth=False),
             Op("get", "/log/sth", auth=False),
-            Op("get", "/log/sth/{tree_size}", auth=False, path_params={"tree_size": INT}),
-            Op("get", "/log/consistency", query={"first": INT, "second": INT}, auth=False),
-            Op(
-                "get",
-                "/log/inclusion",
-                query={"leaf_index": INT, "tree_size": INT, "leaf_hash": TEXT},
-                auth=False,
-            ),
+            Op("get", "/log/sth/{tree_size}", auth=False),
+            Op("get", "/log/consistency", auth=False),
+            Op("get", "/log/inclusion", auth=False),
             Op("get", "/keys", auth=False),
         ],
     ),
@@ -177,72 +109,24 @@ APIS = [
         lambda s: s.issuer,
         _none,
         [
-            Op(
-                "post",
-                "/attester/enroll",
-                _EnrollBody,
-                {200: {"type": "object", "required": ["device_id"]}, 201: OBJECT},
-                auth=False,
-            ),
-            Op(
-                "post",
-                "/attester/challenge",
-                _ChallengeBody,
-                {200: {"type": "object", "required": ["nonce", "expires"]}},
-                auth=False,
-            ),
+            Op("post", "/attester/enroll", auth=False),
+            Op("post", "/attester/challenge", auth=False),
             Op("get", "/healthz", auth=False),
         ],
     ),
 ]
 
 
-def describe(api: Api, generated: dict[str, Any]) -> dict[str, Any]:
-    """FastAPI's description of `api`'s JSON routes, completed with bodies and responses."""
-    doc: dict[str, Any] = {
-        "openapi": generated["openapi"],
-        "info": generated["info"],
-        "paths": {},
-        "components": {"schemas": {"Problem": PROBLEM}},
-    }
-    components = doc["components"]["schemas"]
-    for op in api.ops:
-        base = generated["paths"][op.path][op.method]  # FastAPI knows every route
-        operation = copy.deepcopy(base)
-        params = [p for p in operation.get("parameters", []) if p["in"] == "path"]
-        for p in params:
-            p["schema"] = op.path_params.get(p["name"], p["schema"])
-        params += [
-            {"name": name, "in": "query", "required": False, "schema": schema}
-            for name, schema in op.query.items()
-        ]
-        operation["parameters"] = params
-        if op.body is not None:
-            schema = op.body if isinstance(op.body, dict) else _schema(op.body, components)
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": schema}},
-            }
-        responses: dict[str, Any] = {
-            "default": {
-                "description": "an error",
-                "content": {MEDIA_PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-            }
-        }
-        for status, success in op.success.items():
-            entry: dict[str, Any] = {"description": "success"}
-            if success is not None:
-                entry["content"] = {"application/json": {"schema": success}}
-            responses[str(status)] = entry
-        operation["responses"] = responses
-        doc["paths"].setdefault(op.path, {})[op.method] = operation
-    return doc
-
-
 def _app(client: TestClient) -> FastAPI:
     app = client.app
     assert isinstance(app, FastAPI)
     return app
+
+
+def _negatable(operation: dict[str, Any]) -> bool:
+    """Whether a request can violate the description: a free-text path parameter cannot."""
+    parameters = operation.get("parameters", [])
+    return "requestBody" in operation or any(p["in"] == "query" for p in parameters)
 
 
 def _fuzz(operation: Any, mode: GenerationMode, client: Any, auth: dict[str, str]) -> None:
@@ -257,8 +141,7 @@ def _fuzz(operation: Any, mode: GenerationMode, client: Any, auth: dict[str, str
     def run(case: Any) -> None:
         kwargs = case.as_transport_kwargs(base_url="http://testserver")
         kwargs["headers"] = {**kwargs.get("headers", {}), **auth}
-        if not kwargs.pop("cookies", None):
-            pass  # none generated (no cookie parameters are declared)
+        kwargs.pop("cookies", None)  # none generated (no cookie parameters are declared)
         response = client.request(**kwargs)
         case.validate_response(response, checks=CHECKS)
 
@@ -269,28 +152,51 @@ def _fuzz(operation: Any, mode: GenerationMode, client: Any, auth: dict[str, str
 @pytest.mark.parametrize("api", APIS, ids=lambda a: a.name)
 def test_json_api_conforms(svc: Services, api: Api, mode: GenerationMode) -> None:
     client = api.client(svc)
-    schema = schemathesis.openapi.from_dict(describe(api, _app(client).openapi()))
+    document = _app(client).openapi()
+    schema = schemathesis.openapi.from_dict(document)
     ops = {(op.method.upper(), op.path): op for op in api.ops}
     tested = 0
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result
         operation = result.ok()
-        spec = ops[(operation.method.upper(), operation.path)]
-        if mode == GenerationMode.NEGATIVE and spec.body is None and not spec.query:
-            continue  # a free-text path parameter has no schema-violating value
-        auth = api.auth(svc) if spec.auth else {}
-
-        _fuzz(operation, mode, client, auth)
+        spec = ops.get((operation.method.upper(), operation.path))
+        if spec is None:
+            continue  # a binary DAP route or /metrics: not JSON
+        if mode == GenerationMode.NEGATIVE and not _negatable(
+            document["paths"][spec.path][spec.method]
+        ):
+            continue
+        _fuzz(operation, mode, client, api.auth(svc) if spec.auth else {})
         tested += 1
-    negatable = [op for op in api.ops if op.body is not None or op.query]
+    negatable = [op for op in api.ops if _negatable(document["paths"][op.path][op.method])]
     assert tested == len(api.ops if mode == GenerationMode.POSITIVE else negatable)
 
 
-def test_the_descriptions_cover_every_json_route(svc: Services) -> None:
-    """Each API's description names routes FastAPI serves (no made-up paths), and the
-    routes left out are the binary DAP ones and the well-known directory."""
-    for api in APIS:
-        generated = _app(api.client(svc)).openapi()
-        for op in api.ops:
-            assert op.method in generated["paths"][op.path]
-    assert ISSUER_DIRECTORY_PATH in _app(svc.issuer).openapi()["paths"]
+def test_the_descriptions_declare_bodies_errors_and_credentials(svc: Services) -> None:
+    """What the handlers read and answer is in the generated descriptions: typed JSON bodies,
+    binary DAP bodies by media type, problem documents, and which routes take a bearer token."""
+    leader = _app(svc.leader).openapi()
+    put_task = leader["paths"]["/internal/tasks/{task_id}"]["put"]
+    body = put_task["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/TaskDefinition"}
+    assert put_task["security"] == [{"bearer": []}]
+    assert set(put_task["responses"]) == {"200", "201", "default"}
+    assert MEDIA_PROBLEM in put_task["responses"]["default"]["content"]
+    init = leader["paths"]["/tasks/{task_id}/aggregation_jobs/{job_id}"]["put"]
+    assert MEDIA_AGGREGATION_JOB_INIT_REQ in init["requestBody"]["content"]
+    # The task's own tokens, in either header, checked by the aggregator.
+    assert init["security"] == [{"dap-auth": []}, {"bearer": []}]
+    assert "security" not in leader["paths"]["/hpke_config"]["get"]
+    assert leader["paths"]["/metrics"]["get"]["security"] == [{"bearer": []}]
+    assert "security" not in leader["paths"]["/healthz"]["get"]
+    assert leader["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    # Uploads are answered before FastAPI (`upload_route`): no route, no description.
+    assert not any(MEDIA_REPORT in str(op) for op in leader["paths"].values())
+
+    recipe = _app(svc.recipe_server).openapi()["paths"]
+    assert recipe["/recipes"]["post"]["security"] == [{"bearer": []}]
+    assert "security" not in recipe["/recipes"]["get"]
+    issuer = _app(svc.issuer).openapi()["paths"]
+    assert ISSUER_DIRECTORY_PATH in issuer
+    token_request = issuer["/attester/token-request"]["post"]
+    assert MEDIA_TOKEN_REQUEST in token_request["requestBody"]["content"]

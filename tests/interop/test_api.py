@@ -134,6 +134,14 @@ def test_client_app_envelope() -> None:
         assert answer["status"] == "error" and "leader" in answer["error"]
         answer = http.post("/internal/test/upload", content=b"null").json()
         assert answer["status"] == "error"
+        # An empty body is an empty object; one that is not JSON is an "error" answer too.
+        assert http.post("/internal/test/ready").json() == {"status": "success"}
+        json_type = {"Content-Type": "application/json"}
+        answer = http.post("/internal/test/upload", content=b"{bad", headers=json_type).json()
+        assert answer == {"status": "error", "error": "request body is not JSON"}
+        # The description names each command's body.
+        paths = http.app.openapi()["paths"]  # type: ignore[attr-defined]
+        assert "Upload" in str(paths["/internal/test/upload"]["post"]["requestBody"])
 
 
 def test_logs_go_to_the_logs_dir_when_writable(tmp_path: Path) -> None:
