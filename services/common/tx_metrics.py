@@ -1,14 +1,15 @@
 """Metrics of named database transactions, after Janus's ``run_tx`` metrics.
 
 Process-wide, on prometheus_client's default `REGISTRY` (the services' ``GET /metrics`` exposes
-it beside their per-app collectors). Per transaction name (`Database.run`'s first argument):
+it beside their per-app collectors). Per transaction name (label ``tx``: `Database.run`'s first
+argument):
 
-- ``sagg_db_transactions_total{name, outcome}``: finished runs; ``committed``, ``rolled_back``
+- ``sagg_db_transactions_total{tx, outcome}``: finished runs; ``committed``, ``rolled_back``
   (the body raised, e.g. a lost lease, and the transaction was rolled back) or ``error`` (the
   database failed it: retries exhausted or a non-transient engine error);
-- ``sagg_db_transaction_retries_total{name}``: attempts retried after a transient failure
+- ``sagg_db_transaction_retries_total{tx}``: attempts retried after a transient failure
   (busy store, serialization failure, lost connection);
-- ``sagg_db_transaction_duration_seconds{name}``: wall time of a run, retries included.
+- ``sagg_db_transaction_duration_seconds{tx}``: wall time of a run, retries included.
 """
 
 from __future__ import annotations
@@ -27,17 +28,17 @@ ERROR: Final = "error"
 TRANSACTIONS: Final = Counter(
     "sagg_db_transactions",
     "Named database transactions run, by outcome.",
-    ("name", "outcome"),
+    ("tx", "outcome"),
 )
 RETRIES: Final = Counter(
     "sagg_db_transaction_retries",
     "Attempts of named database transactions retried after a transient failure.",
-    ("name",),
+    ("tx",),
 )
 DURATION: Final = Histogram(
     "sagg_db_transaction_duration_seconds",
     "Wall time of named database transactions, retries included.",
-    ("name",),
+    ("tx",),
 )
 
 

@@ -165,7 +165,7 @@ def test_transaction_metrics_count_outcomes_and_retries(db_url: str) -> None:
         raise LookupError("the body gives up")
 
     def sample(metric: str, **labels: str) -> float | None:
-        return REGISTRY.get_sample_value(metric, {"name": name, **labels})
+        return REGISTRY.get_sample_value(metric, {"tx": name, **labels})
 
     try:
         assert db.run(name, flaky) == 7
