@@ -319,12 +319,6 @@ class Device:
             measurement = randomize_indices(plan.verified.recipe, [plan.index], self.numpy_rng())[0]
         return self.commit(plan, measurement)
 
-    def run_query(self, recipe_id: str, version: int | None = None) -> Outcome:
-        verified = self.fetch_recipe(recipe_id, version)
-        if verified is None:
-            return Outcome("refused", "recipe could not be verified")
-        return self.answer(verified)
-
     # --- tokens and uploads ---------------------------------------------------------------
 
     def recipe(self, recipe_id: str, version: int) -> Recipe:

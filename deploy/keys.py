@@ -16,6 +16,9 @@ party gains nothing at the others, 001 §4.3):
 - ``<party>.provisioner_token`` for leader, helper and collector: the token that party gives
   the recipe server, which may only create tasks there and read back their public parameters.
 - ``analyst_token``: bearer token for publishing recipes.
+- ``attester.secret``: the bearer secret between attester and token issuer when they run as
+  separate services (the split model of the compose file); the joint process of `sagg up` does
+  not use it.
 - ``recipe-server.key``: the recipe server's Ed25519 seed, unpadded base64url (the format
   `services.recipe_server.keys` reads).
 - ``manufacturer-ca.pem`` / ``manufacturer-ca.key``: the simulated manufacturer CA the attester
@@ -84,6 +87,7 @@ ADMIN_TOKEN_SERVICES = ("leader", "helper", "collector", "token-issuer", "recipe
 PROVISIONED_PARTIES = ("leader", "helper", "collector")
 ANALYST_TOKEN_FILE = "analyst_token"
 RECIPE_KEY_FILE = "recipe-server.key"
+ATTESTER_SECRET_FILE = "attester.secret"
 CA_CERT_FILE = "manufacturer-ca.pem"
 CA_KEY_FILE = "manufacturer-ca.key"
 TOKEN_KEY_IDS_FILE = "token-key-ids"
@@ -236,6 +240,7 @@ def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> Deploym
         p: _token(provisioner_token_file(directory, p), None) for p in PROVISIONED_PARTIES
     }
     analyst = _token(directory / ANALYST_TOKEN_FILE, analyst_token)
+    _token(directory / ATTESTER_SECRET_FILE, None)
     signer = _recipe_key(directory / RECIPE_KEY_FILE)
     _manufacturer_ca(directory / CA_CERT_FILE, directory / CA_KEY_FILE)
     return DeploymentKeys(

@@ -1,17 +1,26 @@
 """Throwaway PostgreSQL databases for the store tests (the server on 127.0.0.1:5432, trust
-auth; CI starts it). Each test gets databases of its own, dropped when it ends."""
+auth; CI starts it; `SAGG_TEST_POSTGRES_SERVER` names another). Each test gets databases of
+its own, dropped when it ends.
+
+A test that needs PostgreSQL calls `require()`: without a server it is skipped on a laptop,
+but fails under `CI=true`, where a missing server is a broken build, not a reason to pass."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
 
 import psycopg
+import pytest
 
-SERVER = "postgresql://postgres@127.0.0.1:5432"
+#: The server, without a database (`{SERVER}/{name}` is a database URL).
+SERVER = os.environ.get("SAGG_TEST_POSTGRES_SERVER", "postgresql://postgres@127.0.0.1:5432")
 ADMIN_URL = f"{SERVER}/postgres"
-UNREACHABLE = "PostgreSQL is not reachable on 127.0.0.1:5432"
+UNREACHABLE = f"PostgreSQL is not reachable at {SERVER}"
 
 
 def available() -> bool:
@@ -20,6 +29,24 @@ def available() -> bool:
             return True
     except psycopg.Error:
         return False
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def missing(reason: str, *, strict: bool = False) -> None:
+    """What a test does when something it needs is missing: skip on a laptop, fail under
+    `CI=true` (or always, if `strict`)."""
+    if strict or in_ci():
+        pytest.fail(f"{reason} (CI=true: tests that need it fail instead of skipping)")
+    pytest.skip(reason)
+
+
+def require(*, strict: bool = False) -> None:
+    """Skips (fails under CI=true, or if `strict`) when the server does not answer."""
+    if not available():
+        missing(UNREACHABLE, strict=strict)
 
 
 class Databases:
@@ -51,3 +78,25 @@ def throwaway(prefix: str = "sagg_test") -> Iterator[Databases]:
         yield databases
     finally:
         databases.drop_all()
+
+
+class UrlFactory(Protocol):
+    def __call__(self, label: str = "") -> str: ...
+
+
+@contextmanager
+def engine_urls(
+    engine: str, tmp_path: Path, prefix: str = "sagg_test", *, strict: bool = False
+) -> Iterator[UrlFactory]:
+    """Fresh, empty database URLs of `engine` ("sqlite", or "postgres"/"postgresql" on the test
+    server, `require`d first, dropped afterwards)."""
+    if engine != "sqlite":
+        require(strict=strict)
+    with throwaway(prefix) as made:
+
+        def make(label: str = "") -> str:
+            if engine == "sqlite":
+                return f"sqlite:///{tmp_path / f'{label}{secrets.token_hex(4)}.db'}"
+            return made.create(label)
+
+        yield make

@@ -1,8 +1,8 @@
 #!/bin/sh
 # The shared PostgreSQL server of collector, recipe server and token issuer (docker-compose.yml):
 # each service gets a login role of its own, with the password `sagg keys init` generated for it
-# (a compose secret of this container only), owning its databases; the token issuer's two keep
-# the issuer's and the attester's state apart (RFC 9576 §4.2). No role can open another's
+# (a compose secret of this container only), owning its databases; the token issuer and the
+# attester are separate services with a role each (the split model, RFC 9576 §4.4). No role can open another's
 # database: PUBLIC loses CONNECT. Runs once, as postgres, when the data volume is first
 # initialised. The aggregators never use this server: leader and helper each have their own.
 set -eu
@@ -25,4 +25,5 @@ SQL
 
 create collector collector-db-password collector
 create recipe_server recipe-server-db-password recipe_server
-create token_issuer token-issuer-db-password token_issuer token_attester
+create token_issuer token-issuer-db-password token_issuer
+create token_attester token-attester-db-password token_attester

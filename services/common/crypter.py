@@ -83,10 +83,6 @@ class Crypter:
     def __init__(self, keys: Sequence[bytes] = ()) -> None:
         self._aeads = [AESGCM(key) for key in keys]
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._aeads)
-
     def __repr__(self) -> str:
         return f"Crypter(keys={len(self._aeads)})"
 

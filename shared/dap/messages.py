@@ -50,9 +50,6 @@ from typing import ClassVar, Final, Generic, Self, TypeVar, cast
 from shared.codec import U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap.ids import BatchId, ReportId, TaskId
 
-#: Version tag that prefixes every HPKE info string (DAP-09 §4.4.2, §4.6.4).
-DAP_VERSION: Final = "dap-09"
-
 # Media types (DAP-09 §8.1). Sent exactly, with no parameters: divviup-ts compares them verbatim.
 MEDIA_HPKE_CONFIG_LIST: Final = "application/dap-hpke-config-list"
 
@@ -505,12 +502,6 @@ class Report(BaseReport[ReportMetadata]):
     """The DAP-09 `Report` (DAP §4.4.2, digest §5.2)."""
 
     __slots__ = ()
-
-    def helper_report_share(self) -> ReportShare:
-        """What the Leader forwards to the Helper in a `PrepareInit` (DAP §4.5.1.1)."""
-        return ReportShare(
-            self.report_metadata, self.public_share, self.helper_encrypted_input_share
-        )
 
     @classmethod
     def _decode_metadata(cls, dec: Decoder) -> ReportMetadata:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from shared.dap.task import AggregatorNoise
 from shared.dp.composition import cdp_eps
-from shared.dp.gaussian import analytic_gaussian_sigma, discrete_gaussian_epsilon
+from shared.dp.gaussian import discrete_gaussian_epsilon
 from shared.dp.samplers import RandBits, discrete_gaussian_vector
 from shared.vdaf.field import Field, FieldArray
 from shared.vdaf.spec import VdafSpec
@@ -51,11 +51,6 @@ def decode_signed(field: type[Field], values: Sequence[int]) -> list[int]:
     p = field.MODULUS
     half = p // 2
     return [v - p if v > half else v for v in values]
-
-
-def histogram_sigma(eps: float, delta: float) -> float:
-    """004 §6.1.2: sigma per aggregator for a one-hot histogram (L2 sensitivity sqrt(2))."""
-    return analytic_gaussian_sigma(eps, delta, math.sqrt(2))
 
 
 def vdaf_shifts(vdaf: VdafSpec) -> tuple[int, ...] | None:

@@ -26,14 +26,6 @@ TOKEN_TYPE_BLIND_RSA: Final = 0x0002
 #: VOPRF(P-384, SHA-384), privately verifiable (RFC 9578 §5); recognized, never issued.
 TOKEN_TYPE_VOPRF: Final = 0x0001
 
-#: Reserved ("greased") token types that clients must ignore (RFC 9577 §6.2.1).
-GREASE_TOKEN_TYPES: Final = frozenset(
-    {
-        0x0000, 0x02AA, 0x1132, 0x2E96, 0x3CD3, 0x4473, 0x5A63, 0x6D32, 0x7F3F,
-        0x8D07, 0x916B, 0xA6A4, 0xBEAB, 0xC3F3, 0xDA42, 0xE944, 0xF057,
-    }
-)  # fmt: skip
-
 #: Client nonce in TokenInput and Token (RFC 9577 §2.2).
 TOKEN_NONCE_SIZE: Final = 32
 

@@ -115,9 +115,9 @@ class Variant:
     randomized: bool
 
 
-PSS_RANDOMIZED: Final = Variant("RSABSSA-SHA384-PSS-Randomized", 48, True)
+PSS_RANDOMIZED: Final = Variant("RSABSSA-SHA384-PSS-Randomized", BLIND_RSA_SALT_LEN, True)
 PSSZERO_RANDOMIZED: Final = Variant("RSABSSA-SHA384-PSSZERO-Randomized", 0, True)
-PSS_DETERMINISTIC: Final = Variant("RSABSSA-SHA384-PSS-Deterministic", 48, False)
+PSS_DETERMINISTIC: Final = Variant("RSABSSA-SHA384-PSS-Deterministic", BLIND_RSA_SALT_LEN, False)
 PSSZERO_DETERMINISTIC: Final = Variant("RSABSSA-SHA384-PSSZERO-Deterministic", 0, False)
 VARIANTS: Final = {
     v.name: v

@@ -46,8 +46,6 @@ from shared.recipe.signing import (
 
 TREE_HEAD_SIGNATURE_CONTEXT: Final = b"sagg recipe log tree head v1\x00"
 
-MEDIA_TREE_HEAD: Final = "application/sagg-tree-head+json"
-
 #: SHA-256 output length: leaf and node hashes of the recipe log (RFC 9162 §2.1.1).
 LOG_HASH_SIZE: Final = 32
 

@@ -60,8 +60,6 @@ from shared.vdaf.spec import VdafSpec
 #: The `format` member of every recipe; a device refuses formats it does not know.
 RECIPE_FORMAT: Final = "sagg-recipe/1"
 
-MEDIA_RECIPE_LIST: Final = "application/sagg-recipe-list+json"
-
 
 __all__ = [
     "MAX_DIMENSION",

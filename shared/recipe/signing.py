@@ -34,9 +34,6 @@ RECIPE_SIGNATURE_CONTEXT: Final = b"sagg recipe v1\x00"
 #: Signature algorithm name as the key directory (`GET /keys`) states it.
 SIGNATURE_ALGORITHM: Final = "Ed25519"
 
-#: Media types of the recipe server's JSON documents.
-MEDIA_SIGNED_RECIPE: Final = "application/sagg-signed-recipe+json"
-
 
 __all__ = [
     "RecipeSigner",

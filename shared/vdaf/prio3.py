@@ -188,9 +188,6 @@ class Prio3:
         blind = self._seed if self.uses_joint_rand else 0
         return self._verifiers_len * self.field.ENCODED_SIZE + blind
 
-    def prep_msg_len(self) -> int:
-        return self._seed if self.uses_joint_rand else 0
-
     def agg_share_len(self) -> int:
         return self.flp.OUTPUT_LEN * self.field.ENCODED_SIZE
 

@@ -16,29 +16,20 @@ import pytest
 
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import MEDIA_COLLECT_REQ, CollectionReq, Interval, Query
+from tests.adversaries import harness
 from tests.adversaries.conftest import DbFactory
-from tests.adversaries.harness import (
-    BUCKET,
-    NOW,
-    PRECISION,
-    Deployment,
-    Task,
-    collector_auth,
-    deploy,
-    problem_type,
-)
 
 B = 2
 
 
 @pytest.fixture
-def dep(tmp_path: Path, databases: DbFactory) -> Deployment:
-    task = Task({"type": "Prio3Count"}, min_batch_size=B)
-    return deploy(tmp_path, task, databases=databases)
+def dep(tmp_path: Path, databases: DbFactory) -> harness.Deployment:
+    task = harness.Task({"type": "Prio3Count"}, min_batch_size=B)
+    return harness.deploy(tmp_path, task, databases=databases)
 
 
 def put(
-    dep: Deployment,
+    dep: harness.Deployment,
     interval: Interval,
     agg_param: bytes = b"",
     headers: dict[str, str] | None = None,
@@ -49,28 +40,29 @@ def put(
         content=CollectionReq(Query.time_interval(interval), agg_param).encode(),
         headers={
             "Content-Type": MEDIA_COLLECT_REQ,
-            **(collector_auth() if headers is None else headers),
+            **(harness.collector_auth() if headers is None else headers),
         },
     )
-    kind = problem_type(response) if response.status_code >= 400 else None
+    kind = harness.problem_type(response) if response.status_code >= 400 else None
     return job, response.status_code, kind
 
 
-def test_identical_recollection_reveals_nothing_new(dep: Deployment) -> None:
+def test_identical_recollection_reveals_nothing_new(dep: harness.Deployment) -> None:
     dep.upload_measurements([1, 0, 1])
-    first = dep.collect(BUCKET)
+    first = dep.collect(harness.BUCKET)
     late = dep.upload(dep.seal_report(dep.shard(1)))  # not added to the collected batch
-    assert problem_type(late) == "reportRejected"
-    assert dep.collect(BUCKET) == first == (3, 2)
+    assert harness.problem_type(late) == "reportRejected"
+    assert dep.collect(harness.BUCKET) == first == (3, 2)
 
 
-def test_overlapping_batches_are_refused(dep: Deployment) -> None:
+def test_overlapping_batches_are_refused(dep: harness.Deployment) -> None:
     dep.upload_measurements([1, 1, 1, 0])
-    assert dep.collect(BUCKET) == (4, 3)
+    assert dep.collect(harness.BUCKET) == (4, 3)
     before = dep.stats(dep.helper)["batches_collected"]
+    # The first contains the collected hour.
     for interval in (
-        Interval(NOW - PRECISION, 2 * PRECISION),  # contains the collected hour
-        Interval(NOW - 5 * PRECISION, 10 * PRECISION),
+        Interval(harness.NOW - harness.PRECISION, 2 * harness.PRECISION),
+        Interval(harness.NOW - 5 * harness.PRECISION, 10 * harness.PRECISION),
     ):
         _, status, kind = put(dep, interval)
         assert (status, kind) == (400, "batchOverlap")
@@ -78,30 +70,30 @@ def test_overlapping_batches_are_refused(dep: Deployment) -> None:
     assert dep.stats(dep.helper)["batches_collected"] == before  # the helper was not asked
 
 
-def test_too_many_distinct_queries(dep: Deployment) -> None:
+def test_too_many_distinct_queries(dep: harness.Deployment) -> None:
     dep.upload_measurements([1, 1])
-    assert dep.collect(BUCKET) == (2, 2)
-    _, status, kind = put(dep, BUCKET, agg_param=b"another parameter")
+    assert dep.collect(harness.BUCKET) == (2, 2)
+    _, status, kind = put(dep, harness.BUCKET, agg_param=b"another parameter")
     assert (status, kind) == (400, "batchQueriedTooManyTimes")
 
 
-def test_unaligned_batches_are_invalid(dep: Deployment) -> None:
+def test_unaligned_batches_are_invalid(dep: harness.Deployment) -> None:
     dep.upload_measurements([1, 1, 1])
     for interval in (
-        Interval(NOW + 1, PRECISION),
-        Interval(NOW, PRECISION - 1),
-        Interval(NOW, PRECISION + 1),
-        Interval(NOW, 0),
+        Interval(harness.NOW + 1, harness.PRECISION),
+        Interval(harness.NOW, harness.PRECISION - 1),
+        Interval(harness.NOW, harness.PRECISION + 1),
+        Interval(harness.NOW, 0),
     ):
         _, status, kind = put(dep, interval)
         assert (status, kind) == (400, "batchInvalid")
 
 
-def test_below_min_batch_size_the_leader_waits(dep: Deployment) -> None:
+def test_below_min_batch_size_the_leader_waits(dep: harness.Deployment) -> None:
     """The collector cannot force a small batch out: polls stay 202, and the helper is never
     asked for its share (it has collected nothing, and still aggregates new reports)."""
     dep.upload_measurements([1])
-    job, status, _ = put(dep, BUCKET)
+    job, status, _ = put(dep, harness.BUCKET)
     assert status == 201
     for _ in range(3):
         assert dep.poll(job, rounds=2).status_code == 202
@@ -111,12 +103,12 @@ def test_below_min_batch_size_the_leader_waits(dep: Deployment) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_wrong_collector_token(dep: Deployment) -> None:
+def test_wrong_collector_token(dep: harness.Deployment) -> None:
     dep.upload_measurements([1, 1])
     for headers in ({}, {"Authorization": "Bearer wrong-collector-token-0123"}):
-        _, status, kind = put(dep, BUCKET, headers=headers)
+        _, status, kind = put(dep, harness.BUCKET, headers=headers)
         assert (status, kind) == (403, "unauthorizedRequest")
-    job = dep.start_collection(BUCKET)
+    job = dep.start_collection(harness.BUCKET)
     response = dep.leader.post(f"/tasks/{dep.tid}/collection_jobs/{job}")
-    assert problem_type(response) == "unauthorizedRequest"
-    assert dep.collect(BUCKET) == (2, 2)  # the refused requests used nothing up
+    assert harness.problem_type(response) == "unauthorizedRequest"
+    assert dep.collect(harness.BUCKET) == (2, 2)  # the refused requests used nothing up

@@ -6,7 +6,6 @@ Each PostgreSQL test gets a database of its own, created for it and dropped afte
 from __future__ import annotations
 
 import itertools
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,21 +16,13 @@ from shared.privacypass.issuance import IssuerKey
 from tests import pg
 from tests.aggregator.issuer import Issuer, make_issuer
 
-DbFactory = Callable[[], str]
+DbFactory = pg.UrlFactory
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbFactory]:
     """Makes fresh, empty database URLs of the parametrized engine."""
-    if request.param == "postgresql" and not pg.available():
-        pytest.fail(pg.UNREACHABLE)
-    with pg.throwaway() as made:
-
-        def make() -> str:
-            if request.param == "sqlite":
-                return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
-            return made.create()
-
+    with pg.engine_urls(request.param, tmp_path, strict=True) as make:
         yield make
 
 

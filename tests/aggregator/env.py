@@ -101,6 +101,30 @@ class Env:
                 time.sleep(0.2)
         raise AssertionError("collection did not finish")
 
+    def await_collection(self, job: str, *, wait_s: float = 30) -> Collection:
+        """Poll `job` while the leader's own driver threads work on it; the decoded result."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            response = self.poll(job)
+            if response.status_code == 200:
+                assert response.headers["content-type"] == "application/dap-collection"
+                return Collection.decode(response.content)
+            assert response.status_code == 202, response.text
+            time.sleep(0.1)
+        raise AssertionError(f"collection {job} did not finish in {wait_s} s")
+
+
+def only_job(env: Env, table: str) -> bytes:
+    """The id of the task's one row in `table` (aggregation_jobs or collection_jobs)."""
+    rows = env.leader_agg.ds.db.run(
+        "jobs",
+        lambda tx: tx.query(
+            f"SELECT job_id FROM {table} WHERE task_id = :t", {"t": env.params.task_id.value}
+        ),
+    )
+    assert len(rows) == 1
+    return bytes(rows[0]["job_id"])
+
 
 def drive(runner: DriverRunner, rounds: int = 50) -> None:
     """Step the leader's job creator and drivers in this thread until they find nothing to do."""

@@ -36,7 +36,7 @@ from shared.dp.aggregator_noise import decode_signed
 from shared.dp.gaussian import discrete_gaussian_variance
 from shared.dp.samplers import discrete_gaussian_vector, discrete_laplace_vector
 from tests.aggregator import helpers
-from tests.aggregator.env import Env, aggregator_auth, make_env
+from tests.aggregator.env import Env, aggregator_auth, make_env, only_job
 from tests.aggregator.helpers import TaskParams
 
 NOW = 1_700_006_400
@@ -125,7 +125,8 @@ def test_noise_variance_and_idempotent_shares(db_factory: Any, clock: TestClock)
     assert abs(statistics.mean(diffs)) < 6 * (expected_var / length) ** 0.5
 
     # The leader re-sends the AggregateShareReq (a lost answer): the stored bytes come back.
-    job = env.leader_agg.ds.collection_job(env.params.task_id.value, _only_job(env))
+    job_id = only_job(env, "collection_jobs")
+    job = env.leader_agg.ds.collection_job(env.params.task_id.value, job_id)
     assert job is not None
     request = AggregateShareReq(SELECTOR, b"", int(job["report_count"]), bytes(job["checksum"]))
     answers = [
@@ -147,18 +148,6 @@ def test_noise_variance_and_idempotent_shares(db_factory: Any, clock: TestClock)
     assert second.helper_encrypted_agg_share == first.helper_encrypted_agg_share
     assert shares(env, second) == shares(env, first)
     assert env.leader_agg.ds.count_rows("leader_noised_shares", env.params.task_id.value) == 1
-
-
-def _only_job(env: Env) -> bytes:
-    rows = env.leader_agg.ds.db.run(
-        "jobs",
-        lambda tx: tx.query(
-            "SELECT job_id FROM collection_jobs WHERE task_id = :t",
-            {"t": env.params.task_id.value},
-        ),
-    )
-    assert len(rows) == 1
-    return bytes(rows[0]["job_id"])
 
 
 def test_no_noise_without_the_setting(db_factory: Any, clock: TestClock) -> None:

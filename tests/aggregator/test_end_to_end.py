@@ -27,7 +27,7 @@ from shared.dap.messages import (
 )
 from shared.dap.problems import ProblemType
 from tests.aggregator import helpers
-from tests.aggregator.env import Env, collector_auth, make_env
+from tests.aggregator.env import Env, collector_auth, make_env, only_job
 from tests.aggregator.helpers import VDAFS, TaskParams
 
 NOW = 1_700_006_400
@@ -229,24 +229,12 @@ def test_helper_rejection_abandons_job(db_factory: Any, clock: TestClock) -> Non
     assert env.upload(env.report(1, NOW)).status_code == 201
     env.drive()
     ds = env.leader_agg.ds
-    rows = ds.report_aggregations(env.params.task_id.value, _only_job(env))
+    rows = ds.report_aggregations(env.params.task_id.value, only_job(env, "aggregation_jobs"))
     assert [r["state"] for r in rows] == ["failed"]
     # The abandoned job's report is not counted; the next report is.
     assert env.upload(env.report(1, NOW)).status_code == 201
     collection = env.collect(Query.time_interval(Interval(NOW, TP)))
     assert collection.report_count == 1
-
-
-def _only_job(env: Env) -> bytes:
-    rows = env.leader_agg.ds.db.run(
-        "jobs",
-        lambda tx: tx.query(
-            "SELECT job_id FROM aggregation_jobs WHERE task_id = :t",
-            {"t": env.params.task_id.value},
-        ),
-    )
-    assert len(rows) == 1
-    return bytes(rows[0]["job_id"])
 
 
 def test_job_abandoned_after_max_attempts(db_factory: Any, clock: TestClock) -> None:
@@ -259,7 +247,8 @@ def test_job_abandoned_after_max_attempts(db_factory: Any, clock: TestClock) -> 
         clock.advance(120)
     # Three attempts, then the job is given up (no DELETE: the helper is unreachable).
     assert down.calls == 3
-    rows = env.leader_agg.ds.report_aggregations(env.params.task_id.value, _only_job(env))
+    job_id = only_job(env, "aggregation_jobs")
+    rows = env.leader_agg.ds.report_aggregations(env.params.task_id.value, job_id)
     assert [(r["state"], r["error"]) for r in rows] == [("failed", PrepareError.REPORT_DROPPED)]
 
 

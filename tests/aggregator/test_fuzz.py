@@ -9,27 +9,8 @@ from typing import Any
 import pytest
 
 from services.common.clock import TestClock
+from shared.dap import messages as dap
 from shared.dap.ids import AggregationJobId, CollectionJobId, ReportId
-from shared.dap.messages import (
-    MEDIA_AGGREGATE_SHARE_REQ,
-    MEDIA_AGGREGATION_JOB_CONTINUE_REQ,
-    MEDIA_AGGREGATION_JOB_INIT_REQ,
-    MEDIA_COLLECT_REQ,
-    MEDIA_REPORT,
-    AggregateShareReq,
-    AggregationJobContinueReq,
-    AggregationJobInitReq,
-    AggregationJobResp,
-    BatchSelector,
-    CollectionReq,
-    Interval,
-    PartialBatchSelector,
-    PrepareContinue,
-    PrepareError,
-    Query,
-    Report,
-    ReportMetadata,
-)
 from shared.dap.problems import MEDIA_PROBLEM
 from tests.aggregator.env import Env, aggregator_auth, collector_auth, make_env
 from tests.aggregator.helpers import TaskParams, prepare_init
@@ -62,58 +43,38 @@ def env(db_factory: Any, clock: TestClock) -> Env:
 def test_fuzzed_requests(env: Env) -> None:
     rng = random.Random(7)
     report = env.report(3, NOW).encode()
-    for body in mutations(report, rng):
-        check(
-            env.leader.put(
-                f"/tasks/{env.tid}/reports", content=body, headers={"Content-Type": MEDIA_REPORT}
-            )
-        )
-    init = AggregationJobInitReq(
+    init = dap.AggregationJobInitReq(
         b"",
-        PartialBatchSelector.time_interval(),
+        dap.PartialBatchSelector.time_interval(),
         (prepare_init(env.params, env.helper_config, 3, NOW),),
     ).encode()
-    for body in mutations(init, rng):
-        check(
-            env.helper.put(
-                f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
-                content=body,
-                headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
-            )
-        )
-    cont = AggregationJobContinueReq(1, (PrepareContinue(ReportId.random(), b""),)).encode()
-    for body in mutations(cont, rng):
-        check(
-            env.helper.post(
-                f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
-                content=body,
-                headers={"Content-Type": MEDIA_AGGREGATION_JOB_CONTINUE_REQ, **aggregator_auth()},
-            )
-        )
-    share = AggregateShareReq(
-        BatchSelector.time_interval(Interval(NOW, 3600)), b"", 1, bytes(32)
+    cont = dap.AggregationJobContinueReq(1, (dap.PrepareContinue(ReportId.random(), b""),)).encode()
+    share = dap.AggregateShareReq(
+        dap.BatchSelector.time_interval(dap.Interval(NOW, 3600)), b"", 1, bytes(32)
     ).encode()
-    for body in mutations(share, rng):
-        check(
-            env.helper.post(
-                f"/tasks/{env.tid}/aggregate_shares",
-                content=body,
-                headers={"Content-Type": MEDIA_AGGREGATE_SHARE_REQ, **aggregator_auth()},
+    collect = dap.CollectionReq(dap.Query.time_interval(dap.Interval(NOW, 3600)), b"").encode()
+    job = f"/tasks/{env.tid}/aggregation_jobs"
+    collection_job = f"/tasks/{env.tid}/collection_jobs/{CollectionJobId.random().to_b64url()}"
+    # (client, method, path, media type, auth, a valid body to mutate), one row per endpoint.
+    endpoints: list[tuple[Any, str, str, str, dict[str, str], bytes]] = [
+        (env.leader, "PUT", f"/tasks/{env.tid}/reports", dap.MEDIA_REPORT, {}, report),
+        (env.helper, "PUT", f"{job}/{AggregationJobId.random().to_b64url()}",
+         dap.MEDIA_AGGREGATION_JOB_INIT_REQ, aggregator_auth(), init),
+        (env.helper, "POST", f"{job}/{AggregationJobId.random().to_b64url()}",
+         dap.MEDIA_AGGREGATION_JOB_CONTINUE_REQ, aggregator_auth(), cont),
+        (env.helper, "POST", f"/tasks/{env.tid}/aggregate_shares",
+         dap.MEDIA_AGGREGATE_SHARE_REQ, aggregator_auth(), share),
+        (env.leader, "PUT", collection_job, dap.MEDIA_COLLECT_REQ, collector_auth(), collect),
+    ]  # fmt: skip
+    for client, method, path, media, auth, valid in endpoints:
+        for body in mutations(valid, rng):
+            check(
+                client.request(method, path, content=body, headers={"Content-Type": media, **auth})
             )
-        )
-    collect = CollectionReq(Query.time_interval(Interval(NOW, 3600)), b"").encode()
-    for body in mutations(collect, rng):
-        check(
-            env.leader.put(
-                f"/tasks/{env.tid}/collection_jobs/{CollectionJobId.random().to_b64url()}",
-                content=body,
-                headers={"Content-Type": MEDIA_COLLECT_REQ, **collector_auth()},
-            )
-        )
     for path in ("not-base64!", "AAAA", "A" * 43):
         check(
             env.leader.put(
-                f"/tasks/{path}/reports", content=report, headers={"Content-Type": MEDIA_REPORT}
+                f"/tasks/{path}/reports", content=report, headers={"Content-Type": dap.MEDIA_REPORT}
             )
         )
         check(env.leader.post(f"/tasks/{env.tid}/collection_jobs/{path}", headers=collector_auth()))
@@ -129,36 +90,36 @@ def test_extreme_times_and_intervals(env: Env) -> None:
     check(env.upload(far))
     assert env.upload(far).json()["type"].endswith("reportTooEarly")
     pi = prepare_init(env.params, env.helper_config, 3, U64_MAX)
-    body = AggregationJobInitReq(b"", PartialBatchSelector.time_interval(), (pi,)).encode()
+    body = dap.AggregationJobInitReq(b"", dap.PartialBatchSelector.time_interval(), (pi,)).encode()
     response = env.helper.put(
         f"/tasks/{env.tid}/aggregation_jobs/{AggregationJobId.random().to_b64url()}",
         content=body,
-        headers={"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
+        headers={"Content-Type": dap.MEDIA_AGGREGATION_JOB_INIT_REQ, **aggregator_auth()},
     )
     assert response.status_code == 201
-    (resp,) = AggregationJobResp.decode(response.content).prepare_resps
-    assert resp.prepare_error == PrepareError.REPORT_TOO_EARLY
-    huge = Interval(U64_MAX - U64_MAX % 3600 - 3600, 3600)
+    (resp,) = dap.AggregationJobResp.decode(response.content).prepare_resps
+    assert resp.prepare_error == dap.PrepareError.REPORT_TOO_EARLY
+    huge = dap.Interval(U64_MAX - U64_MAX % 3600 - 3600, 3600)
     check(
         env.helper.post(
             f"/tasks/{env.tid}/aggregate_shares",
-            content=AggregateShareReq(
-                BatchSelector.time_interval(huge), b"", 1, bytes(32)
+            content=dap.AggregateShareReq(
+                dap.BatchSelector.time_interval(huge), b"", 1, bytes(32)
             ).encode(),
-            headers={"Content-Type": MEDIA_AGGREGATE_SHARE_REQ, **aggregator_auth()},
+            headers={"Content-Type": dap.MEDIA_AGGREGATE_SHARE_REQ, **aggregator_auth()},
         )
     )
     check(
         env.leader.put(
             f"/tasks/{env.tid}/collection_jobs/{CollectionJobId.random().to_b64url()}",
-            content=CollectionReq(Query.time_interval(huge), b"").encode(),
-            headers={"Content-Type": MEDIA_COLLECT_REQ, **collector_auth()},
+            content=dap.CollectionReq(dap.Query.time_interval(huge), b"").encode(),
+            headers={"Content-Type": dap.MEDIA_COLLECT_REQ, **collector_auth()},
         )
     )
     # A report whose metadata was tampered with after sealing fails decryption, not the server.
     report = env.report(3, NOW)
-    moved = Report(
-        ReportMetadata(report.report_metadata.report_id, NOW - 3600),
+    moved = dap.Report(
+        dap.ReportMetadata(report.report_metadata.report_id, NOW - 3600),
         report.public_share,
         report.leader_encrypted_input_share,
         report.helper_encrypted_input_share,

@@ -326,7 +326,7 @@ def test_device_refuses_recipes_naming_parties_its_policy_does_not_pin(tmp_path:
     world.publish()
     device = world.device(None, tokens=False)
     device.events.add("emoji", {"emoji": "fire"}, NOW - 100)
-    outcome = device.run_query("emoji.daily")
+    outcome = device.answer(verified(world, device))
     assert outcome.status == "refused"
     assert outcome.reason == f"trust: token issuer {evil} is not pinned by the device policy"
     assert device.pending() == []
@@ -344,7 +344,7 @@ def test_device_refuses_recipes_naming_parties_its_policy_does_not_pin(tmp_path:
     world.router.apps["recipes.test"] = world.recipe_server
     world.publish()
     strict = world.device(None, tokens=False, policy_=narrow)
-    refused = strict.run_query("emoji.daily")
+    refused = strict.answer(verified(world, strict))
     assert refused.status == "refused"
     assert "helper http://helper.test is not pinned" in refused.reason
 

@@ -27,6 +27,7 @@ from tests.aggregator.env import Env, make_env
 from tests.aggregator.helpers import TaskParams
 from tests.aggregator.test_end_to_end import unshard
 from tests.client_sdk.harness import EMOJI, ISSUER, NOW, World, draft, verified
+from tests.recipe.helpers import sfp_randomizer
 
 TP = 3600
 
@@ -136,15 +137,7 @@ def test_bound_and_tokened_reports_aggregate(tmp_path: Path) -> None:
     collect_and_check(env, devices)
 
 
-SFP = {
-    "name": "sfp",
-    "length": 6,
-    "fragment_length": 2,
-    "alphabet": "abcdefghijklmnopqrstuvwxyz ",
-    "word": {"eps0": 0.5, "k": 4, "m": 16, "seed": 1},
-    "fragment": {"eps0": 0.5, "k": 4, "m": 8, "seed": 2},
-    "top": 50,
-}
+SFP = sfp_randomizer((0.5, 4, 16), (0.5, 4, 8))
 
 
 def test_sfp_reports_pass_the_validity_proof_and_decode_per_position(tmp_path: Path) -> None:

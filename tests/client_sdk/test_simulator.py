@@ -18,7 +18,7 @@ from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Progress, Simulator
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
-from tests.recipe.helpers import complete, example_recipe
+from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
 
 
 def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
@@ -85,15 +85,7 @@ def test_generators_fill_the_recipe_fields() -> None:
     assert max(set(values), key=values.count) == "smile"
 
 
-SFP_RANDOMIZER = {
-    "name": "sfp",
-    "length": 6,
-    "fragment_length": 2,
-    "alphabet": "abcdefghijklmnopqrstuvwxyz ",
-    "word": {"eps0": 1.0, "k": 4, "m": 16, "seed": 1},
-    "fragment": {"eps0": 1.0, "k": 4, "m": 8, "seed": 2},
-    "top": 50,
-}
+SFP_RANDOMIZER = sfp_randomizer((1.0, 4, 16), (1.0, 4, 8))
 
 
 def test_sfp_devices_upload_their_words_and_record_the_truth(tmp_path: Path) -> None:

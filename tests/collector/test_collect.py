@@ -21,6 +21,7 @@ from services.collector.collect import (
 from shared import hpke
 from shared.dap.ids import BatchId, TaskId
 from shared.dap.messages import (
+    Collection,
     FixedSizeQuery,
     HpkeConfig,
     Interval,
@@ -28,6 +29,7 @@ from shared.dap.messages import (
     QueryType,
 )
 from shared.dap.task import CollectorTask
+from shared.vdaf.prio3 import Prio3
 from shared.vdaf.spec import VdafSpec
 from tests.collector.fakes import make_collection
 
@@ -40,6 +42,17 @@ def _keypair() -> tuple[hpke.HpkeKeyPair, HpkeConfig]:
         keypair.config_id, keypair.kem_id, keypair.kdf_id, keypair.aead_id, keypair.public_key
     )
     return keypair, config
+
+
+def _count_collection() -> tuple[TaskId, Prio3, hpke.HpkeKeyPair, Collection]:
+    """A Prio3Count collection of one report over INTERVAL, sealed to a fresh key pair."""
+    vdaf = VdafSpec(type="Prio3Count").instance()
+    task_id = TaskId.random()
+    keypair, config = _keypair()
+    collection = make_collection(
+        task_id, vdaf, config, [1], query_type=QueryType.TIME_INTERVAL, aad_interval=INTERVAL
+    )
+    return task_id, vdaf, keypair, collection
 
 
 CASES: list[tuple[dict[str, Any], list[Any], Any]] = [
@@ -93,12 +106,7 @@ def test_fixed_size_collection_uses_the_leaders_batch_id() -> None:
 
 
 def test_aad_binds_the_queried_interval_and_task() -> None:
-    vdaf = VdafSpec(type="Prio3Count").instance()
-    task_id = TaskId.random()
-    keypair, config = _keypair()
-    collection = make_collection(
-        task_id, vdaf, config, [1], query_type=QueryType.TIME_INTERVAL, aad_interval=INTERVAL
-    )
+    task_id, vdaf, keypair, collection = _count_collection()
     shifted = Query.time_interval(Interval(INTERVAL.start + 3600, 3600))
     with pytest.raises(CollectionError, match="leader aggregate share does not decrypt"):
         decrypt_collection(task_id, vdaf, keypair, shifted, collection)
@@ -109,12 +117,7 @@ def test_aad_binds_the_queried_interval_and_task() -> None:
 
 
 def test_swapped_shares_fail_because_info_names_the_role() -> None:
-    vdaf = VdafSpec(type="Prio3Count").instance()
-    task_id = TaskId.random()
-    keypair, config = _keypair()
-    collection = make_collection(
-        task_id, vdaf, config, [1], query_type=QueryType.TIME_INTERVAL, aad_interval=INTERVAL
-    )
+    task_id, vdaf, keypair, collection = _count_collection()
     swapped = replace(
         collection,
         leader_encrypted_agg_share=collection.helper_encrypted_agg_share,
@@ -125,12 +128,7 @@ def test_swapped_shares_fail_because_info_names_the_role() -> None:
 
 
 def test_wrong_config_id_and_wrong_key_are_reported() -> None:
-    vdaf = VdafSpec(type="Prio3Count").instance()
-    task_id = TaskId.random()
-    _, config = _keypair()
-    collection = make_collection(
-        task_id, vdaf, config, [1], query_type=QueryType.TIME_INTERVAL, aad_interval=INTERVAL
-    )
+    task_id, vdaf, _, collection = _count_collection()
     other = hpke.generate_keypair(8)
     with pytest.raises(CollectionError, match="HPKE config 7"):
         decrypt_collection(task_id, vdaf, other, Query.time_interval(INTERVAL), collection)

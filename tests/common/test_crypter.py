@@ -68,7 +68,7 @@ def test_rotation_and_switching_encryption_on() -> None:
         old.open("t", "c", b"r", sealed_by_new)
     # Values written before any key was configured stay readable once keys are.
     clear = Crypter()
-    assert not clear.enabled and clear.seal("t", "c", b"r", b"v0") == b"v0"
+    assert clear.seal("t", "c", b"r", b"v0") == b"v0"
     assert rotated.open("t", "c", b"r", b"v0") == b"v0"
     assert rotated.open_text("t", "c", b"r", "plain") == "plain"
     # A sealed value never opens without a key.
@@ -89,8 +89,9 @@ def test_malformed_keys_are_refused_without_echoing_them(bad: str) -> None:
 def test_settings_keep_keys_secret() -> None:
     settings = AggregatorSettings(datastore_keys=SecretStr(OLD))
     assert OLD not in repr(settings)
-    assert crypter_from(settings.datastore_keys, "test").enabled
-    assert not crypter_from(None, "test").enabled
+    # Keys from the settings seal; without keys values pass through in the clear.
+    assert crypter_from(settings.datastore_keys, "test").seal("t", "c", b"r", b"v") != b"v"
+    assert crypter_from(None, "test").seal("t", "c", b"r", b"v") == b"v"
 
 
 def _raw_bytes(db_file: Path) -> bytes:

@@ -1,9 +1,10 @@
 """The `sagg up` harness shared by the deploy tests: the whole topology on free ports.
 
 The `up` fixture starts `python -m deploy.cli up` in a temporary data dir (store per
-`request.param`: sqlite by default, or postgres when a server answers), waits for its
-deployment file, and on teardown SIGTERMs it, SIGKILLs whatever services survive and drops
-the PostgreSQL databases it made. Every wait has a deadline.
+`request.param`: sqlite by default, or postgres on the test server: `tests/pg.py` skips it, or
+fails it under CI=true, when none answers), waits for its deployment file, and on teardown
+SIGTERMs it, SIGKILLs whatever services survive and drops the PostgreSQL databases it made.
+Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ from psycopg import sql
 
 from deploy.cli import main
 from deploy.launcher import DEFAULT_PORTS, STORES, free_port
+from tests import pg
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def collect_args(task_id: str, start: int, duration: int, *extra: str) -> list[str]:
+    """`sagg collect` of one time interval of a task."""
+    args = ["collect", "--task", task_id, "--interval-start", str(start)]
+    return [*args, "--interval-duration", str(duration), *extra]
 
 
 def quick_env() -> dict[str, str]:
@@ -114,19 +122,15 @@ def _kill_leftovers(data_dir: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
-def _postgres_base() -> str | None:
-    """A fresh base URL on the test server, or None when no server answers."""
-    base = os.environ.get("SAGG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    try:
-        psycopg.connect(base, connect_timeout=5).close()
-    except psycopg.Error:
-        return None
-    return f"{base.rpartition('/')[0]}/sagg_e2e_{secrets.token_hex(4)}"
+def _postgres_base() -> str:
+    """A fresh base URL on the test server (`sagg up` makes one database per store on it)."""
+    pg.require()
+    return f"{pg.SERVER}/sagg_e2e_{secrets.token_hex(4)}"
 
 
 def _drop_databases(base_url: str) -> None:
-    server, _, name = base_url.rpartition("/")
-    with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=5) as conn:
+    name = base_url.rpartition("/")[2]
+    with psycopg.connect(pg.ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
         for role in STORES:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -146,8 +150,6 @@ def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Up]:
     postgres_base = None
     if store == "postgres":
         postgres_base = _postgres_base()
-        if postgres_base is None:
-            pytest.skip("no PostgreSQL server for the postgres deployment")
         store_args = ["--store", "postgres", "--postgres-url", postgres_base]
     data_dir = tmp_path / "data"
     env = quick_env()

@@ -2,11 +2,16 @@
 
 Same five services with the same ports and the same `SAGG_<SERVICE>_*` setting names (a
 `..._TOKEN_FILE` in compose stands for the `..._TOKEN` the settings read from it), every
-name a real field of that service's settings; each aggregator its own PostgreSQL server used
-by nothing else; a healthcheck on every long-running service. Least privilege (issue 12): each
-container is given only its own secrets, the manufacturer CA's key only to the device
-simulator, and no database has a default or literal password. No Docker engine is needed:
-the file is parsed with PyYAML, and checked by `docker-compose config` when that is installed.
+name a real field of that service's settings; but the token issuer runs in the split model
+(RFC 9576 §4.4, what the README's "never learns which device asks" needs): `token-issuer` in
+role issuer and `attester` in role attester, together the settings of `sagg up`'s joint process,
+each with only its own half (the issuer no device CA or attester database, the attester no
+issuer key or issuer database), joined by a shared secret; each aggregator its own PostgreSQL
+server used by nothing else; a healthcheck on every long-running service. Least privilege
+(issue 12): each container is given only its own secrets, the manufacturer CA's key only to the
+device simulator, and no database has a default or literal password. No Docker engine is needed:
+the file is parsed with PyYAML, and checked by `docker-compose config` when that is installed
+(always under CI=true: there a missing docker-compose fails the test).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from pydantic_settings import BaseSettings
 
 from deploy.cli import main
@@ -34,8 +40,7 @@ from services.common.settings import SECRET_FILE_SUFFIXES
 from services.recipe_server.settings import RecipeServerSettings
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.recipe.model import RecipeDraft
-
-yaml = pytest.importorskip("yaml", reason="PyYAML is not installed in this environment")
+from tests import pg
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
@@ -84,20 +89,62 @@ def test_the_same_services(compose: dict[str, Any]) -> None:
         assert SERVE_MODULES[command[1]][0] == module, name
 
 
+#: What only the split token issuer sets: the channel between its two halves, and where the
+#: issuer's directory sends devices (the attester's service, not the issuer's own origin).
+#: The compose services that keep running, and their ports: `sagg up`'s and the split attester.
+PORTS = {**DEFAULT_PORTS, "attester": 8085}
+
+SPLIT_ONLY = {
+    f"SAGG_TOKEN_ISSUER_{s}" for s in ("ISSUER_URL", "ATTESTER_SECRET", "ISSUER_REQUEST_URI")
+}
+
+
+def _compose_setting_names(compose: dict[str, Any], name: str) -> set[str]:
+    """The setting names of compose's service(s) for `sagg up`'s service `name`."""
+    names = _setting_names(_env(compose[name]))
+    if name == "token-issuer":
+        names = (names | _setting_names(_env(compose["attester"]))) - SPLIT_ONLY
+    # Compose services talk plain HTTP on their private network.
+    return names - {f"{MODULES[name][1]}ALLOW_INSECURE_HTTP"}
+
+
 def test_the_same_settings_names(
     compose: dict[str, Any], launcher_env: dict[str, dict[str, str]]
 ) -> None:
     for name in SERVICES:
         _, prefix = MODULES[name]
-        env = _env(compose[name])
-        # The one difference: compose services talk plain HTTP on their private network.
-        insecure = {f"{prefix}ALLOW_INSECURE_HTTP"}
-        assert _setting_names(env) - insecure == set(launcher_env[name]), name
+        assert _compose_setting_names(compose, name) == set(launcher_env[name]), name
         fields = {prefix + f.upper() for f in SETTINGS[prefix].model_fields}
-        assert _setting_names(env) <= fields, name
+        for service in (name, "attester") if name == "token-issuer" else (name,):
+            env = _env(compose[service])
+            assert _setting_names(env) <= fields, service
         # Secrets only through files: no token or secret value in the compose file.
         for var in env:
             assert not var.endswith(("_TOKEN", "_SECRET", "_SIGNING_KEY")), var
+
+
+def test_the_token_issuer_runs_split(compose: dict[str, Any]) -> None:
+    """Issuer and attester are two services, each with its own half and its own database."""
+    issuer, attester = _env(compose["token-issuer"]), _env(compose["attester"])
+    assert compose["attester"]["command"] == compose["token-issuer"]["command"]
+    assert issuer["SAGG_TOKEN_ISSUER_ROLE"] == "issuer"
+    assert attester["SAGG_TOKEN_ISSUER_ROLE"] == "attester"
+    port = attester["SAGG_TOKEN_ISSUER_PORT"]
+    issuer_url = f"http://token-issuer:{DEFAULT_PORTS['token-issuer']}"
+    assert attester["SAGG_TOKEN_ISSUER_ISSUER_URL"] == issuer_url
+    assert issuer["SAGG_TOKEN_ISSUER_ISSUER_REQUEST_URI"].startswith(f"http://attester:{port}/")
+    assert compose["attester"]["ports"] == [f"127.0.0.1:{port}:{port}"]
+    # Each side only its own settings and store (the settings would accept the other's).
+    assert not any("ATTESTER_DATABASE" in v or "MANUFACTURER" in v for v in issuer)
+    assert not any("ISSUER_DATABASE" in v or "DATASTORE_KEYS" in v for v in attester)
+    issuer_db = urlsplit(issuer["SAGG_TOKEN_ISSUER_ISSUER_DATABASE_URL"])
+    attester_db = urlsplit(attester["SAGG_TOKEN_ISSUER_ATTESTER_DATABASE_URL"])
+    assert (issuer_db.username, issuer_db.path) != (attester_db.username, attester_db.path)
+    assert issuer_db.username != attester_db.username  # a database role each
+    # Both hold their channel's secret, through a file; devices go to the attester.
+    for env in (issuer, attester):
+        assert env["SAGG_TOKEN_ISSUER_ATTESTER_SECRET_FILE"] == "/run/secrets/attester-secret"
+    assert f"--attester=http://attester:{port}" in compose["devices"]["command"]
 
 
 def test_the_same_ports(compose: dict[str, Any]) -> None:
@@ -140,10 +187,10 @@ def test_each_aggregator_its_own_database(compose: dict[str, Any]) -> None:
 
 
 def test_healthchecks_and_start_order(compose: dict[str, Any]) -> None:
-    for name in SERVICES:
+    for name, number in PORTS.items():
         service = compose[name]
         test = service["healthcheck"]["test"]
-        port = str(DEFAULT_PORTS[name])
+        port = str(number)
         assert any("/healthz" in part and port in part for part in test), name
         depends = service["depends_on"]
         assert depends["init"]["condition"] == "service_completed_successfully"
@@ -158,7 +205,7 @@ def test_healthchecks_and_start_order(compose: dict[str, Any]) -> None:
     assert compose["token-keys"]["command"][:2] == ["keys", "pin-issuer"]
     assert compose["token-keys"]["depends_on"] == {"token-issuer": {"condition": "service_healthy"}}
     provision = compose["provision"]["depends_on"]
-    assert set(provision) == set(SERVICES)
+    assert set(provision) == {*SERVICES, "attester"}
     assert all(d["condition"] == "service_healthy" for d in provision.values())
 
 
@@ -180,7 +227,8 @@ def test_the_baked_demo_recipe_is_the_demo_recipe() -> None:
 def test_docker_compose_accepts_the_file() -> None:
     tool = shutil.which("docker-compose")
     if tool is None:
-        pytest.skip("docker-compose is not installed")
+        pg.missing("docker-compose is not installed (.ci/run installs Debian's)")
+        return
     done = subprocess.run(
         [tool, "-f", str(COMPOSE), "--profile", "devices", "config", "-q"],
         check=False,
@@ -205,14 +253,17 @@ OWN_SECRETS = {
     "collector": {"collector-admin-token", "collector-provisioner-token"}
     | {"collector-datastore-key", "collector-pgpass"},
     "token-issuer": {"token-issuer-admin-token", "token-issuer-datastore-key"}
-    | {"token-issuer-pgpass", "manufacturer-ca-cert"},
+    | {"token-issuer-pgpass", "attester-secret"},
+    "attester": {"token-issuer-admin-token", "token-attester-pgpass", "attester-secret"}
+    | {"manufacturer-ca-cert"},
     "recipe-server": {"recipe-server-admin-token", "recipe-server-signing-key", "analyst-token"}
     | {"recipe-server-pgpass", "token-key-ids"}
     | {f"{p}-provisioner-token" for p in ("leader", "helper", "collector")},
     "leader-db": {"leader-db-password"},
     "helper-db": {"helper-db-password"},
     "services-db": {"services-db-password"}
-    | {f"{s}-db-password" for s in ("collector", "recipe-server", "token-issuer")},
+    | {f"{s}-db-password" for s in ("collector", "recipe-server", "token-issuer")}
+    | {"token-attester-db-password"},
     "init": set(),
     "token-keys": set(),
     "provision": {"analyst-deployment"},
@@ -263,7 +314,7 @@ def test_the_manufacturer_ca_key_is_in_no_service_container(
     assert ca_key == {"manufacturer-ca-key"}
     holders = {name for name, service in compose.items() if _secrets(service) & ca_key}
     assert holders == {"devices"}  # the simulated devices' factory, not a service
-    assert "manufacturer-ca-cert" in _secrets(compose["token-issuer"])
+    assert "manufacturer-ca-cert" in _secrets(compose["attester"])
 
 
 def test_no_database_has_a_default_or_literal_password(compose: dict[str, Any]) -> None:

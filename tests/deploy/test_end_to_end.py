@@ -9,7 +9,6 @@ kills whatever is left.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import socket
@@ -20,32 +19,15 @@ from typing import Any
 import pytest
 
 from client_sdk.upload import ClientTask, upload_reports
-from tests.deploy.conftest import Up
+from tests.deploy.conftest import Up, collect_args
 
-# The aggregator service is built in parallel; until its entry point exists this test cannot run.
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("services.aggregator.__main__") is None,
-    reason="services.aggregator has no entry point yet",
-)
 REPORTS = 300
 BUCKETS = 5
 PRECISION = 60
 
 
 def _collect(up: Up, task_id: str, start: int, fmt: str) -> str:
-    done = up.sagg(
-        "collect",
-        "--task",
-        task_id,
-        "--interval-start",
-        str(start),
-        "--interval-duration",
-        str(PRECISION),
-        "--format",
-        fmt,
-        "--wait",
-        "60",
-    )
+    done = up.sagg(*collect_args(task_id, start, PRECISION, "--format", fmt, "--wait", "60"))
     assert done.returncode == 0, done.stderr
     return done.stdout
 

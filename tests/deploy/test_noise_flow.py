@@ -29,7 +29,7 @@ from shared.dp.aggregator_noise import noise_guarantee
 from shared.recipe.accounting import expected_vdaf
 from shared.recipe.model import RecipeDraft
 from shared.vdaf.spec import VdafSpec
-from tests.deploy.conftest import Up
+from tests.deploy.conftest import Up, collect_args
 
 REPORTS = 60
 BUCKETS = 4
@@ -62,18 +62,7 @@ def _recipe_draft() -> dict[str, Any]:
 
 
 def _collect(up: Up, task_id: str, start: int, duration: int, *extra: str) -> Any:
-    done = up.sagg(
-        "collect",
-        "--task",
-        task_id,
-        "--interval-start",
-        str(start),
-        "--interval-duration",
-        str(duration),
-        "--wait",
-        "60",
-        *extra,
-    )
+    done = up.sagg(*collect_args(task_id, start, duration, "--wait", "60", *extra))
     assert done.returncode == 0, done.stderr
     return done
 

@@ -20,6 +20,7 @@ import pytest
 
 from deploy.config import Deployment
 from tests.deploy.conftest import Up, age_buckets_draft
+from tests.recipe.helpers import sfp_randomizer
 
 DEVICES = 200
 BATCH = 150  # asymmetric one-hot, eps0 = 2, reaches epsilon 1.5 at delta 1e-6 from B = 116 on
@@ -128,15 +129,7 @@ def _sfp_draft() -> dict[str, Any]:
             "selection": {"kind": "random_event", "window_seconds": 86400},
         },
         "encoding": {"features": [{"kind": "string", "field": "word"}]},
-        "randomizer": {
-            "name": "sfp",
-            "length": 4,
-            "fragment_length": 2,
-            "alphabet": "abcdefghijklmnopqrstuvwxyz ",
-            "word": {"eps0": 3.0, "k": 16, "m": 64, "seed": 1},
-            "fragment": {"eps0": 5.0, "k": 16, "m": 32, "seed": 2},
-            "top": 1000,
-        },
+        "randomizer": sfp_randomizer((3.0, 16, 64), (5.0, 16, 32), length=4, top=1000),
         "sampling_rate": 1.0,
         "min_batch_size": 100,
         "privacy": {"epsilon": 8.0, "delta": 1e-6, "analysis": "stronger_clones"},

@@ -24,7 +24,7 @@ import pytest
 from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy.config import Deployment
 from deploy.tls import ensure_local_tls
-from tests.deploy.conftest import Up, age_buckets_draft
+from tests.deploy.conftest import Up, age_buckets_draft, collect_args
 
 DEVICES = 40
 PRECISION = 3600
@@ -35,17 +35,7 @@ def _mode(path: Path) -> int:
 
 
 def _collect_args(task_id: str, start: int) -> list[str]:
-    return [
-        "collect",
-        "--task",
-        task_id,
-        "--interval-start",
-        str(start),
-        "--interval-duration",
-        str(2 * PRECISION),
-        "--format",
-        "json",
-    ]
+    return collect_args(task_id, start, 2 * PRECISION, "--format", "json")
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from shared.dp.gaussian import (
     gaussian_delta,
 )
 from shared.vdaf.field import Field64, Field128
+from tests.dp.oracles import balle_wang_delta
 
 # 004 §6.1.2 Table 2 rows: (EPSILON, DELTA, std with c = 2 honest aggregators, std (OAOC)).
 TABLE_2 = [
@@ -36,12 +37,13 @@ AGM_ATOL = 1e-12
 def test_004_table_2_discrete_gaussian_sigma(eps, delta, std_two, sigma_pub):
     d = math.sqrt(2)
     sigma = analytic_gaussian_sigma(eps, delta, d)
-    # Ours is the exact solution: feasible, and 1e-9 relative smaller is not.
-    assert gaussian_delta(sigma, eps, d) <= delta
-    assert gaussian_delta(sigma * (1 - 1e-9), eps, d) > delta
+    # Ours is the exact solution of the Balle-Wang condition (evaluated here with math.erfc):
+    # feasible, and 1e-9 relative smaller is not.
+    assert balle_wang_delta(sigma, eps, d) <= delta
+    assert balle_wang_delta(sigma * (1 - 1e-9), eps, d) > delta
     # The published sigma is the reference's stopping point: within its delta tolerance, and
     # within 2e-5 relative of the exact sigma (23.3907 / 8.5401 / 5.1903 here).
-    assert abs(gaussian_delta(sigma_pub, eps, d) - delta) <= AGM_ATOL
+    assert abs(balle_wang_delta(sigma_pub, eps, d) - delta) <= AGM_ATOL
     assert sigma == pytest.approx(sigma_pub, rel=2e-5)
     # c = 2 honest aggregators each adding it: total std sigma sqrt(2).
     assert sigma * math.sqrt(2) == pytest.approx(std_two, rel=3e-5)
@@ -67,6 +69,7 @@ def test_discrete_histogram_delta_at_published_sigma(eps, expected):
     ],
 )
 def test_cks20_theorem_7_delta_matches_ibm(sigma2, eps, dg, cg):
+    assert balle_wang_delta(math.sqrt(sigma2), eps, 1.0) == pytest.approx(cg, rel=1e-9)
     assert discrete_gaussian_delta(sigma2, eps, [1]) == pytest.approx(dg, rel=1e-9)
     assert gaussian_delta(math.sqrt(sigma2), eps, 1.0) == pytest.approx(cg, rel=1e-9)
 

@@ -21,6 +21,7 @@ from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
 from shared.dp.randomizers.onehot import asymmetric_one_hot, symmetric_rappor
 from shared.dp.randomizers.sfp import SequenceFragmentPuzzle
+from tests.dp import oracles
 
 
 @pytest.mark.parametrize(("d", "eps0"), [(1000, 5.0), (1000, 6.5), (1000, 7.0), (64, 1.0)])
@@ -121,7 +122,10 @@ def test_cli_functions_return_numbers():
     res_cf = api.amplification(1.0, 100_000, 1e-6, "clones")
     assert res_cf.closed_form is not None and res_cf.eps <= res_cf.closed_form
     b = api.batch_size(3.0, 1.0, 1e-6)
-    assert b == 736
+    # The threshold of the stronger-clone pair, enumerated outcome by outcome.
+    p_clone = 2 / (math.exp(3.0) + 1)
+    assert oracles.clone_pair_delta(3.0, b, 1.0, p_clone) <= 1e-6
+    assert oracles.clone_pair_delta(3.0, b - 1, 1.0, p_clone) > 1e-6
     e0 = api.max_eps0(b, 1.0, 1e-6)
     assert 3.0 <= e0 < 3.01
     assert api.sampling(0.61, 1e-10, 0.02)[0] < 0.02
@@ -188,9 +192,10 @@ def test_sfp_weight_bound_is_the_convolved_tail_and_binds_a_cheater():
         spec.instance().valid.encode(cheat)
 
 
-def test_sfp_weight_bound_on_trimmed_supports_matches_the_full_convolution():
-    """The bound convolves only the pmfs' non-negligible supports: the same answer as the
-    full convolution, and fast for m = 65536 (a recipe may ask for it)."""
+def _full_convolution_bound(sfp: SequenceFragmentPuzzle, p_fail: float) -> int:
+    """The smallest w with P(W > w) <= p_fail, W the report's weight: the word and fragment
+    sketch rows' weights (1 for the row indicator, plus Bin(m-1, flip) + Bern(1 - flip))
+    convolved over their full supports."""
 
     def pmf(cms: CountMeanSketch) -> np.ndarray:
         b = stats.binom.pmf(np.arange(cms.m), cms.m - 1, cms.flip_probability)
@@ -199,6 +204,14 @@ def test_sfp_weight_bound_on_trimmed_supports_matches_the_full_convolution():
         out[1:-1] += cms.flip_probability * b
         return out
 
+    full = np.convolve(pmf(sfp.word_sketch), pmf(sfp.fragment_sketch))
+    at_least = np.append(full[::-1].cumsum()[::-1], 0.0)  # P(W >= i)
+    return next(w for w in range(1, full.size) if at_least[w + 1] <= p_fail)
+
+
+def test_sfp_weight_bound_on_trimmed_supports_matches_the_full_convolution():
+    """The bound convolves only the pmfs' non-negligible supports: the same answer as the
+    full convolution, and fast for m = 65536 (a recipe may ask for it)."""
     for word, frag in [((1.0, 300), (6.0, 50)), ((8.0, 64), (0.5, 512))]:
         sfp = SequenceFragmentPuzzle(
             "ab",
@@ -208,11 +221,8 @@ def test_sfp_weight_bound_on_trimmed_supports_matches_the_full_convolution():
             1,
             "a",
         )
-        full = np.convolve(pmf(sfp.word_sketch), pmf(sfp.fragment_sketch))
-        at_least = np.append(full[::-1].cumsum()[::-1], 0.0)  # P(W >= i)
         for p_fail in (1e-3, 1e-9, vm.DEFAULT_P_FAIL):
-            expected = next(w for w in range(1, full.size) if at_least[w + 1] <= p_fail)
-            assert vm.sfp_max_count(sfp, p_fail) == expected
+            assert vm.sfp_max_count(sfp, p_fail) == _full_convolution_bound(sfp, p_fail)
     huge = SequenceFragmentPuzzle(
         "ab", CountMeanSketch(1.0, 1, 65536), CountMeanSketch(1.0, 1, 65536), 1, 1, "a"
     )
@@ -227,7 +237,9 @@ def test_sfp_lengths_stated_in_the_docstring():
         length=10,
     )
     assert vm.sfp_length(deployed) == 6 * (2048 * 1024 + 2048) == 12_595_200
-    assert vm.sfp_max_count(deployed) == 442
+    assert vm.sfp_max_count(deployed) == 442 == _full_convolution_bound(deployed, vm.DEFAULT_P_FAIL)
     # The demo's own parameters (deploy.demo.new_words), whatever its seed.
-    spec = vm.sfp_spec(sfp_randomizer(7).puzzle())
+    puzzle = sfp_randomizer(7).puzzle()
+    spec = vm.sfp_spec(puzzle)
     assert (spec.length, spec.max_count, vm.report_size(spec).total) == (2624, 46, 45_840)
+    assert spec.max_count == _full_convolution_bound(puzzle, vm.DEFAULT_P_FAIL)

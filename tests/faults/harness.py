@@ -49,12 +49,10 @@ from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT, Report
 from shared.vdaf.spec import VdafSpec
+from tests import pg
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "faults-admin-token-" + "x" * 16
-POSTGRES_SERVER = os.environ.get(
-    "SAGG_TEST_POSTGRES_SERVER", "postgresql://postgres@127.0.0.1:5432"
-)
 
 #: Driver settings small enough that several aggregation jobs are in flight, leases expire
 #: quickly after a kill, and retries come within a second or two.
@@ -539,14 +537,6 @@ class Ledger:
 # --- the deployment ----------------------------------------------------------------------------
 
 
-def postgres_available() -> bool:
-    try:
-        psycopg.connect(f"{POSTGRES_SERVER}/postgres", connect_timeout=3).close()
-    except psycopg.Error:
-        return False
-    return True
-
-
 class Deployment:
     """Leader, helper, collector and the proxy; use as a context manager.
 
@@ -574,7 +564,7 @@ class Deployment:
         for role in ("leader", "helper"):
             if postgres:
                 name = f"sagg_faults_{secrets.token_hex(4)}_{role}"
-                urls[role] = f"{POSTGRES_SERVER}/{name}"
+                urls[role] = f"{pg.SERVER}/{name}"
                 self.databases.append(name)
             else:
                 urls[role] = f"sqlite:///{tmp / f'{role}.db'}"
@@ -642,7 +632,7 @@ class Deployment:
     def __enter__(self) -> Deployment:
         try:
             with (
-                psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5)
+                psycopg.connect(pg.ADMIN_URL, autocommit=True, connect_timeout=5)
                 if self.databases
                 else contextlib.nullcontext() as conn
             ):
@@ -675,9 +665,7 @@ class Deployment:
             self.proxy.close()
         self.http.close()
         if self.databases:
-            with psycopg.connect(
-                f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5
-            ) as conn:
+            with psycopg.connect(pg.ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
                 for name in self.databases:
                     conn.execute(
                         sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -746,9 +734,7 @@ class Deployment:
         """Kill every PostgreSQL backend of `role`'s database; how many were killed."""
         assert self.databases, "PostgreSQL deployments only"
         name = self.databases[("leader", "helper").index(role)]
-        with psycopg.connect(
-            f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5
-        ) as conn:
+        with psycopg.connect(pg.ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             rows = conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = %s AND pid <> pg_backend_pid()",

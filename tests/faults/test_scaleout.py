@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests import pg
 from tests.faults.harness import (
     ADMIN_TOKEN,
     Deployment,
@@ -32,13 +33,15 @@ from tests.faults.harness import (
     Schedule,
     Uploader,
     expected,
-    postgres_available,
     wait_until,
 )
 
-pytestmark = pytest.mark.skipif(
-    not postgres_available(), reason="no PostgreSQL server on 127.0.0.1:5432"
-)
+
+@pytest.fixture(autouse=True)
+def _postgres() -> None:
+    """Skipped without a PostgreSQL server (failed under CI=true)."""
+    pg.require()
+
 
 HISTOGRAM: dict[str, Any] = {"type": "Prio3Histogram", "length": 4, "chunk_length": 2}
 PRECISION = 3600

@@ -53,6 +53,27 @@ def draft_json(**overrides: Any) -> dict[str, Any]:
     return doc
 
 
+def sfp_randomizer(
+    word: tuple[float, int, int],
+    fragment: tuple[float, int, int],
+    *,
+    length: int = 6,
+    top: int = 50,
+) -> dict[str, Any]:
+    """An `sfp` randomizer of a recipe draft over lower-case words: `word` and `fragment` are
+    each sketch's (eps0, k, m); fragments of two characters."""
+    (we, wk, wm), (fe, fk, fm) = word, fragment
+    return {
+        "name": "sfp",
+        "length": length,
+        "fragment_length": 2,
+        "alphabet": "abcdefghijklmnopqrstuvwxyz ",
+        "word": {"eps0": we, "k": wk, "m": wm, "seed": 1},
+        "fragment": {"eps0": fe, "k": fk, "m": fm, "seed": 2},
+        "top": top,
+    }
+
+
 def hpke_list(seed: int = 1) -> str:
     config = HpkeConfig(seed, 0x20, 1, 1, bytes([seed]) * 32)
     return b64url_encode(HpkeConfigList((config,)).encode())

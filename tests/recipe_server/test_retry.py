@@ -47,9 +47,11 @@ class _AppendFails:
         return self.real(*args, **kwargs)
 
 
-def test_retry_after_a_failed_append_reuses_the_task(
+def _publish_once_failing_the_append(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[FakeProvisioner, RecipeService, RecipeDraft, str]:
+    """A publication whose task is made but whose log append fails once: the provisioner, the
+    service, the draft and the task id provisioned."""
     provisioner = FakeProvisioner()
     service = _service(tmp_path, provisioner)
     draft = RecipeDraft.model_validate(draft_json())
@@ -57,6 +59,13 @@ def test_retry_after_a_failed_append_reuses_the_task(
     with pytest.raises(OSError):
         service.publish(draft, Analyst("a"))
     (task_id,) = provisioner.tasks
+    return provisioner, service, draft, task_id
+
+
+def test_retry_after_a_failed_append_reuses_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provisioner, service, draft, task_id = _publish_once_failing_the_append(tmp_path, monkeypatch)
     result = service.publish(draft, Analyst("a"))
     assert result.created and result.record.task_id == task_id
     assert len(provisioner.created) == 1
@@ -93,13 +102,7 @@ def test_retry_after_a_half_made_task_starts_over(tmp_path: Path) -> None:
 def test_an_outage_while_checking_keeps_the_pending_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provisioner = FakeProvisioner()
-    service = _service(tmp_path, provisioner)
-    draft = RecipeDraft.model_validate(draft_json())
-    monkeypatch.setattr(service.store, "append", _AppendFails(service))
-    with pytest.raises(OSError):
-        service.publish(draft, Analyst("a"))
-    (task_id,) = provisioner.tasks
+    provisioner, service, draft, task_id = _publish_once_failing_the_append(tmp_path, monkeypatch)
     provisioner.fail = "cannot reach the leader"
     with pytest.raises(ProvisioningFailedError):
         service.publish(draft, Analyst("a"))

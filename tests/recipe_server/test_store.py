@@ -35,8 +35,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
         yield database
         database.close()
         return
-    if not pg.available():
-        pytest.fail(pg.UNREACHABLE)
+    pg.require(strict=True)
     with pg.throwaway() as made:
         database = Database.open(made.create())
         try:

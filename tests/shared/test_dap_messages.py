@@ -651,11 +651,6 @@ def test_hpke_config_list_find() -> None:
     assert configs.find(8) is None
 
 
-def test_report_helper_report_share() -> None:
-    report = Report(ReportMetadata(RID_A, 1), b"ps", CT42, CT13)
-    assert report.helper_report_share() == ReportShare(ReportMetadata(RID_A, 1), b"ps", CT13)
-
-
 # =============================================================================================
 # IDs
 # =============================================================================================

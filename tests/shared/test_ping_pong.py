@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from shared.dap.messages import PingPongMessage
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import PrepStatus, Prio3, prio3_count, prio3_sum
-from tests.conftest import vectors_path
-
-VDAF_DIR = vectors_path() / "vdaf-08"
+from tests.shared.vectors import load_vector
 
 
 def _prep_inputs(name: str) -> tuple[bytes, list[bytes], list[bytes], list[list[bytes]]]:
-    vec = json.loads((VDAF_DIR / f"{name}.json").read_text())
+    vec = load_vector(name)
     preps = vec["prep"]
     return (
         bytes.fromhex(vec["verify_key"]),

@@ -11,8 +11,6 @@ byte compared. A negative file (`*_bad_*`) has every step succeed up to the one 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,18 +29,12 @@ from shared.vdaf.gadgets import PolyEval
 from shared.vdaf.prio3 import VDAF_08, PrepBatch, PrepStatus, Prio3, prio3_count
 from shared.vdaf.spec import VdafSpec
 from shared.vdaf.xof import XofTurboShake128V20
-from tests.conftest import vectors_path
 from tests.recipe.helpers import hpke_list
+from tests.shared.vectors import load_vector, vector_names
 
 #: The proof count of Prio3SumVecWithMultiproof_*; the files do not record it (nor the field,
 #: Field64), the generator fixes it (poc/gen_test_vec.py at the tag, lines 698-722).
 MULTIPROOF_PROOFS = 3
-
-
-def load_vdaf_vector(draft: str, name: str) -> dict[str, Any]:
-    """One test-vector file of `draft` ("vdaf-08", "vdaf-20") from the shared vectors."""
-    data: dict[str, Any] = json.loads((vectors_path() / draft / f"{name}.json").read_text())
-    return data
 
 
 class HigherDegree(Count):
@@ -89,8 +81,7 @@ def _instance(name: str, vec: dict[str, Any]) -> Prio3:
     raise AssertionError(f"unknown vector {name}")
 
 
-VDAF_DIR = vectors_path() / "vdaf-20"
-PRIO3_VECTORS = sorted(p.stem for p in Path(VDAF_DIR).glob("Prio3*.json")) or ["(missing)"]
+PRIO3_VECTORS = vector_names("Prio3", "vdaf-20")
 
 
 def test_every_prio3_vector_file_is_covered() -> None:
@@ -104,7 +95,7 @@ def _ops(vec: dict[str, Any], operation: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("name", PRIO3_VECTORS)
 def test_prio3_vector(name: str) -> None:
-    vec = load_vdaf_vector("vdaf-20", name)
+    vec = load_vector(name, "vdaf-20")
     vdaf = _instance(name, vec)
     ctx = bytes.fromhex(vec["ctx"])
     verify_key = bytes.fromhex(vec["verify_key"])
@@ -210,12 +201,12 @@ def test_negative_vectors_fail_where_their_readme_says() -> None:
         "Prio3Histogram_bad_verifier_message": "verify_next",
     }
     for name, step in expected.items():
-        ops = load_vdaf_vector("vdaf-20", name)["operations"]
+        ops = load_vector(name, "vdaf-20")["operations"]
         assert [op["operation"] for op in ops if not op["success"]] == [step], name
 
 
 def test_xof_turboshake128_vector() -> None:
-    vec = load_vdaf_vector("vdaf-20", "XofTurboShake128")
+    vec = load_vector("XofTurboShake128", "vdaf-20")
     seed, dst, binder = (bytes.fromhex(vec[k]) for k in ("seed", "dst", "binder"))
     assert XofTurboShake128V20.derive_seed(seed, dst, binder).hex() == vec["derived_seed"]
     values = XofTurboShake128V20.expand_into_vec(Field128, seed, dst, binder, vec["length"])

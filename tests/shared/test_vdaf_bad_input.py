@@ -7,6 +7,7 @@ DecodeError. Inputs are truncated, extended, random, or carry field values >= p.
 
 from __future__ import annotations
 
+import random
 import secrets
 
 import pytest
@@ -14,33 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.codec import DecodeError
-from shared.vdaf.prio3 import (
-    PrepStatus,
-    Prio3,
-    prio3_count,
-    prio3_histogram,
-    prio3_multihot_histogram,
-    prio3_sum,
-    prio3_sum_vec,
-    prio3_sum_vec_multiproof,
-)
+from shared.vdaf.prio3 import PrepStatus, Prio3
+from tests.shared.vectors import SMALL_VDAFS, small_measurement
 
-INSTANCES: dict[str, Prio3] = {
-    "count": prio3_count(),
-    "sum": prio3_sum(8),
-    "sumvec": prio3_sum_vec(4, 3, 2),
-    "histogram": prio3_histogram(5, 2),
-    "multihot": prio3_multihot_histogram(5, 2, 2),
-    "multiproof": prio3_sum_vec_multiproof(4, 3, 2, proofs=2),
-}
-MEASUREMENTS = {
-    "count": 1,
-    "sum": 200,
-    "sumvec": [1, 7, 0, 3],
-    "histogram": 4,
-    "multihot": [1, 0, 0, 1, 0],
-    "multiproof": [7, 7, 0, 1],
-}
+INSTANCES: dict[str, Prio3] = {name: make() for name, make in SMALL_VDAFS.items()}
+#: One valid measurement of each (the seed only picks which).
+MEASUREMENTS = {name: small_measurement(name, random.Random(7)) for name in SMALL_VDAFS}
 VERIFY_KEY = bytes(16)
 
 
@@ -160,12 +140,12 @@ def test_aggregate_share_decoding_is_strict(name: str) -> None:
         ("count", 2),
         ("sum", 256),
         ("sum", -1),
-        ("sumvec", [8, 0, 0, 0]),
+        ("sumvec", [16, 0, 0, 0, 0]),
         ("sumvec", [1, 2, 3]),
-        ("histogram", 5),
-        ("multihot", [1, 1, 1, 0, 0]),
-        ("multihot", [2, 0, 0, 0, 0]),
-        ("multiproof", [1, 1, 1, 8]),
+        ("histogram", 7),
+        ("multihot", [1, 1, 1, 1, 0, 0]),
+        ("multihot", [2, 0, 0, 0, 0, 0]),
+        ("multiproof", [1, 1, 1, 16, 0]),
     ],
 )
 def test_out_of_range_measurements_are_refused_by_the_client(

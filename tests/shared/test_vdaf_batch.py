@@ -20,43 +20,14 @@ from hypothesis import strategies as st
 
 from shared.vdaf import prio3_20
 from shared.vdaf.field import Field64
-from shared.vdaf.prio3 import (
-    PrepBatch,
-    Prio3,
-    prio3_count,
-    prio3_histogram,
-    prio3_multihot_histogram,
-    prio3_sum,
-    prio3_sum_vec,
-    prio3_sum_vec_multiproof,
-)
+from shared.vdaf.prio3 import PrepBatch, Prio3
+from tests.shared.vectors import SMALL_VDAFS, small_measurement
 
 CTX = b"test context"
 
 
-def _measurement(name: str, rng: random.Random) -> Any:
-    name = name.removesuffix("@20")
-    if name == "count":
-        return rng.randrange(2)
-    if name == "sum":
-        return rng.randrange(201)
-    if name in ("sumvec", "multiproof"):
-        return [rng.randrange(13) for _ in range(5)]
-    if name == "histogram":
-        return rng.randrange(7)
-    bits = [0] * 6
-    for i in rng.sample(range(6), rng.randrange(4)):
-        bits[i] = 1
-    return bits
-
-
 VDAFS: dict[str, Callable[[], Prio3]] = {
-    "count": prio3_count,
-    "sum": lambda: prio3_sum(8),
-    "sumvec": lambda: prio3_sum_vec(5, 4, 3),
-    "histogram": lambda: prio3_histogram(7, 3),
-    "multihot": lambda: prio3_multihot_histogram(6, 3, 4),
-    "multiproof": lambda: prio3_sum_vec_multiproof(5, 4, 3, proofs=3),
+    **SMALL_VDAFS,
     "count@20": prio3_20.prio3_count,
     "sum@20": lambda: prio3_20.prio3_sum(200),
     "sumvec@20": lambda: prio3_20.prio3_sum_vec(5, 12, 3),
@@ -123,7 +94,7 @@ def test_batched_preparation_matches_report_by_report(
 ) -> None:
     vdaf = _INSTANCES[name]
     rng = random.Random(seed)
-    measurements = [_measurement(name, rng) for _ in kinds]
+    measurements = [small_measurement(name, rng) for _ in kinds]
     nonces = [rng.randbytes(16) for _ in kinds]
     rands = [rng.randbytes(vdaf.RAND_SIZE) for _ in kinds]
     sharded = vdaf.shard_batch(measurements, nonces, rands, _ctx(vdaf))

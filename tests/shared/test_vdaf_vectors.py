@@ -6,62 +6,17 @@ workplace's shared/test-vectors/vdaf-08 (never copied here). `_1` files use thre
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from shared.vdaf.field import Field64, Field128
-from shared.vdaf.prio3 import (
-    PrepStatus,
-    Prio3,
-    prio3_count,
-    prio3_histogram,
-    prio3_multihot_histogram,
-    prio3_sum,
-    prio3_sum_vec,
-    prio3_sum_vec_multiproof,
-)
+from shared.vdaf.prio3 import PrepStatus
 from shared.vdaf.xof import XofTurboShake128
-from tests.conftest import vectors_path
+from tests.shared.vectors import load_vector, prio3_of_vector, vector_names
 
-VDAF_DIR = vectors_path() / "vdaf-08"
-
-#: Prio3SumVecWithMultiproof_0 does not record its proof count; the reference code's last loop
-#: iteration (and the share length) fix it at 4 (see the test-vector README).
-MULTIPROOF_PROOFS = 4
-
-
-def _load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((VDAF_DIR / f"{name}.json").read_text())
-    return data
-
-
-def _instance(name: str, vec: dict[str, Any]) -> Prio3:
-    shares = vec["shares"]
-    kind = name.rsplit("_", 1)[0]
-    if kind == "Prio3Count":
-        return prio3_count(shares)
-    if kind == "Prio3Sum":
-        return prio3_sum(vec["bits"], shares)
-    if kind == "Prio3SumVec":
-        return prio3_sum_vec(vec["length"], vec["bits"], vec["chunk_length"], shares)
-    if kind == "Prio3Histogram":
-        return prio3_histogram(vec["length"], vec["chunk_length"], shares)
-    if kind == "Prio3MultiHotHistogram":
-        return prio3_multihot_histogram(
-            vec["length"], vec["max_count"], vec["chunk_length"], shares
-        )
-    if kind == "Prio3SumVecWithMultiproof":
-        return prio3_sum_vec_multiproof(
-            vec["length"], vec["bits"], vec["chunk_length"], MULTIPROOF_PROOFS, shares
-        )
-    raise AssertionError(f"unknown vector {name}")
-
-
-PRIO3_VECTORS = sorted(p.stem for p in Path(VDAF_DIR).glob("Prio3*.json")) or ["(missing vectors)"]
+PRIO3_VECTORS = vector_names("Prio3")
 
 
 def test_every_prio3_vector_file_is_covered() -> None:
@@ -70,8 +25,8 @@ def test_every_prio3_vector_file_is_covered() -> None:
 
 @pytest.mark.parametrize("name", PRIO3_VECTORS)
 def test_prio3_vector(name: str) -> None:
-    vec = _load(name)
-    vdaf = _instance(name, vec)
+    vec = load_vector(name)
+    vdaf = prio3_of_vector(name, vec)
     verify_key = bytes.fromhex(vec["verify_key"])
     preps = vec["prep"]
 
@@ -123,7 +78,7 @@ def test_prio3_vector(name: str) -> None:
 
 
 def test_xof_turboshake128_vector() -> None:
-    vec = _load("XofTurboShake128")
+    vec = load_vector("XofTurboShake128")
     seed, dst, binder = (bytes.fromhex(vec[k]) for k in ("seed", "dst", "binder"))
     assert XofTurboShake128.derive_seed(seed, dst, binder).hex() == vec["derived_seed"]
     values = XofTurboShake128.expand_into_vec(Field128, seed, dst, binder, vec["length"])

@@ -21,22 +21,14 @@ from services.token_issuer.keys import KeySchedule, KeyStore
 from shared.privacypass.issuance import IssuerKey
 from tests import pg
 
-DbFactory = Callable[[], str]
+DbFactory = pg.UrlFactory
 #: 2026-01-01T00:00:00Z.
 T0 = 1_767_225_600
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbFactory]:
-    if request.param == "postgresql" and not pg.available():
-        pytest.fail(pg.UNREACHABLE)
-    with pg.throwaway("sagg_test_pp") as made:
-
-        def make() -> str:
-            if request.param == "sqlite":
-                return f"sqlite:///{tmp_path / f'{secrets.token_hex(4)}.db'}"
-            return made.create()
-
+    with pg.engine_urls(request.param, tmp_path, "sagg_test_pp", strict=True) as make:
         yield make
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from cryptography.hazmat.primitives import hashes
@@ -262,30 +263,44 @@ def test_quota_holds_under_concurrency(
             body = bytes([i]) * 259
             n = attester.challenge(device.device_id).nonce
             prepared.append((n, body, device.sign(n, body)))
-        barrier = threading.Barrier(n_threads)
-        outcomes: list[str] = []
-        lock = threading.Lock()
 
-        def race(n: bytes, body: bytes, sig: bytes) -> None:
-            barrier.wait()
+        def request(n: bytes, body: bytes, sig: bytes) -> str:
             try:
                 attester.token_request(device.device_id, n, sig, body)
-                result = "ok"
             except QuotaExceededError:
-                result = "429"
-            with lock:
-                outcomes.append(result)
+                return "429"
+            return "ok"
 
-        threads = [threading.Thread(target=race, args=p) for p in prepared]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        outcomes = _all_at_once(request, prepared)
         assert sorted(outcomes) == ["429"] * (n_threads - n_tokens) + ["ok"] * n_tokens
         assert len(channel.bodies) == n_tokens
         assert attester.issued(device.device_id) == n_tokens
     finally:
         db.close()
+
+
+T = TypeVar("T")
+
+
+def _all_at_once(call: Callable[..., T], calls: Sequence[tuple[Any, ...]]) -> list[T]:
+    """`call(*args)` for every args of `calls`, each in its own thread, released together."""
+    barrier = threading.Barrier(len(calls))
+    results: list[T] = []
+    lock = threading.Lock()
+
+    def run(*args: Any) -> None:
+        barrier.wait()
+        result = call(*args)
+        with lock:
+            results.append(result)
+
+    threads = [threading.Thread(target=run, args=args) for args in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == len(calls), "a racing call raised"
+    return results
 
 
 def test_quota_holds_under_concurrent_http_requests(
@@ -298,21 +313,11 @@ def test_quota_holds_under_concurrent_http_requests(
         body = create_token_request(CHALLENGE, key)[0].encode()
         n = nonce(client, device)
         work.append((body, n))
-    statuses: list[int] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(len(work))
 
-    def race(body: bytes, n: bytes) -> None:
-        barrier.wait()
-        status = post_request(client, device, body, nonce_value=n).status_code
-        with lock:
-            statuses.append(status)
+    def request(body: bytes, n: bytes) -> int:
+        return post_request(client, device, body, nonce_value=n).status_code
 
-    threads = [threading.Thread(target=race, args=w) for w in work]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    statuses = _all_at_once(request, work)
     assert sorted(statuses) == [200] * QUOTA + [429] * (len(work) - QUOTA)
 
 

@@ -61,14 +61,6 @@ class OneHotRandomizer:
         bits[rows, idx] = rng.random(idx.size) < self.p_true
         return bits.astype(np.uint8)
 
-    def simulate_sums(self, true_counts: npt.ArrayLike, rng: np.random.Generator) -> IntArray:
-        """Report sums drawn directly: Bin(f, p_true) + Bin(n - f, p_false) per bucket."""
-        f = np.asarray(true_counts, dtype=np.int64)
-        n = int(f.sum())
-        return np.asarray(
-            rng.binomial(f, self.p_true) + rng.binomial(n - f, self.p_false), dtype=np.int64
-        )
-
     def debias(self, sums: npt.ArrayLike, n: int) -> FloatArray:
         s = np.asarray(sums, dtype=np.float64)
         return (s - n * self.p_false) / (self.p_true - self.p_false)
