@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final
 
-from services.aggregator.datastore import REASON_TOKEN_SPENT, TokenSpend
+from services.aggregator.datastore import TokenSpend
+from services.aggregator.datastore.uploads import REASON_TOKEN_SPENT
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import IssuerKeyCache
 from shared import hpke

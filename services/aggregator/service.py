@@ -40,6 +40,7 @@ from typing import Any, Final
 import httpx
 from prometheus_client import CollectorRegistry
 
+from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import (
     batch_id_key,
     bucket_key,
@@ -47,20 +48,16 @@ from services.aggregator.batches import (
     selector_key_range,
 )
 from services.aggregator.datastore import (
-    COLLECTION_DELETED,
-    COLLECTION_FAILED,
-    COLLECTION_FINISHED,
-    UPLOAD_COLLECTED,
-    UPLOAD_REPLAYED,
-    UPLOAD_STORED,
-    UPLOAD_TOKEN_SPENT,
+    CollectionState,
     Datastore,
+    JobState,
     NewReport,
-    RateLimit,
     ReportOutcome,
     TaskRecord,
     TokenSpend,
+    UploadOutcome,
 )
+from services.aggregator.rate_policy import RateLimit
 from services.aggregator.report_checks import Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import (
@@ -273,10 +270,10 @@ class Answer:
     headers: dict[str, str] | None = None
 
 
-_STORE_REFUSALS = {
-    UPLOAD_REPLAYED: Refusal.REPLAYED,
-    UPLOAD_COLLECTED: Refusal.BATCH_COLLECTED,
-    UPLOAD_TOKEN_SPENT: Refusal.TOKEN_SPENT,
+_STORE_REFUSALS: dict[str, Refusal] = {
+    UploadOutcome.REPLAYED: Refusal.REPLAYED,
+    UploadOutcome.COLLECTED: Refusal.BATCH_COLLECTED,
+    UploadOutcome.TOKEN_SPENT: Refusal.TOKEN_SPENT,
 }
 
 
@@ -285,7 +282,7 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
     `reportRejected`, DAP-09 §4.4.2)."""
     if isinstance(outcome, Exception):
         return outcome
-    if outcome == UPLOAD_STORED:
+    if outcome == UploadOutcome.STORED:
         return Answer(HTTP_CREATED)
     refusal = _STORE_REFUSALS[outcome]
     return task.problem(refusal.problem, refusal.detail)
@@ -591,7 +588,7 @@ class Aggregator:
                 existing["request_hash"] is not None
                 and bytes(existing["request_hash"]) == hashlib.sha256(body).digest()
                 and int(existing["step"]) == 0
-                and existing["state"] != "abandoned"
+                and existing["state"] != JobState.ABANDONED
             ):
                 return Answer(HTTP_CREATED, bytes(existing["response"]))
             raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
@@ -697,9 +694,8 @@ class Aggregator:
             job.value,
             body,
             None if batch_id is None else batch_id.value,
-            vdaf,
             outcomes,
-            batch.out_shares,
+            ShareAdder(vdaf, batch.out_shares),
             task.max_batch_size,
             build_response,
             now,
@@ -723,7 +719,7 @@ class Aggregator:
         except DecodeError:
             raise task.problem(ProblemType.INVALID_MESSAGE, "malformed continue request") from None
         row = self.ds.aggregation_job(task.id.value, job.value)
-        if row is None or row["role"] != "helper" or row["state"] == "abandoned":
+        if row is None or row["role"] != "helper" or row["state"] == JobState.ABANDONED:
             raise task.problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown aggregation job")
         if request.step == 0:
             raise task.problem(ProblemType.INVALID_MESSAGE, "step 0 is not a continuation")
@@ -777,10 +773,10 @@ class Aggregator:
             raise task.problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
         lo, hi = selector_key_range(selector)
 
-        def build_response(agg_share: FieldArray) -> bytes:
+        def build_response(agg_share: bytes) -> bytes:
             # Noised inside the datastore transaction that stores the answer: a re-sent
             # request gets these same bytes, so the noise is drawn once per batch (004 §5).
-            noised = noised_share(task, agg_share, self.noise_randbits)
+            noised = noised_share(task, task.vdaf.decode_agg_share(agg_share), self.noise_randbits)
             return AggregateShare(
                 seal_aggregate_share(task, Role.HELPER, selector, noised)
             ).encode()
@@ -797,7 +793,7 @@ class Aggregator:
             task.min_batch_size,
             task.max_batch_size,
             task.max_batch_query_count,
-            task.vdaf,
+            ShareAdder(task.vdaf),
             build_response,
             self.clock.now(),
             task.rate_limit,
@@ -864,11 +860,11 @@ class Aggregator:
         self.check_collector_auth(task, headers)
         row = self._collection_row(task, job_id)
         state = row["state"]
-        if state == COLLECTION_FINISHED:
+        if state == CollectionState.FINISHED:
             return Answer(200, bytes(row["result"]))
-        if state == COLLECTION_DELETED:
+        if state == CollectionState.DELETED:
             return Answer(204)
-        if state == COLLECTION_FAILED:
+        if state == CollectionState.FAILED:
             try:
                 kind = ProblemType(row["error"])
             except ValueError:

@@ -10,13 +10,15 @@
   hold without hand-placed locks, at the price of retrying on serialization failures, which
   `Database.run` does.
 - Migrations are ordered steps recorded in ``schema_migrations`` and applied once, at start.
+- Every named transaction is counted by outcome, with its retries and its duration
+  (`services.common.tx_metrics`, after Janus's ``run_tx`` metrics).
+- PostgreSQL connections come from a `psycopg_pool.ConnectionPool`.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import queue
 import random
 import re
 import sqlite3
@@ -32,7 +34,9 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
 
+from services.common import tx_metrics
 from shared.files import create_private, private_dir
 
 log = logging.getLogger(__name__)
@@ -208,50 +212,37 @@ class _SqliteEngine(_Engine):
         self._local = threading.local()
 
 
+#: What `tx_metrics` counts as the database failing a transaction (not its body).
+_DATABASE_ERRORS = (TransientDbError, psycopg.Error, sqlite3.Error)
+
+
 def _sqlite_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
 
 
 class _PostgresEngine(_Engine):
-    """A small fixed-size pool; connections in autocommit mode with explicit BEGIN/COMMIT."""
+    """Pooled connections in autocommit mode, with explicit BEGIN/COMMIT per transaction."""
 
     dialect = POSTGRES
 
     def __init__(self, url: str, pool_size: int) -> None:
-        self._url = url
-        self._pool: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(pool_size)
-        self._closed = False
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._url, autocommit=True, row_factory=dict_row)
-
-    @contextmanager
-    def _lease(self) -> Iterator[psycopg.Connection[Any]]:
-        self._slots.acquire()
-        conn: psycopg.Connection[Any] | None = None
-        try:
-            try:
-                conn = self._pool.get_nowait()
-            except queue.Empty:
-                conn = self._connect()
-            yield conn
-        except BaseException:
-            if conn is not None and (conn.closed or conn.broken):
-                conn = None
-            raise
-        finally:
-            if conn is not None and not self._closed and not conn.closed:
-                self._pool.put(conn)
-            elif conn is not None:
-                conn.close()
-            self._slots.release()
+        # Connections open on demand (min_size 0): a service starts while its database is
+        # still coming up, and the first transaction's retries cover the wait.
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            min_size=0,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=True,
+            name="sagg",
+        )
 
     @contextmanager
     def begin(self, name: str) -> Iterator[Tx]:
         try:
-            with self._lease() as conn:
+            # A broken connection is discarded on return; PoolTimeout is an OperationalError.
+            with self._pool.connection() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
                 try:
                     yield Tx(name, self.dialect, conn.execute, conn.cursor().executemany)
@@ -270,12 +261,7 @@ class _PostgresEngine(_Engine):
             raise TransientDbError(f"{type(exc).__name__}") from exc
 
     def close(self) -> None:
-        self._closed = True
-        while True:
-            try:
-                self._pool.get_nowait().close()
-            except queue.Empty:
-                break
+        self._pool.close()
 
 
 # --- the public interface ------------------------------------------------------------------------
@@ -309,27 +295,23 @@ class Database:
     def dialect(self) -> Dialect:
         return self._engine.dialect
 
-    @contextmanager
-    def transaction(self, name: str) -> Iterator[Tx]:
-        """One attempt at a transaction; `TransientDbError` if the engine asks for a retry."""
-        with self._engine.begin(name) as tx:
-            yield tx
-
     def run(self, name: str, body: Callable[[Tx], T]) -> T:
         """Run `body` in a transaction, retrying it from scratch on transient failures.
 
         `body` must not have side effects outside the transaction: it may run several times.
         """
-        for attempt in range(1, self._max_attempts + 1):
-            try:
-                with self._engine.begin(name) as tx:
-                    return body(tx)
-            except TransientDbError as exc:
-                if attempt == self._max_attempts:
-                    raise
-                delay = min(0.5, 0.005 * 2**attempt) * (0.5 + random.random())
-                log.debug("transaction %s retry %d after %s", name, attempt, exc)
-                time.sleep(delay)
+        with tx_metrics.observe(name, _DATABASE_ERRORS):
+            for attempt in range(1, self._max_attempts + 1):
+                try:
+                    with self._engine.begin(name) as tx:
+                        return body(tx)
+                except TransientDbError as exc:
+                    if attempt == self._max_attempts:
+                        raise
+                    tx_metrics.retried(name)
+                    delay = min(0.5, 0.005 * 2**attempt) * (0.5 + random.random())
+                    log.debug("transaction %s retry %d after %s", name, attempt, exc)
+                    time.sleep(delay)
         raise AssertionError("unreachable")
 
     def migrate(self, migrations: Sequence[Migration]) -> int:

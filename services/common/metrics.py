@@ -4,7 +4,7 @@ and `GET /metrics` in the text exposition format 0.0.4.
 Where each family lives:
 
 - **process-wide** families (``process_*`` and ``python_*`` from prometheus_client's own
-  collectors, the store's transaction metrics in `services.common.db`) are on the default
+  collectors, the store's transaction metrics of `services.common.tx_metrics`) are on the default
   `prometheus_client.REGISTRY`;
 - **per app**, on the app's own `CollectorRegistry` (a test process runs several apps side by
   side): event counters that count what happened in this process (they start at zero with

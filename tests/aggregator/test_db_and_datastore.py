@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import re
+import secrets
+import sqlite3
 import threading
 from typing import Any
 
+import psycopg
 import pytest
+from prometheus_client import REGISTRY
 
+from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key, covering_interval, report_checksum
 from services.aggregator.datastore import (
     MIGRATIONS,
+    TASK_TABLES,
     Datastore,
     LeaseLostError,
     NewReport,
     ReportOutcome,
     TokenSpend,
 )
+from services.aggregator.datastore.batch_aggregations import mark_collected
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
-from services.common.db import Database, Migration, Tx
+from services.common.db import Database, Migration, TransientDbError, Tx
 from shared.dap.messages import PrepareError
 from shared.vdaf.prio3 import prio3_count
 
@@ -45,6 +53,20 @@ def test_migrations_apply_once(db_url: str) -> None:
         assert db.schema_version() == extra.version
     finally:
         db.close()
+
+
+def test_task_tables_are_every_per_task_table() -> None:
+    """The one table list (task deletion, row counts) names every table the migrations create
+    with a task_id column, besides ``tasks`` itself."""
+    created = {
+        name
+        for m in MIGRATIONS
+        for statement in m.statements
+        for name, columns in re.findall(r"CREATE TABLE (\w+) \((.*)\)", statement, re.S)
+        if re.search(r"\btask_id\b", columns) and name != "tasks"
+    }
+    assert set(TASK_TABLES) == created
+    assert len(TASK_TABLES) == len(created)
 
 
 def test_concurrent_migrations_apply_once(db_url: str) -> None:
@@ -127,6 +149,39 @@ def test_concurrent_increments_are_not_lost(db_url: str) -> None:
         db.close()
 
 
+def test_transaction_metrics_count_outcomes_and_retries(db_url: str) -> None:
+    """Each named run is counted once by outcome, its retries apart, its duration timed."""
+    db = Database.open(db_url)
+    name = f"probe_{secrets.token_hex(4)}"
+    attempts: list[int] = []
+
+    def flaky(tx: Tx) -> int:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransientDbError("forced")
+        return int(tx.query("SELECT 7 AS n")[0]["n"])
+
+    def failing(tx: Tx) -> None:
+        raise LookupError("the body gives up")
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(metric, {"tx": name, **labels})
+
+    try:
+        assert db.run(name, flaky) == 7
+        with pytest.raises(LookupError):
+            db.run(name, failing)
+        with pytest.raises((sqlite3.Error, psycopg.Error)):
+            db.run(name, lambda tx: tx.query("SELECT * FROM no_such_table"))
+    finally:
+        db.close()
+    assert sample("sagg_db_transactions_total", outcome="committed") == 1
+    assert sample("sagg_db_transactions_total", outcome="rolled_back") == 1
+    assert sample("sagg_db_transactions_total", outcome="error") == 1
+    assert sample("sagg_db_transaction_retries_total") == 2
+    assert sample("sagg_db_transaction_duration_seconds_count") == 3
+
+
 def test_database_url_is_checked() -> None:
     with pytest.raises(ValueError):
         Database.open("mysql://nope")
@@ -190,7 +245,7 @@ def test_group_of_uploads_in_one_transaction(ds: Datastore) -> None:
     refusals (also those found before the store) are counted in the same transaction."""
     key, old = bucket_key(7200, 3600), bucket_key(3600, 3600)
     assert _put(ds, b"a" * 16, 7200, key) == "stored"
-    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, old, old + b"\x00", 0))
+    ds.db.run("mark", lambda tx: mark_collected(tx, TASK, old, old + b"\x00", 0))
     spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
     group = [
         _new(b"b" * 16, 7200, key),
@@ -225,7 +280,7 @@ def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
     key = bucket_key(7200, 3600)
     assert _put(ds, b"r" * 16, 7200, key) == "stored"
     assert _put(ds, b"r" * 16, 7200, key) == "replayed"
-    ds.db.run("mark", lambda tx: ds._mark_collected(tx, TASK, key, key + b"\x00", 0))
+    ds.db.run("mark", lambda tx: mark_collected(tx, TASK, key, key + b"\x00", 0))
     assert _put(ds, b"s" * 16, 7300, key) == "collected"
     assert _put(ds, b"t" * 16, 3600, bucket_key(3600, 3600)) == "stored"
 
@@ -263,14 +318,13 @@ def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:
     shares = vdaf.field.from_ints([1] * len(reports)).reshape(len(reports), 1, 1)
     stale = next(lease for lease in leases if lease.job_id == retaken[0].job_id)
     with pytest.raises(LeaseLostError):
-        ds.finish_leader_job(stale, vdaf, outcomes, shares)
+        ds.finish_leader_job(stale, outcomes, ShareAdder(vdaf, shares))
     outcomes[0].error = PrepareError.VDAF_PREP_ERROR
-    ds.finish_leader_job(retaken[0], vdaf, outcomes, shares)
-    totals = ds.batch_totals(TASK, bucket_key(0, 3600), bucket_key(10**6, 3600), vdaf)
+    ds.finish_leader_job(retaken[0], outcomes, ShareAdder(vdaf, shares))
+    totals = ds.batch_totals(TASK, bucket_key(0, 3600), bucket_key(10**6, 3600))
     assert totals.report_count == len(reports) - 1
     assert totals.checksum == report_checksum(r.report_id for r in reports[1:])
-    assert totals.aggregate_share is not None
-    assert vdaf.field.to_ints(totals.aggregate_share) == [len(reports) - 1]
+    assert vdaf.field.to_ints(ShareAdder(vdaf).total(totals.shares)) == [len(reports) - 1]
     # Committed once: only the other job is leasable again, and only this job's reports are
     # scrubbed (their ids stay for anti-replay).
     _, again = ds.leader_job(retaken[1])

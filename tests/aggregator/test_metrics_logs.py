@@ -64,6 +64,11 @@ def test_upload_metrics_and_logs_hold_no_secrets(
     # Uploads one after the other: each its own group-commit transaction (the spent one too).
     assert value(leader, "sagg_upload_commits_total", role="leader") == 4
     assert value(leader, "sagg_upload_commit_reports_total", role="leader") == 4
+    # Named transactions are counted process-wide (every test of this process adds to them):
+    # this test's four upload group commits at least.
+    put = {"tx": "put_reports", "outcome": "committed"}
+    assert value(leader, "sagg_db_transactions_total", **put) >= 4
+    assert value(leader, "sagg_db_transaction_duration_seconds_count", tx="put_reports") >= 4
     assert value(leader, "sagg_aggregation_jobs", task=tid, role="leader", state="finished") == 1
     assert value(leader, "sagg_collection_jobs", task=tid, role="leader", state="finished") == 1
     assert value(leader, "sagg_batches_collected", task=tid, role="leader") == 1

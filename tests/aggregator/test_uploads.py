@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.aggregator.datastore import Datastore, NewReport
+from services.aggregator.datastore import Datastore, NewReport, UploadOutcome
 from services.aggregator.uploads import COUNTED, UploadWriter
 from services.common.db import Database, TransientDbError
 
@@ -71,7 +71,7 @@ def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     gate, entered = threading.Event(), threading.Event()
     original = ds.put_reports
 
-    def slow_first(*args: Any, **kwargs: Any) -> list[str]:
+    def slow_first(*args: Any, **kwargs: Any) -> list[UploadOutcome]:
         entered.set()
         gate.wait(5)
         return original(*args, **kwargs)
@@ -118,7 +118,7 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
     original = ds.put_reports
     calls: list[int] = []
 
-    def gated(reports: Any, refusals: Any = ()) -> list[str]:
+    def gated(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
         calls.append(len(reports))
         if len(calls) == 1:
             entered.set()
@@ -178,7 +178,7 @@ def test_a_store_that_stays_unavailable_fails_the_group_at_once(ds: Datastore) -
     calls: list[int] = []
     gate, entered = threading.Event(), threading.Event()
 
-    def unavailable(reports: Any, refusals: Any = ()) -> list[str]:
+    def unavailable(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
         calls.append(len(reports))
         entered.set()
         gate.wait(5)

@@ -14,6 +14,7 @@ import logging
 
 import httpx
 
+from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key
 from services.aggregator.datastore import Lease, LeaseLostError, ReportOutcome
 from services.aggregator.drivers.common import (
@@ -131,7 +132,7 @@ class AggregationJobDriver:
 
         if not usable:
             empty = vdaf.field.zeros((0, vdaf.flp.OUTPUT_LEN))
-            agg.ds.finish_leader_job(lease, vdaf, outcomes, empty)
+            agg.ds.finish_leader_job(lease, outcomes, ShareAdder(vdaf, empty))
             return
         batch, outbound = ping_pong.leader_init(
             vdaf,
@@ -208,9 +209,8 @@ class AggregationJobDriver:
                 outcomes[i].error = PrepareError.VDAF_PREP_ERROR
         final = agg.ds.finish_leader_job(
             lease,
-            vdaf,
             outcomes,
-            batch.out_shares,
+            ShareAdder(vdaf, batch.out_shares),
             requeue_at=agg.clock.now() + agg.settings.too_early_retry_s,
             bucket_precision=task.bucket_precision,
         )
@@ -269,11 +269,7 @@ class AggregationJobDriver:
             if o.error is None:
                 o.error = PrepareError.REPORT_DROPPED
         self.agg.ds.finish_leader_job(
-            lease,
-            task.vdaf,
-            outcomes,
-            out_shares,
-            abandoned=True,
+            lease, outcomes, ShareAdder(task.vdaf, out_shares), abandoned=True
         )
         if notify:
             # DAP-09 §4.5.2.2: tell the helper it may discard the job; best effort.

@@ -16,8 +16,9 @@ import logging
 
 import httpx
 
+from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import covering_interval
-from services.aggregator.datastore import COLLECTION_COLLECTING, Lease, LeaseLostError
+from services.aggregator.datastore import CollectionState, Lease, LeaseLostError
 from services.aggregator.drivers.common import (
     HelperError,
     HelperUnavailableError,
@@ -72,13 +73,14 @@ class CollectionJobDriver:
             return
         # 004 §5: the leader's share is noised when the batch is frozen and kept with the job,
         # so helper retries and repeated jobs of the batch reuse one draw.
+        adder = ShareAdder(task.vdaf)
         noise = (
             None
             if task.noise is None
-            else lambda share: noised_share(task, share, agg.noise_randbits)
+            else adder.encoded(lambda share: noised_share(task, share, agg.noise_randbits))
         )
         state = agg.ds.start_collection(
-            lease, task.vdaf, task.min_batch_size, agg.clock.now(), noise, task.rate_limit
+            lease, task.min_batch_size, agg.clock.now(), adder, noise, task.rate_limit
         )
         if state == "refused":
             log.warning("refused a collection: a time bucket is above the rate limit")
@@ -89,7 +91,7 @@ class CollectionJobDriver:
             )
             return
         job = agg.ds.leased_collection_job(lease)
-        if job["state"] != COLLECTION_COLLECTING:
+        if job["state"] != CollectionState.COLLECTING:
             return
         if job["batch_key"] is not None:
             batch_id = BatchId(bytes(job["batch_key"]))

@@ -1,0 +1,32 @@
+"""What every part of the `Datastore` holds: the database, the shard count and the crypter."""
+
+from __future__ import annotations
+
+import secrets
+
+from services.common.crypter import Crypter
+from services.common.db import Database, Row
+
+
+class StoreBase:
+    """The state the datastore's parts share; each public method is one named transaction."""
+
+    def __init__(self, db: Database, *, shards: int = 8, crypter: Crypter | None = None) -> None:
+        self.db = db
+        self._shards = shards
+        #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
+        self._crypter = crypter or Crypter()
+
+    def _shard(self) -> int:
+        """A random shard row of the sharded counters: concurrent writers rarely meet."""
+        return secrets.randbelow(self._shards)
+
+    def _job_row(self, name: str, table: str, task_id: bytes, job_id: bytes) -> Row | None:
+        """A job's row (aggregation or collection job), read in transaction `name`."""
+        return self.db.run(
+            name,
+            lambda tx: tx.query_one(
+                f"SELECT * FROM {table} WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )

@@ -1,0 +1,58 @@
+"""Garbage collection of per-report rows no aggregator would accept again
+(`services.aggregator.drivers.garbage` says when that is)."""
+
+from __future__ import annotations
+
+from services.aggregator.datastore.base import StoreBase
+from services.aggregator.datastore.records import Garbage
+from services.aggregator.datastore.states import JobState
+from services.common.db import Tx
+
+
+class GarbageStore(StoreBase):
+    def collect_garbage(
+        self, task_id: bytes, *, report_horizon: int | None, token_horizon: int, limit: int
+    ) -> Garbage:
+        """Delete up to `limit` rows of each kind that can no longer matter (`drivers.garbage`).
+
+        - reports timestamped before `report_horizon` (no horizon: kept forever), unless a
+          leader job in progress still needs their payload; their ids leave the replay set,
+          which is safe because both aggregators refuse reports that old;
+        - aggregation jobs whose every report is that old, with their report aggregations,
+          except leader jobs in progress;
+        - spent tokens spent before `token_horizon`, which no aggregator would accept again.
+        """
+
+        def body(tx: Tx) -> Garbage:
+            reports = jobs = 0
+            if report_horizon is not None:
+                horizon = {"t": task_id, "h": report_horizon, "n": limit}
+                # `aggregation_started IN (0, 1)` lets the (task, started, time) index serve.
+                reports = tx.execute(
+                    "DELETE FROM client_reports WHERE task_id = :t AND report_id IN ("
+                    " SELECT report_id FROM client_reports WHERE task_id = :t"
+                    " AND aggregation_started IN (0, 1) AND client_time < :h"
+                    " AND (aggregation_started = 0 OR leader_input_share IS NULL) LIMIT :n)",
+                    horizon,
+                )
+                expired_jobs = (
+                    "SELECT job_id FROM aggregation_jobs WHERE task_id = :t AND time_max < :h"
+                    f" AND NOT (role = 'leader' AND state = '{JobState.IN_PROGRESS}') LIMIT :n"
+                )
+                job_ids = [r["job_id"] for r in tx.query(expired_jobs, horizon)]
+                rows = [{"t": task_id, "j": job_id} for job_id in job_ids]
+                tx.execute_many(
+                    "DELETE FROM report_aggregations WHERE task_id = :t AND job_id = :j", rows
+                )
+                tx.execute_many(
+                    "DELETE FROM aggregation_jobs WHERE task_id = :t AND job_id = :j", rows
+                )
+                jobs = len(job_ids)
+            tokens = tx.execute(
+                "DELETE FROM spent_tokens WHERE task_id = :t AND spent_at < :h AND nonce IN ("
+                " SELECT nonce FROM spent_tokens WHERE task_id = :t AND spent_at < :h LIMIT :n)",
+                {"t": task_id, "h": token_horizon, "n": limit},
+            )
+            return Garbage(reports, jobs, tokens)
+
+        return self.db.run("collect_garbage", body)

@@ -1,0 +1,267 @@
+"""Helper jobs: aggregation jobs recorded once with their output shares (DAP-09 §4.5.1.2-
+§4.5.2), and aggregate share requests answered once (§4.6.2, §4.6.5); re-sent requests get the
+stored answer."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+
+from services.aggregator.batches import MAX_STORED_TIME
+from services.aggregator.datastore.aggregation_jobs import (
+    insert_job,
+    insert_report_aggregations,
+    outcome_rows,
+)
+from services.aggregator.datastore.base import StoreBase
+from services.aggregator.datastore.batch_aggregations import (
+    add_outcomes,
+    batch_totals,
+    mark_collected,
+    rate_refusal,
+)
+from services.aggregator.datastore.records import RatePolicy, Refusal, ReportOutcome, ShareSum
+from services.aggregator.datastore.states import JobState, Stage
+from services.aggregator.datastore.stats import count_rejections
+from services.aggregator.datastore.uploads import (
+    REASON_TOKEN_SPENT,
+    known_report_ids,
+    spend_token,
+)
+from services.common.db import Row, Tx
+from shared.dap.messages import PrepareError
+from shared.dap.problems import ProblemType
+
+
+class HelperJobStore(StoreBase):
+    def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
+        return self._job_row("aggregation_job", "aggregation_jobs", task_id, job_id)
+
+    def report_aggregations(self, task_id: bytes, job_id: bytes) -> list[Row]:
+        return self.db.run(
+            "report_aggregations",
+            lambda tx: tx.query(
+                "SELECT * FROM report_aggregations WHERE task_id = :t AND job_id = :j ORDER BY ord",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+
+    def helper_init_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request: bytes,
+        batch_id: bytes | None,
+        outcomes: Sequence[ReportOutcome],
+        shares: ShareSum,
+        max_batch_size: int | None,
+        build_response: Callable[[list[ReportOutcome]], bytes],
+        now: int,
+        bucket_precision: int | None = None,
+    ) -> tuple[str, bytes | None]:
+        """Record a helper aggregation job and its output shares, once (with
+        `bucket_precision`, also their counts per time bucket, `batch_bucket_counts`).
+
+        Returns ('created', response), ('same', stored response) for an identical re-send, or
+        ('conflict', None) when the id is taken by a different request (DAP-09 §4.5.1.2).
+        Reports seen before in this task become report_replayed, those whose token (`spend`)
+        was spent before invalid_message, those into collected batches batch_collected, and for
+        fixed_size those beyond `max_batch_size` batch_saturated. Tokens are spent and refusals
+        counted in the same transaction.
+        """
+        request_hash = hashlib.sha256(request).digest()
+
+        def body(tx: Tx) -> tuple[str, bytes | None]:
+            existing = tx.query_one(
+                "SELECT request_hash, response, step, state FROM aggregation_jobs"
+                " WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            )
+            if existing is not None:
+                if (
+                    existing["request_hash"] is not None
+                    and bytes(existing["request_hash"]) == request_hash
+                    and int(existing["step"]) == 0
+                    and existing["state"] != JobState.ABANDONED
+                ):
+                    return "same", bytes(existing["response"])
+                return "conflict", None
+            if batch_id is not None:
+                tx.execute(
+                    "INSERT INTO batches (task_id, batch_key, collected, assigned, filled,"
+                    " created_at) VALUES (:t, :k, 0, 0, 0, :now)"
+                    " ON CONFLICT (task_id, batch_key) DO NOTHING",
+                    {"t": task_id, "k": batch_id, "now": now},
+                )
+            # The leader may offer a too-early report again later (DAP-09 §4.5.1.1): it is not
+            # recorded, so that is not a replay.
+            remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
+            seen = known_report_ids(tx, task_id, [o.report_id for o in remembered])
+            tx.execute_many(
+                "INSERT INTO client_reports (task_id, report_id, client_time,"
+                " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
+                " ON CONFLICT (task_id, report_id) DO NOTHING",
+                [
+                    {
+                        "t": task_id,
+                        "r": o.report_id,
+                        "time": min(o.client_time, MAX_STORED_TIME),
+                        "now": now,
+                    }
+                    for o in remembered
+                    if o.report_id not in seen
+                ],
+            )
+            checked = [dataclasses.replace(o) for o in outcomes]
+            for o in checked:
+                if o.error is None and o.report_id in seen:
+                    o.error = PrepareError.REPORT_REPLAYED
+                elif (
+                    o.error is None
+                    and o.spend is not None
+                    and not spend_token(tx, task_id, o.report_id, o.spend, now)
+                ):
+                    # A token spent before (in this job or an earlier one, whatever the report
+                    # id): the leader is replaying it, or a client reused it.
+                    o.error, o.reason = PrepareError.INVALID_MESSAGE, REASON_TOKEN_SPENT
+            shard = self._shard()
+            final = add_outcomes(
+                tx,
+                task_id,
+                checked,
+                shares,
+                shard,
+                check_saturation=max_batch_size if batch_id is not None else None,
+                bucket_precision=bucket_precision,
+            )
+            response = build_response(final)
+            count_rejections(
+                tx,
+                task_id,
+                Stage.AGGREGATION,
+                [r for r in (o.rejection_reason for o in final) if r is not None],
+                shard,
+            )
+            # Times beyond the signed 64-bit range only occur on reports refused as too early;
+            # they are clamped so the record of the refusal fits the database.
+            for o in final:
+                o.client_time = min(o.client_time, MAX_STORED_TIME)
+            insert_job(
+                tx,
+                task_id,
+                job_id,
+                "helper",
+                batch_id,
+                [o.client_time for o in final],
+                JobState.FINISHED,
+                now,
+                request_hash=request_hash,
+                response=response,
+            )
+            insert_report_aggregations(tx, outcome_rows(task_id, job_id, final))
+            return "created", response
+
+        return self.db.run("helper_init_job", body)
+
+    def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:
+        """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests.
+
+        Output shares already added stay: they cannot be told apart inside the batch, and the
+        batch checksum then makes any disagreement visible as batchMismatch."""
+        return (
+            self.db.run(
+                "abandon_helper_job",
+                lambda tx: tx.execute(
+                    "UPDATE aggregation_jobs SET state = :s"
+                    " WHERE task_id = :t AND job_id = :j AND role = 'helper'",
+                    {"s": JobState.ABANDONED, "t": task_id, "j": job_id},
+                ),
+            )
+            > 0
+        )
+
+    def helper_aggregate_share(
+        self,
+        task_id: bytes,
+        selector: bytes,
+        agg_param: bytes,
+        key_lo: bytes,
+        key_hi: bytes,
+        is_fixed_size: bool,
+        report_count: int,
+        checksum: bytes,
+        min_batch_size: int,
+        max_batch_size: int | None,
+        max_batch_query_count: int,
+        shares: ShareSum,
+        build_response: Callable[[bytes], bytes],
+        now: int,
+        rate: RatePolicy | None = None,
+    ) -> tuple[Refusal | None, bytes | None]:
+        """Answer an AggregateShareReq once (DAP-09 §4.6.2, §4.6.5); later identical
+        requests get the stored answer. (refusal, None) when a batch check fails, including
+        `rate` validation (001 §4.8), which is a batch size check run after DAP's."""
+
+        def body(tx: Tx) -> tuple[Refusal | None, bytes | None]:
+            stored = tx.query_one(
+                "SELECT report_count, checksum, response FROM aggregate_share_jobs"
+                " WHERE task_id = :t AND batch_selector = :bs AND agg_param = :ap",
+                {"t": task_id, "bs": selector, "ap": agg_param},
+            )
+            if stored is not None:
+                if (
+                    int(stored["report_count"]) == report_count
+                    and bytes(stored["checksum"]) == checksum
+                ):
+                    return None, bytes(stored["response"])
+                return Refusal(ProblemType.BATCH_MISMATCH), None
+            if is_fixed_size and not tx.query_one(
+                "SELECT 1 AS known FROM batches WHERE task_id = :t AND batch_key = :k",
+                {"t": task_id, "k": key_lo},
+            ):
+                return Refusal(ProblemType.BATCH_INVALID), None
+            previous = tx.query(
+                "SELECT batch_selector, agg_param FROM aggregate_share_jobs"
+                " WHERE task_id = :t AND key_lo < :hi AND key_hi > :lo",
+                {"t": task_id, "lo": key_lo, "hi": key_hi},
+            )
+            if any(bytes(p["batch_selector"]) != selector for p in previous):
+                return Refusal(ProblemType.BATCH_OVERLAP), None
+            if len({bytes(p["agg_param"]) for p in previous}) >= max_batch_query_count:
+                return Refusal(ProblemType.BATCH_QUERIED_TOO_MANY_TIMES), None
+            if agg_param != b"":
+                # The batch checks come first (DAP-09 §4.6.5); then the VDAF's own: Prio3 has
+                # no aggregation parameter.
+                return Refusal(ProblemType.INVALID_MESSAGE), None
+            totals = batch_totals(tx, task_id, key_lo, key_hi)
+            if totals.report_count < min_batch_size or (
+                max_batch_size is not None and totals.report_count > max_batch_size
+            ):
+                return Refusal(ProblemType.INVALID_BATCH_SIZE), None
+            refused = rate_refusal(tx, task_id, key_lo, key_hi, is_fixed_size, rate)
+            if refused is not None:
+                return refused, None
+            if totals.report_count != report_count or totals.checksum != checksum:
+                return Refusal(ProblemType.BATCH_MISMATCH), None
+            response = build_response(shares.merge(totals.shares))
+            mark_collected(tx, task_id, key_lo, key_hi, now)
+            tx.execute(
+                "INSERT INTO aggregate_share_jobs (task_id, batch_selector, agg_param, key_lo,"
+                " key_hi, report_count, checksum, response, created_at)"
+                " VALUES (:t, :bs, :ap, :lo, :hi, :c, :cs, :resp, :now)",
+                {
+                    "t": task_id,
+                    "bs": selector,
+                    "ap": agg_param,
+                    "lo": key_lo,
+                    "hi": key_hi,
+                    "c": report_count,
+                    "cs": checksum,
+                    "resp": response,
+                    "now": now,
+                },
+            )
+            return None, response
+
+        return self.db.run("helper_aggregate_share", body)

@@ -1,0 +1,265 @@
+"""Leader aggregation jobs (DAP-09 §4.5.1.1): unaggregated reports grouped into jobs (and, for
+fixed_size tasks, into batches), and a finished job committed with its output shares.
+
+Jobs are created in the same transaction that marks their reports started, and a job's output
+shares are added in the transaction that finishes it, so a restart at any point neither loses
+nor double-counts a report.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from services.aggregator.datastore.aggregation_jobs import (
+    insert_job,
+    insert_report_aggregations,
+    outcome_rows,
+)
+from services.aggregator.datastore.base import StoreBase
+from services.aggregator.datastore.batch_aggregations import add_outcomes
+from services.aggregator.datastore.leases import leased_row
+from services.aggregator.datastore.records import (
+    LeaderReport,
+    Lease,
+    ReportOutcome,
+    ShareSum,
+    opt_bytes,
+)
+from services.aggregator.datastore.states import JobState, ReportAggregationState, Stage
+from services.aggregator.datastore.stats import count_rejections
+from services.common.db import Row, Tx
+from shared.dap.messages import PrepareError
+
+
+def unassign(tx: Tx, task_id: bytes, batch_id: bytes | None, count: int) -> None:
+    """Give `count` reports' places in a fixed_size batch back: they will not be in it."""
+    if batch_id is None or count == 0:
+        return
+    tx.execute(
+        "UPDATE batches SET assigned = assigned - :n, filled = 0"
+        " WHERE task_id = :t AND batch_key = :k",
+        {"t": task_id, "k": batch_id, "n": count},
+    )
+
+
+class LeaderJobStore(StoreBase):
+    def create_aggregation_jobs(
+        self,
+        task_id: bytes,
+        *,
+        fixed_size_target: int | None,
+        min_job_size: int,
+        max_job_size: int,
+        flush_before: int,
+        now: int,
+        scan_limit: int = 5000,
+    ) -> int:
+        """Group unaggregated reports into new jobs; the number of jobs created.
+
+        Reports left over below `min_job_size` wait, unless the oldest was received before
+        `flush_before`: small deployments must not wait forever. For fixed_size tasks
+        (`fixed_size_target` = reports per batch), reports go into outstanding batches in order
+        until each holds the target, and a job never spans two batches.
+        """
+
+        def body(tx: Tx) -> int:
+            rows = tx.query(
+                "SELECT report_id, client_time, received_at FROM client_reports"
+                " WHERE task_id = :t AND aggregation_started = 0 AND received_at <= :now"
+                " ORDER BY client_time, report_id LIMIT :n",
+                {"t": task_id, "n": scan_limit, "now": now},
+            )
+            if not rows:
+                return 0
+            flush = min(int(r["received_at"]) for r in rows) < flush_before
+            groups: list[tuple[bytes | None, list[Row]]]
+            if fixed_size_target is None:
+                groups = [(None, rows)]
+            else:
+                groups = self._assign_to_batches(tx, task_id, rows, fixed_size_target, flush, now)
+            created = 0
+            for batch_id, members in groups:
+                for start in range(0, len(members), max_job_size):
+                    chunk = members[start : start + max_job_size]
+                    if len(chunk) < min_job_size and not flush:
+                        unassign(tx, task_id, batch_id, len(chunk))
+                        continue
+                    self._insert_leader_job(tx, task_id, batch_id, chunk, now)
+                    created += 1
+            return created
+
+        return self.db.run("create_aggregation_jobs", body)
+
+    def _assign_to_batches(
+        self,
+        tx: Tx,
+        task_id: bytes,
+        rows: list[Row],
+        target: int,
+        flush: bool,
+        now: int,
+    ) -> list[tuple[bytes | None, list[Row]]]:
+        outstanding = tx.query(
+            "SELECT batch_key, assigned FROM batches WHERE task_id = :t AND filled = 0"
+            " AND collected = 0 ORDER BY created_at, batch_key",
+            {"t": task_id},
+        )
+        groups: list[tuple[bytes | None, list[Row]]] = []
+        pending = list(rows)
+        while pending:
+            if outstanding:
+                batch = outstanding.pop(0)
+                key, assigned = bytes(batch["batch_key"]), int(batch["assigned"])
+            else:
+                key, assigned = secrets.token_bytes(32), 0
+                tx.execute(
+                    "INSERT INTO batches (task_id, batch_key, collected, assigned, filled,"
+                    " created_at) VALUES (:t, :k, 0, 0, 0, :now)",
+                    {"t": task_id, "k": key, "now": now},
+                )
+            take = pending[: max(0, target - assigned)]
+            pending = pending[len(take) :]
+            if not take:
+                tx.execute(
+                    "UPDATE batches SET filled = 1 WHERE task_id = :t AND batch_key = :k",
+                    {"t": task_id, "k": key},
+                )
+                continue
+            tx.execute(
+                "UPDATE batches SET assigned = assigned + :n, filled = :f"
+                " WHERE task_id = :t AND batch_key = :k",
+                {"t": task_id, "k": key, "n": len(take), "f": int(assigned + len(take) >= target)},
+            )
+            groups.append((key, take))
+        return groups
+
+    def _insert_leader_job(
+        self, tx: Tx, task_id: bytes, batch_id: bytes | None, chunk: list[Row], now: int
+    ) -> None:
+        job_id = secrets.token_bytes(16)
+        times = [int(r["client_time"]) for r in chunk]
+        insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
+        insert_report_aggregations(
+            tx,
+            [
+                {
+                    "t": task_id,
+                    "j": job_id,
+                    "o": ord_,
+                    "r": r["report_id"],
+                    "time": r["client_time"],
+                    "s": ReportAggregationState.START,
+                    "e": None,
+                }
+                for ord_, r in enumerate(chunk)
+            ],
+        )
+        tx.execute_many(
+            "UPDATE client_reports SET aggregation_started = 1"
+            " WHERE task_id = :t AND report_id = :r",
+            [{"t": task_id, "r": r["report_id"]} for r in chunk],
+        )
+
+    def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
+        """The job row and its reports (with their stored shares), in job order."""
+
+        def body(tx: Tx) -> tuple[Row, list[LeaderReport]]:
+            job = leased_row(tx, "aggregation_jobs", lease)
+            rows = tx.query(
+                "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
+                " cr.leader_input_share, cr.helper_encrypted_share"
+                " FROM report_aggregations ra LEFT JOIN client_reports cr"
+                " ON cr.task_id = ra.task_id AND cr.report_id = ra.report_id"
+                " WHERE ra.task_id = :t AND ra.job_id = :j ORDER BY ra.ord",
+                {"t": lease.task_id, "j": lease.job_id},
+            )
+            return job, [
+                LeaderReport(
+                    int(r["ord"]),
+                    bytes(r["report_id"]),
+                    int(r["client_time"]),
+                    opt_bytes(r["public_share"]),
+                    opt_bytes(r["leader_input_share"]),
+                    opt_bytes(r["helper_encrypted_share"]),
+                )
+                for r in rows
+            ]
+
+        return self.db.run("leader_job", body)
+
+    def finish_leader_job(
+        self,
+        lease: Lease,
+        outcomes: Sequence[ReportOutcome],
+        shares: ShareSum,
+        *,
+        abandoned: bool = False,
+        requeue_at: int | None = None,
+        bucket_precision: int | None = None,
+    ) -> list[ReportOutcome]:
+        """Commit a leader job: output shares into batches, report states, job done.
+
+        Reports whose batch got collected meanwhile are failed with batch_collected rather
+        than added. With `requeue_at`, reports the helper found too early keep their shares
+        and become available to a new job from that time on (DAP-09 §4.5.1.1 allows exactly
+        this one retry); every other report is scrubbed. Returns the outcomes as committed."""
+
+        def body(tx: Tx) -> list[ReportOutcome]:
+            job = leased_row(tx, "aggregation_jobs", lease, "batch_id")
+            shard = self._shard()
+            final = add_outcomes(
+                tx,
+                lease.task_id,
+                outcomes,
+                shares,
+                shard,
+                check_saturation=None,
+                bucket_precision=bucket_precision,
+            )
+            count_rejections(
+                tx,
+                lease.task_id,
+                Stage.AGGREGATION,
+                [r for r in (o.rejection_reason for o in final) if r is not None],
+                shard,
+            )
+            failed_in_batch = sum(1 for o in final if o.error is not None)
+            if job["batch_id"] is not None and failed_in_batch:
+                unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
+            tx.execute_many(
+                "UPDATE report_aggregations SET state = :s, error = :e"
+                " WHERE task_id = :t AND job_id = :j AND ord = :o",
+                outcome_rows(lease.task_id, lease.job_id, final),
+            )
+            requeue = {
+                o.report_id
+                for o in final
+                if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
+            }
+            tx.execute_many(
+                "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
+                " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
+                [
+                    {"t": lease.task_id, "r": o.report_id}
+                    for o in final
+                    if o.report_id not in requeue
+                ],
+            )
+            tx.execute_many(
+                "UPDATE client_reports SET aggregation_started = 0, received_at = :at"
+                " WHERE task_id = :t AND report_id = :r",
+                [{"t": lease.task_id, "r": rid, "at": requeue_at} for rid in requeue],
+            )
+            tx.execute(
+                "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"
+                " WHERE task_id = :t AND job_id = :j",
+                {
+                    "s": JobState.ABANDONED if abandoned else JobState.FINISHED,
+                    "t": lease.task_id,
+                    "j": lease.job_id,
+                },
+            )
+            return final
+
+        return self.db.run("finish_leader_job", body)

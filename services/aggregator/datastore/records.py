@@ -1,0 +1,174 @@
+"""What the datastore takes and returns: rows as records, and the two computations a
+transaction needs from the aggregator (share arithmetic and the rate policy), as protocols the
+aggregator implements (`services.aggregator.aggregate`, `services.aggregator.rate_policy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.aggregator.datastore.states import KeyState
+from shared import hpke
+from shared.dap.messages import PrepareError
+from shared.dap.problems import ProblemType
+
+
+class LeaseLostError(Exception):
+    """The job's lease expired and was taken by another worker; drop the work."""
+
+
+class ShareSum(Protocol):
+    """Aggregate-share arithmetic on encoded shares (VDAF-08 §4.4: aggregation is addition in
+    the field). Called inside transactions, so it must be pure."""
+
+    def of_reports(self, out_indices: Sequence[int]) -> bytes:
+        """The encoded sum of these reports' output shares (indices into the job's array)."""
+        ...
+
+    def merge(self, shares: Sequence[bytes]) -> bytes:
+        """The encoded sum of encoded aggregate shares."""
+        ...
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a batch's aggregate share is not released: the DAP problem and a detail for it."""
+
+    problem: ProblemType
+    detail: str = "batch check failed"
+
+
+class RatePolicy(Protocol):
+    """Rate validation (001 §4.8), decided in the transaction that would release a batch."""
+
+    def refusal(self, busiest: BucketCount) -> Refusal | None:
+        """The refusal of a batch whose fullest bucket is `busiest`, or None to release it."""
+        ...
+
+
+@dataclass(frozen=True)
+class BucketCount:
+    """The fullest `time_precision` bucket a batch has reports in (001 §4.8)."""
+
+    bucket: int
+    reports: int
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: bytes
+    role: str
+    definition: dict[str, Any] = field(repr=False)
+    aggregator_token_hash: bytes
+    collector_token_hash: bytes | None
+    helper_token: str | None = field(repr=False)
+
+
+@dataclass(frozen=True)
+class HpkeKeyRecord:
+    keypair: hpke.HpkeKeyPair
+    state: KeyState
+
+
+@dataclass(frozen=True)
+class Lease:
+    task_id: bytes
+    job_id: bytes
+    token: bytes = field(repr=False)
+    attempts: int
+
+
+@dataclass(frozen=True)
+class LeaderReport:
+    """One report of a leader aggregation job, with what preparation needs."""
+
+    ord: int
+    report_id: bytes
+    client_time: int
+    public_share: bytes | None
+    leader_input_share: bytes | None = field(repr=False)
+    helper_encrypted_share: bytes | None = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TokenSpend:
+    """A verified token to record as spent: unique per (issuer key, redemption context)."""
+
+    token_key_id: bytes
+    context: bytes
+    nonce: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class NewReport:
+    """A validated upload to store (leader): its decrypted input share, the helper's
+    ciphertext, its time bucket (time_interval tasks) and the token it spends, if any."""
+
+    task_id: bytes
+    report_id: bytes
+    client_time: int
+    public_share: bytes = field(repr=False)
+    leader_input_share: bytes = field(repr=False)
+    helper_encrypted_share: bytes = field(repr=False)
+    batch_key: bytes | None
+    received_at: int
+    spend: TokenSpend | None = None
+
+
+@dataclass
+class ReportOutcome:
+    """How one report of a job ended; `out_index` points into the job's output-share array.
+
+    `spend` is the report's token, spent when the report is accepted; `reason` refines `error`
+    for the rejection counters (e.g. which check gave invalid_message)."""
+
+    report_id: bytes
+    client_time: int
+    batch_key: bytes
+    error: PrepareError | None
+    out_index: int | None = None
+    spend: TokenSpend | None = None
+    reason: str | None = None
+
+    @property
+    def rejection_reason(self) -> str | None:
+        if self.error is None:
+            return None
+        return self.reason or self.error.name.lower()
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """A batch's stored aggregate: its shard rows' encoded shares (`ShareSum.merge` adds them
+    up), report count, checksum and client-time range."""
+
+    shares: tuple[bytes, ...] = field(repr=False)
+    report_count: int
+    checksum: bytes
+    time_min: int | None
+    time_max: int | None
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """Rows one garbage-collection pass deleted."""
+
+    reports: int = 0
+    aggregation_jobs: int = 0
+    spent_tokens: int = 0
+
+    def __add__(self, other: Garbage) -> Garbage:
+        return Garbage(
+            self.reports + other.reports,
+            self.aggregation_jobs + other.aggregation_jobs,
+            self.spent_tokens + other.spent_tokens,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.reports + self.aggregation_jobs + self.spent_tokens
+
+
+def opt_bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)

@@ -1,0 +1,134 @@
+"""Leader uploads (DAP-09 §4.4.2): reports stored in groups, against the anti-replay set
+(``client_reports``) and the spent tokens, refusals counted in the same transaction.
+
+A token is spent in the transaction that stores the report (leader, at upload) or that
+finishes it (helper, `helper_jobs`), so a crash neither loses a spend nor counts one twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.aggregator.datastore.base import StoreBase
+from services.aggregator.datastore.batch_aggregations import is_collected
+from services.aggregator.datastore.records import NewReport, TokenSpend
+from services.aggregator.datastore.states import Stage, UploadOutcome
+from services.aggregator.datastore.stats import count_rejections
+from services.common.db import Tx
+
+#: Reasons of `rejection_counts` the datastore itself decides.
+REASON_TOKEN_SPENT = "token_spent"
+#: The counter reason of each refusal `put_reports` makes.
+_UPLOAD_REASONS = {
+    UploadOutcome.REPLAYED: "report_replayed",
+    UploadOutcome.COLLECTED: "batch_collected",
+    UploadOutcome.TOKEN_SPENT: REASON_TOKEN_SPENT,
+}
+
+
+def spend_token(tx: Tx, task_id: bytes, report_id: bytes, spend: TokenSpend, now: int) -> bool:
+    """Record a token as spent; False when it already was (the unique key decides, so two
+    racing transactions cannot both spend it)."""
+    return (
+        tx.execute(
+            "INSERT INTO spent_tokens (token_key_id, context, nonce, task_id, report_id,"
+            " spent_at) VALUES (:k, :c, :n, :t, :r, :now)"
+            " ON CONFLICT (token_key_id, context, nonce) DO NOTHING",
+            {
+                "k": spend.token_key_id,
+                "c": spend.context,
+                "n": spend.nonce,
+                "t": task_id,
+                "r": report_id,
+                "now": now,
+            },
+        )
+        > 0
+    )
+
+
+def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[bytes]:
+    """Which of these report ids the task has seen (the anti-replay set)."""
+    known: set[bytes] = set()
+    for start in range(0, len(report_ids), 500):
+        chunk = report_ids[start : start + 500]
+        names = {f"r{i}": rid for i, rid in enumerate(chunk)}
+        placeholders = ", ".join(f":{name}" for name in names)
+        rows = tx.query(
+            "SELECT report_id FROM client_reports WHERE task_id = :t"
+            f" AND report_id IN ({placeholders})",
+            {"t": task_id, **names},
+        )
+        known |= {bytes(r["report_id"]) for r in rows}
+    return known
+
+
+class UploadStore(StoreBase):
+    def put_reports(
+        self, reports: Sequence[NewReport], refusals: Sequence[tuple[bytes, str]] = ()
+    ) -> list[UploadOutcome]:
+        """Store a group of uploads in one transaction (the upload writer's group commit).
+
+        Per report, in order: 'stored'; 'collected' (its time bucket was collected);
+        'replayed' (its id was seen before, also earlier in this group); or 'token_spent' (its
+        token was spent before, also earlier in this group; the id stays unused). Those
+        refusals and `refusals` (task id, reason: uploads refused before the store) are
+        counted in the same transaction."""
+
+        def body(tx: Tx) -> list[UploadOutcome]:
+            by_task: dict[bytes, list[bytes]] = {}
+            for r in reports:
+                by_task.setdefault(r.task_id, []).append(r.report_id)
+            seen = {t: known_report_ids(tx, t, ids) for t, ids in by_task.items()}
+            collected: dict[tuple[bytes, bytes], bool] = {}
+            rejected: dict[bytes, list[str]] = {}
+            for task_id, reason in refusals:
+                rejected.setdefault(task_id, []).append(reason)
+            outcomes: list[UploadOutcome] = []
+            rows: list[dict[str, Any]] = []
+            for r in reports:
+                outcome = UploadOutcome.STORED
+                if r.batch_key is not None:
+                    key = (r.task_id, r.batch_key)
+                    if key not in collected:
+                        collected[key] = is_collected(tx, r.task_id, r.batch_key)
+                    if collected[key]:
+                        outcome = UploadOutcome.COLLECTED
+                if outcome == UploadOutcome.STORED and r.report_id in seen[r.task_id]:
+                    outcome = UploadOutcome.REPLAYED
+                if (
+                    outcome == UploadOutcome.STORED
+                    and r.spend is not None
+                    and not spend_token(tx, r.task_id, r.report_id, r.spend, r.received_at)
+                ):
+                    outcome = UploadOutcome.TOKEN_SPENT
+                outcomes.append(outcome)
+                if outcome != UploadOutcome.STORED:
+                    rejected.setdefault(r.task_id, []).append(_UPLOAD_REASONS[outcome])
+                    continue
+                seen[r.task_id].add(r.report_id)
+                rows.append(
+                    {
+                        "t": r.task_id,
+                        "r": r.report_id,
+                        "time": r.client_time,
+                        "ps": r.public_share,
+                        "ls": r.leader_input_share,
+                        "hs": r.helper_encrypted_share,
+                        "now": r.received_at,
+                    }
+                )
+            # The ids were checked above under the transaction's isolation: a concurrent
+            # insert of one of them makes this conflict, and the retry finds it replayed.
+            tx.execute_many(
+                "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
+                " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
+                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)",
+                rows,
+            )
+            for task_id, reasons in rejected.items():
+                count_rejections(tx, task_id, Stage.UPLOAD, reasons, self._shard())
+            return outcomes
+
+        return self.db.run("put_reports", body)
