@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from bench import deployment, field, flood, hpke, load, privacypass, vdaf
+from bench import (
+    accounting,
+    deployment,
+    field,
+    flood,
+    hpke,
+    load,
+    population,
+    privacypass,
+    vdaf,
+)
 from bench.common import Result, print_table
 
 
 def main() -> None:
     results: list[Result] = []
-    for module in (field, hpke, privacypass, vdaf, deployment, load, flood):
+    modules = (field, hpke, privacypass, vdaf, accounting, deployment, load, flood, population)
+    for module in modules:
         results += module.run()
     print_table(results, "Summary of all benchmarks")
 

@@ -11,7 +11,9 @@ loopback ports, each with a fresh store. A task is provisioned through the admin
   `min_batch_size` = the number of reports: it completes exactly when every report is aggregated;
 - the reports are PUT by ~32 concurrent keep-alive connections of a minimal asyncio HTTP/1.1
   client (httpx costs ~0.3 ms of client CPU per request, which on a 2-core machine would be taken
-  from the services being measured);
+  from the services being measured); a DAP-19 task's reports are POSTed as UploadRequests of
+  `PER_REQUEST` reports each (DAP-19 §4.4.2, the issue's bulk upload), so the DAP-09 and DAP-19
+  cases of one run compare the two versions on the same machine and VDAF;
 - upload throughput and p50/p99 latency are measured, then the time from the first upload until
   the collection is complete, and the collected aggregate is checked against the plain sum.
 
@@ -52,10 +54,12 @@ from bench.common import Result, print_table
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, fetch_hpke_config
 from deploy.launcher import free_port
-from deploy.upload import expected_aggregate, random_measurements
+from deploy.measurements import expected_aggregate, random_measurements
 from services.common.provisioning import TaskParams, create_task
+from shared.dap import messages19 as m19
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
+from shared.dap.task import DapVersion
 from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
@@ -81,15 +85,24 @@ __all__ = [
 
 REPORTS = 5000
 CONCURRENCY = 32
+#: DAP-19 reports per UploadRequest (the issue's "e.g. 100 reports per request").
+PER_REQUEST = 100
+#: Bytes of one UploadErrors entry (report id, error code; DAP-19 §4.4.2).
+_UPLOAD_STATUS_SIZE = 17
 #: Goal of issue #3: end to end, Histogram(100), this 2-core machine (Janus: 1-2k/s).
 GOAL_E2E = 2000.0
 PRECISION = 3600
 POSTGRES_SERVER = os.environ.get("SAGG_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 HOST = "127.0.0.1"
 
-CASES: list[tuple[str, VdafSpec]] = [
-    ("Count", VdafSpec(type="Prio3Count")),
-    ("Histogram(100)", VdafSpec(type="Prio3Histogram", length=100, chunk_length=10)),
+CASES: list[tuple[str, VdafSpec, DapVersion]] = [
+    ("Count", VdafSpec(type="Prio3Count"), "dap-09"),
+    ("Histogram(100)", VdafSpec(type="Prio3Histogram", length=100, chunk_length=10), "dap-09"),
+    (
+        f"Histogram(100) DAP-19, {PER_REQUEST} per request",
+        VdafSpec(version="VDAF-20", type="Prio3Histogram", length=100, chunk_length=10),
+        "dap-19",
+    ),
 ]
 
 #: Short pipeline latencies; everything else stays at the services' defaults.
@@ -285,6 +298,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of a process and of its living children (a service's worker processes)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(c) for c in f.read().split()]
+    return cpu_seconds(pid) + sum(tree_cpu_seconds(c) for c in children)
+
+
 def machine_cpu_seconds() -> float:
     """Busy CPU time of the whole machine so far, all cores (/proc/stat, idle and iowait
     excluded)."""
@@ -355,13 +375,22 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 class Uploader:
-    """PUTs pre-encoded reports to the leader over `concurrency` keep-alive connections.
+    """PUTs pre-encoded reports to the leader over `concurrency` keep-alive connections (a
+    DAP-19 task's: POSTs UploadRequests of up to `per_request` of them; the reports an
+    UploadErrors answer lists count as failed).
 
     Only what HTTP/1.1 needs is written: a constant request head, Content-Length, the body;
     the response is parsed for status, Content-Length or chunks. This keeps the client at a few
     tens of µs of CPU per request, so the services get nearly all of the machine."""
 
-    def __init__(self, leader: str, task_id: str, concurrency: int = CONCURRENCY) -> None:
+    def __init__(
+        self,
+        leader: str,
+        task_id: str,
+        concurrency: int = CONCURRENCY,
+        dap: DapVersion = "dap-09",
+        per_request: int = PER_REQUEST,
+    ) -> None:
         parts = urlsplit(leader)
         if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
             # A load generator must never be pointed at someone else's server by accident.
@@ -369,11 +398,13 @@ class Uploader:
         self.host = parts.hostname
         self.port = parts.port or 80
         path = f"{parts.path.rstrip('/')}/tasks/{task_id}/reports"
+        method, media = ("PUT", MEDIA_REPORT) if dap == "dap-09" else ("POST", m19.MEDIA_UPLOAD_REQ)
         self.head = (
-            f"PUT {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Content-Type: {MEDIA_REPORT}\r\nContent-Length: "
+            f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Content-Type: {media}\r\nContent-Length: "
         ).encode()
         self.concurrency = concurrency
+        self.per_request = 1 if dap == "dap-09" else max(1, per_request)
 
     async def put_all(
         self, bodies: Sequence[bytes], stats: PutStats, deadline: float | None = None
@@ -400,27 +431,38 @@ class Uploader:
             writer: asyncio.StreamWriter | None = None
             try:
                 while deadline is None or time.perf_counter() < deadline:
-                    body = await next_body()
-                    if body is None:
+                    reports: list[bytes] = []
+                    while len(reports) < self.per_request:
+                        report = await next_body()
+                        if report is None:
+                            break
+                        reports.append(report)
+                    if not reports:
                         return
+                    body = b"".join(reports)
                     try:
                         if writer is None or reader is None:
                             reader, writer = await asyncio.open_connection(self.host, self.port)
                         start = time.perf_counter()
                         writer.write(self.head + b"%d\r\n\r\n" % len(body) + body)
-                        status, _ = await _read_response(reader)
+                        status, answer = await _read_response(reader)
                         elapsed = time.perf_counter() - start
                     except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-                        stats.fail(type(exc).__name__)
+                        for _ in reports:
+                            stats.fail(type(exc).__name__)
                         if writer is not None:
                             writer.close()
                         reader = writer = None
                         continue
                     if 200 <= status < 300:
-                        stats.accepted += 1
+                        refused = len(answer) // _UPLOAD_STATUS_SIZE
+                        stats.accepted += len(reports) - refused
                         stats.latencies.append(elapsed)
+                        for _ in range(refused):
+                            stats.fail("UploadErrors")
                     else:
-                        stats.fail(f"HTTP {status}")
+                        for _ in reports:
+                            stats.fail(f"HTTP {status}")
             finally:
                 if writer is not None:
                     writer.close()
@@ -429,11 +471,15 @@ class Uploader:
 
 
 def put_reports(
-    leader: str, task_id: str, bodies: Sequence[bytes], concurrency: int = CONCURRENCY
+    leader: str,
+    task_id: str,
+    bodies: Sequence[bytes],
+    concurrency: int = CONCURRENCY,
+    dap: DapVersion = "dap-09",
 ) -> tuple[PutStats, float]:
     """Upload all bodies; the stats and the wall-clock seconds it took."""
     stats = PutStats()
-    uploader = Uploader(leader, task_id, concurrency)
+    uploader = Uploader(leader, task_id, concurrency, dap)
     start = time.perf_counter()
     asyncio.run(uploader.put_all(bodies, stats))
     return stats, time.perf_counter() - start
@@ -448,8 +494,8 @@ def make_reports(
     """Sharded, sealed and encoded reports, one per measurement, and the seconds that took."""
     task_id = TaskId.from_b64url(task.task_id)
     with http_client(TransportPolicy(), timeout=10.0) as http:
-        leader_config = fetch_hpke_config(http, task.leader, task_id)
-        helper_config = fetch_hpke_config(http, task.helper, task_id)
+        leader_config = fetch_hpke_config(http, task.leader, task_id, task.dap)
+        helper_config = fetch_hpke_config(http, task.helper, task_id, task.dap)
     # The first call compiles and caches (numba kernels, HPKE suites): keep it out of the timing.
     task.build_reports(measurements[:8], leader_config, helper_config, report_time)
     start = time.perf_counter()
@@ -458,8 +504,11 @@ def make_reports(
     return bodies, time.perf_counter() - start
 
 
-def provision(spawned: Spawned, vdaf: VdafSpec, min_batch_size: int) -> dict[str, Any]:
+def provision(
+    spawned: Spawned, vdaf: VdafSpec, min_batch_size: int, dap: DapVersion = "dap-09"
+) -> dict[str, Any]:
     params = TaskParams(
+        dap=dap,
         vdaf=vdaf,
         min_batch_size=min_batch_size,
         time_precision=PRECISION,
@@ -526,9 +575,10 @@ def bench_case(
     vdaf: VdafSpec,
     reports: int = REPORTS,
     concurrency: int = CONCURRENCY,
+    dap: DapVersion = "dap-09",
 ) -> list[Result]:
     case = f"{name}, {spawned.store}"
-    info = provision(spawned, vdaf, reports)
+    info = provision(spawned, vdaf, reports, dap)
     task = ClientTask.model_validate(info)
     measurements = random_measurements(vdaf, reports, random.Random(3))
     now = int(time.time())
@@ -549,7 +599,7 @@ def bench_case(
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
-        stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency)
+        stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency, dap)
         cpu1 = (cpu_seconds(leader), cpu_seconds(helper))
         commits1 = upload_commits(http, spawned)
         # Generous: a slow pipeline should show up as a low number, not as a crash.
@@ -612,8 +662,8 @@ def run(
         work = Path(tempfile.mkdtemp(prefix=f"sagg-bench-{store}-"))
         try:
             with spawn_deployment(store, work, aggregator_env=aggregator_env) as spawned:
-                for name, vdaf in CASES:
-                    results += bench_case(spawned, name, vdaf, reports, concurrency)
+                for name, vdaf, dap in CASES:
+                    results += bench_case(spawned, name, vdaf, reports, concurrency, dap)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return results

@@ -206,6 +206,7 @@ def flood(
         configs = fetch_hpke_config(http, leader, tid), fetch_hpke_config(http, task.helper, tid)
     now = int(time.time())
     reports = task.build_reports([1] * (HONEST_REPORTS + 1), *configs, now)
+    assert isinstance(reports[0], Report)  # the flood speaks DAP-09
     attacker = _Attacker(leader, task, [r.encode() for r in reports[1:]], reports[0])
     kinds = attacker.kinds()
     names = sorted(kinds)

@@ -47,7 +47,7 @@ from bench.deployment import (
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, fetch_hpke_config
 from deploy.config import load_deployment
-from deploy.upload import random_measurements
+from deploy.measurements import random_measurements
 from services.common.admin_client import PartyTokens
 from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId

@@ -39,6 +39,7 @@ class AuditLog:
     @staticmethod
     def write(
         conn: sqlite3.Connection,
+        device: int,
         time: int,
         kind: AuditKind,
         *,
@@ -48,23 +49,27 @@ class AuditLog:
         report_id: str | None = None,
         **detail: Any,
     ) -> None:
-        """Append an entry on `conn` (inside the caller's transaction)."""
+        """Append an entry of `device` (`StateDb.device`) on `conn` (inside the caller's
+        transaction)."""
         conn.execute(
-            "INSERT INTO audit (time, kind, recipe_id, version, task_id, report_id, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (time, kind, recipe_id, version, task_id, report_id, json.dumps(detail)),
+            "INSERT INTO audit (device, time, kind, recipe_id, version, task_id, report_id, "
+            "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (device, time, kind, recipe_id, version, task_id, report_id, json.dumps(detail)),
         )
 
     def record(self, time: int, kind: AuditKind, **fields: Any) -> None:
         with self._db.transaction() as conn:
-            self.write(conn, time, kind, **fields)
+            self.write(conn, self._db.device, time, kind, **fields)
 
     def entries(self, kind: AuditKind | None = None) -> list[AuditEntry]:
-        query = "SELECT time, kind, recipe_id, version, task_id, report_id, detail FROM audit"
-        args: tuple[Any, ...] = ()
+        query = (
+            "SELECT time, kind, recipe_id, version, task_id, report_id, detail FROM audit "
+            "WHERE device = ?"
+        )
+        args: tuple[Any, ...] = (self._db.device,)
         if kind is not None:
-            query += " WHERE kind = ?"
-            args = (kind,)
+            query += " AND kind = ?"
+            args += (kind,)
         with self._db.lock:
             rows = self._db.conn.execute(query + " ORDER BY id", args).fetchall()
         return [AuditEntry(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6])) for r in rows]

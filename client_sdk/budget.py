@@ -81,26 +81,25 @@ class BudgetAccountant:
 
     def analysis_usage(self, analysis_id: str) -> Usage:
         with self._db.lock:
-            return self._usage(self._db.conn, "analysis_budget", "analysis_id", analysis_id)
+            return self._usage(self._db, "analysis_budget", "analysis_id", analysis_id)
 
     def field_usage(self, field: str) -> Usage:
         with self._db.lock:
-            return self._usage(self._db.conn, "field_budget", "field", field)
+            return self._usage(self._db, "field_budget", "field", field)
 
     @staticmethod
-    def _usage(conn: sqlite3.Connection, table: str, column: str, key: str) -> Usage:
-        row = conn.execute(
-            f"SELECT eps_used, reports_used FROM {table} WHERE {column} = ?", (key,)
+    def _usage(db: StateDb, table: str, column: str, key: str) -> Usage:
+        row = db.conn.execute(
+            f"SELECT eps_used, reports_used FROM {table} WHERE device = ? AND {column} = ?",
+            (db.device, key),
         ).fetchone()
         return Usage(0.0, 0) if row is None else Usage(float(row[0]), int(row[1]))
 
-    def _check(
-        self, conn: sqlite3.Connection, recipe: Recipe, canonical: bytes | None
-    ) -> list[str]:
+    def _check(self, recipe: Recipe, canonical: bytes | None) -> list[str]:
         eps, eps0 = recipe.privacy.epsilon, recipe.randomizer.local_epsilon
         problems: list[str] = []
         allowance = self._policy.analysis_allowance(recipe.analysis_id)
-        used = self._usage(conn, "analysis_budget", "analysis_id", recipe.analysis_id)
+        used = self._usage(self._db, "analysis_budget", "analysis_id", recipe.analysis_id)
         if eps + used.eps_used > allowance.epsilon + _SLACK:
             problems.append(
                 f"check 1: analysis {recipe.analysis_id} has epsilon "
@@ -115,7 +114,7 @@ class BudgetAccountant:
             if field is None:
                 problems.append(f"check 2: field {name!r} has no budget in the device policy")
                 continue
-            f_used = self._usage(conn, "field_budget", "field", name)
+            f_used = self._usage(self._db, "field_budget", "field", name)
             if eps0 > field.local_epsilon + _SLACK:
                 problems.append(
                     f"check 2: local epsilon {eps0:g} exceeds {field.local_epsilon:g} "
@@ -134,7 +133,7 @@ class BudgetAccountant:
     def check(self, recipe: Recipe, canonical: bytes | None = None) -> list[str]:
         """Every failed check (empty: the query may run). Reads only."""
         with self._db.lock:
-            return self._check(self._db.conn, recipe, canonical)
+            return self._check(recipe, canonical)
 
     def spend(
         self,
@@ -147,20 +146,20 @@ class BudgetAccountant:
         consuming anything otherwise; an exception from `then` rolls the consumption back."""
         eps = recipe.privacy.epsilon
         with self._db.transaction() as conn:
-            problems = self._check(conn, recipe, canonical)
+            problems = self._check(recipe, canonical)
             if problems:
                 raise BudgetRefusedError(problems)
             conn.execute(
-                "INSERT INTO analysis_budget (analysis_id, eps_used, reports_used) "
-                "VALUES (?, ?, 1) ON CONFLICT (analysis_id) DO UPDATE SET "
+                "INSERT INTO analysis_budget (device, analysis_id, eps_used, reports_used) "
+                "VALUES (?, ?, ?, 1) ON CONFLICT (device, analysis_id) DO UPDATE SET "
                 "eps_used = eps_used + excluded.eps_used, reports_used = reports_used + 1",
-                (recipe.analysis_id, eps),
+                (self._db.device, recipe.analysis_id, eps),
             )
             for name in recipe.query.fields:
                 conn.execute(
-                    "INSERT INTO field_budget (field, eps_used, reports_used) VALUES (?, ?, 1) "
-                    "ON CONFLICT (field) DO UPDATE SET "
+                    "INSERT INTO field_budget (device, field, eps_used, reports_used) "
+                    "VALUES (?, ?, ?, 1) ON CONFLICT (device, field) DO UPDATE SET "
                     "eps_used = eps_used + excluded.eps_used, reports_used = reports_used + 1",
-                    (name, eps),
+                    (self._db.device, name, eps),
                 )
             return then(conn)

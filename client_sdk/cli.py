@@ -7,7 +7,16 @@
         (--policy policy.toml | --leader URL --helper URL --token-issuer URL) \\
         [--manufacturer-ca ca.pem --manufacturer-key ca-key.pem | --no-tokens] \\
         [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0] \\
-        [--ca-file ca.pem] [--allow-insecure-http]
+        [--workers N] [--shard i/k] [--ca-file ca.pem] [--allow-insecure-http] \\
+        [--offline 0.1] [--clock-skew 30] [--window 3600 --arrivals diurnal] \\
+        [--dummy-rate 0.05] [--malicious 0.01] [--sybils 500 --sybil-answer 3]
+
+The population is seeded (`client_sdk.population`): ``--shard i/k`` simulates share i of k of
+it (k machines, one deployment, the same totals as one), and ``--workers N`` deals this
+machine's share over N processes, each with its own store (`--store-dir`, or a temporary one).
+The population's realism and adversaries (`client_sdk.population.PopulationMix`): offline
+devices, clock skew, answer times over a window, dummy reports (001 §4.6, probability q' for
+a device not sampled), malicious devices replaying their tokens, and a Sybil surge.
 
 Wiring: `devices_app(defaults)` is the ``devices`` command group (Typer); `defaults` fills what
 the flags left unset (`deploy.cli` takes it from the deployment file); `main(argv)` runs it
@@ -19,8 +28,10 @@ answer only recipes naming a leader, helper and token issuer their policy trusts
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -38,8 +49,9 @@ from client_sdk.errors import ClientError
 from client_sdk.http import http_client
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
+from client_sdk.population import PopulationMix, Shard
 from client_sdk.sampling import DonationSchedule
-from client_sdk.simulator import Simulator
+from client_sdk.simulator import SimulationSummary, Simulator
 from client_sdk.tokens import DeviceIdentity
 from shared.b64url import b64url_decode
 from shared.transport import TransportPolicy
@@ -53,6 +65,7 @@ __all__ = [
     "main",
     "manufactured_identities",
     "run_devices",
+    "run_shard",
 ]
 
 #: Where devices fetch recipes unless told (`sagg up`'s recipe server).
@@ -88,8 +101,30 @@ class DevicesRun:
     slot_seconds: int = 0
     time_scale: float = float("inf")
     seed: int = 0
+    workers: int = 1
+    shard: Shard = field(default_factory=Shard)
+    mix: PopulationMix = field(default_factory=PopulationMix)
+    dummy_rate: float = 0.0
     ca_file: str | None = None
     allow_insecure_http: bool = False
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _arrivals(name: str) -> str:
+    if name not in ("uniform", "diurnal"):
+        raise typer.BadParameter(f"{name!r} is not uniform or diurnal")
+    return name
+
+
+def _fraction(help: str) -> typer.models.OptionInfo:
+    """A `typer.Option` taking a number in [0, 1]."""
+    return typer.Option(min=0.0, max=1.0, help=help)  # type: ignore[no-any-return]
 
 
 def _generator(name: str) -> str:
@@ -144,11 +179,32 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
         slots: Annotated[int, typer.Option(min=1)] = 1,
         slot_seconds: Annotated[int, typer.Option(min=0)] = 0,
         time_scale: Annotated[float, typer.Option()] = float("inf"),
-        seed: Annotated[int, typer.Option()] = 0,
+        seed: Annotated[int, typer.Option(help="the population's seed")] = 0,
+        workers: Annotated[int, typer.Option(min=1, help="simulator processes")] = 1,
+        shard: Annotated[
+            Shard | None,
+            typer.Option(parser=_shard, metavar="I/K", help="simulate share I of K"),
+        ] = None,
         ca_file: Annotated[
             str | None, typer.Option(help="PEM CAs to verify HTTPS with (default: the system's)")
         ] = None,
         allow_insecure_http: AllowInsecureHttp = False,
+        offline: Annotated[float, _fraction(help="fraction of devices offline")] = 0.0,
+        clock_skew: Annotated[
+            float, typer.Option(min=0, help="std dev of device clock error, s")
+        ] = 0.0,
+        window: Annotated[int, typer.Option(min=0, help="answer times over the last S s")] = 0,
+        arrivals: Annotated[
+            str, typer.Option(parser=_arrivals, help="uniform or diurnal")
+        ] = "uniform",
+        dummy_rate: Annotated[
+            float, _fraction(help="q': a device not sampled sends a dummy report")
+        ] = 0.0,
+        malicious: Annotated[
+            float, _fraction(help="fraction replaying their tokens in a second report")
+        ] = 0.0,
+        sybils: Annotated[int, typer.Option(min=0, help="extra devices answering together")] = 0,
+        sybil_answer: Annotated[int, typer.Option(min=0, help="the Sybils' answer (index)")] = 0,
     ) -> int:
         """Drive N devices answering one recipe."""
         options = DevicesRun(
@@ -173,6 +229,18 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
             slot_seconds=slot_seconds,
             time_scale=time_scale,
             seed=seed,
+            workers=workers,
+            shard=shard or Shard(),
+            mix=PopulationMix(
+                offline=offline,
+                clock_skew=clock_skew,
+                window=window,
+                arrivals="diurnal" if arrivals == "diurnal" else "uniform",
+                malicious=malicious,
+                sybils=sybils,
+                sybil_answer=sybil_answer,
+            ),
+            dummy_rate=dummy_rate,
             ca_file=ca_file,
             allow_insecure_http=allow_insecure_http,
         )
@@ -229,8 +297,27 @@ def _trusted(options: DevicesRun) -> TrustedParties | None:
 
 
 def run_devices(options: DevicesRun) -> int:
-    """Run the simulation; prints its summary. Exit status 1 if devices were sampled but
-    none uploaded."""
+    """Run the simulation (this machine's shard, over `options.workers` processes); prints its
+    summary. Exit status 1 if devices were sampled but none uploaded."""
+    _trusted(options)  # refuse a bad configuration before starting any process
+    if options.workers == 1:
+        summary = run_shard(options, options.shard)
+    else:
+        shards = options.shard.split(options.workers)
+        # Spawned, not forked: the parent may hold threads and open connections.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(options.workers, mp_context=context) as pool:
+            parts = list(pool.map(run_shard, [options] * len(shards), shards))
+        summary = SimulationSummary()
+        for part in parts:
+            summary.merge(part)
+    for line in summary.lines():
+        print(line)
+    return 0 if summary.uploaded or not summary.sampled else 1
+
+
+def run_shard(options: DevicesRun, shard: Shard) -> SimulationSummary:
+    """Share `shard` of the population, in this process (its own connections and store)."""
     trusted = _trusted(options)
     server = options.recipe_server or DEFAULT_RECIPE_SERVER
     limits = httpx.Limits(
@@ -247,7 +334,10 @@ def run_devices(options: DevicesRun) -> int:
             bind_recipe=not options.no_binding,
             donation=DonationSchedule(options.slots, options.slot_seconds),
             transport=transport,
+            dummy_rate=options.dummy_rate,
         )
+        # One progress display: the first worker's (the others' shares move alike).
+        first = shard.index < options.shard.count
         simulator = Simulator(
             config,
             policy=load_policy(options.policy) if options.policy else None,
@@ -258,13 +348,12 @@ def run_devices(options: DevicesRun) -> int:
             concurrency=options.concurrency,
             seed=options.seed,
             time_scale=options.time_scale,
+            progress=sys.stderr if first else None,
+            mix=options.mix,
         )
-        summary = simulator.run(
-            options.recipe, options.count, options.data, version=options.version
+        return simulator.run(
+            options.recipe, options.count, options.data, version=options.version, shard=shard
         )
-    for line in summary.lines():
-        print(line)
-    return 0 if summary.uploaded or not summary.sampled else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from shared.recipe.model import (
     IntegerFeature,
     NgramFeature,
     Recipe,
+    RecipeDraft,
     StringFeature,
 )
 
@@ -102,7 +103,7 @@ def _value(kind: str, feature: Any, rng: random.Random) -> Any:
 
 
 def generate_events(
-    kind: str, recipe: Recipe, rng: random.Random, now: int, events: int = 3
+    kind: str, recipe: Recipe | RecipeDraft, rng: random.Random, now: int, events: int = 3
 ) -> list[tuple[dict[str, Any], int]]:
     """`events` records for the recipe's stream, timed within its window before `now`."""
     if kind not in GENERATORS:

@@ -7,14 +7,17 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
 2. check it against the device policy: leader, helper and token issuer pinned by the policy
    (and, with tokens, issuer keys pinned by the recipe), an approved query class (000 §4.2)
    and, in the budget accountant, checks 1-3 (000 §4.3; `client_sdk.budget`);
-3. self-sample with probability q (`client_sdk.sampling`);
+3. self-sample with probability q (`client_sdk.sampling`); a device not sampled sends a dummy
+   report (a zero measurement, `client_sdk.query.zero_measurement`) with probability q'
+   (`DeviceConfig.dummy_rate`; 001 §4.6: the batch size then hides how many devices
+   contributed), through the same steps 5-7 as a real one;
 4. if sampled: select the record, encode, randomize locally and map to the VDAF measurement
    (`client_sdk.query`), and pick the donation time and a token fetch time;
 5. in ONE transaction: consume the budget, record the pending upload (the randomized
    measurement and its times) and the audit entry. A device not sampled consumes the budget
    too (`client_sdk.sampling` says why) and records nothing to upload;
 6. at the token fetch time, obtain two Privacy Pass tokens for the task and window, one for
-   each aggregator's share (`client_sdk.tokens`);
+   each aggregator's share, in one batched request (`client_sdk.tokens`);
 7. at the donation time: take the tokens, shard and seal the report with the recipe-binding
    extension in both shares and each aggregator's token in its own share
    (`client_sdk.reports`), store the sealed report in the pending row (same transaction as
@@ -48,10 +51,17 @@ from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
 from client_sdk.http import http_client
 from client_sdk.policy import DevicePolicy
-from client_sdk.query import Answer, Measurement, NoDataError, encode_record, randomize_indices
+from client_sdk.query import (
+    Answer,
+    Measurement,
+    NoDataError,
+    encode_record,
+    randomize_indices,
+    zero_measurement,
+)
 from client_sdk.query import select_record as _select_record
 from client_sdk.recipes import RecipeClient, RecipeRefusedError, VerifiedRecipe
-from client_sdk.reports import ReportInput, build_reports, choose_config
+from client_sdk.reports import AnyReport, ReportInput, ReportWire, build_reports, choose_config
 from client_sdk.sampling import DonationSchedule, device_random, poisson_sample
 from client_sdk.storage import StateDb
 from client_sdk.tokens import DeviceIdentity, TokenError, TokenWallet
@@ -63,9 +73,10 @@ from shared.dap.extensions import (
     recipe_digest,
 )
 from shared.dap.ids import TaskId
-from shared.dap.messages import HpkeConfig, Report
+from shared.dap.messages import HpkeConfig
 from shared.dap.task import TokenPolicy
 from shared.files import create_private, private_dir
+from shared.privacypass.directory import IssuerDirectory
 from shared.privacypass.messages import Token
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import check_query_class, matching_class
@@ -95,6 +106,12 @@ class DeviceConfig:
     max_upload_rounds: int = 5
     #: The CAs the device trusts, and whether plain http:// off the host is allowed.
     transport: TransportPolicy = field(default_factory=TransportPolicy)
+    #: q' of 001 §4.6: the probability that a device not sampled sends a dummy report.
+    dummy_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dummy_rate <= 1:
+            raise ValueError("dummy_rate is a probability")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +124,13 @@ class Plan:
     reason: str = ""
     #: The one-hot index, or the string for SFP (`client_sdk.query.Answer`).
     index: Answer | None = None
+    #: Not sampled, and sends a dummy report (001 §4.6).
+    dummy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: Literal["queued", "not_sampled", "refused"]
+    status: Literal["queued", "dummy", "not_sampled", "refused"]
     reason: str = ""
     pending_id: int | None = None
 
@@ -166,10 +185,15 @@ class Device:
         clock: Callable[[], int] | None = None,
         rng: random.Random | None = None,
         uploader: Uploader | None = None,
+        stores: tuple[StateDb, EventStore] | None = None,
+        directories: dict[str, IssuerDirectory] | None = None,
     ) -> None:
         """`directory`: where the device keeps ``state.sqlite3`` and ``events.sqlite3``
-        (None: in memory, for large simulations). `rng` is the device's randomness (default
-        the OS CSPRNG; tests pass a seeded one)."""
+        (None: in memory); or `stores`, this device's views of stores holding many devices
+        (`StateDb.scoped`, `EventStore.scoped`: a simulator's worker store). `rng` is the
+        device's randomness (default the OS CSPRNG; tests and simulators pass a seeded one).
+        `directories`: issuer directories already fetched, shared by the devices of one
+        simulator (they would all receive the same public bytes)."""
         self.policy = policy
         self.config = config
         base = None if directory is None else Path(directory)
@@ -178,14 +202,17 @@ class Device:
             private_dir(base)
             for store in ("state.sqlite3", "events.sqlite3"):
                 create_private(base / store, b"")
-        self.db = StateDb(None if base is None else base / "state.sqlite3")
-        self.events = EventStore(None if base is None else base / "events.sqlite3")
+        if stores is not None:
+            self.db, self.events = stores
+        else:
+            self.db = StateDb(None if base is None else base / "state.sqlite3")
+            self.events = EventStore(None if base is None else base / "events.sqlite3")
         self.audit = AuditLog(self.db)
         self.budget = BudgetAccountant(self.db, policy)
         self._own_http = http is None
         self.http = http or http_client(config.transport, timeout=30.0)
         self.uploader = uploader or Uploader(self.http)
-        self.tokens = TokenWallet(self.db, self.http, identity)
+        self.tokens = TokenWallet(self.db, self.http, identity, directories)
         self.clock = clock or (lambda: int(time.time()))
         self.rng = rng or device_random()
         self._recipes: RecipeClient | None = None
@@ -242,7 +269,12 @@ class Device:
         if problems:
             return self._refuse(verified, now, "budget: " + "; ".join(problems))
         if not poisson_sample(recipe.sampling_rate, self.rng):
-            return Plan(verified, "not_sampled", now)
+            dummy = (
+                self.config.dummy_rate > 0
+                and zero_measurement(recipe) is not None
+                and poisson_sample(self.config.dummy_rate, self.rng)
+            )
+            return Plan(verified, "not_sampled", now, dummy=dummy)
         try:
             index = encode_record(recipe, _select_record(recipe, self.events, now, self.rng))
         except NoDataError as exc:
@@ -261,10 +293,13 @@ class Device:
         common: dict[str, Any] = {"recipe_id": recipe.recipe_id, "version": recipe.version}
         task_id = recipe.task.task_id
 
-        if plan.status == "not_sampled":
+        if plan.status == "not_sampled" and plan.dummy:
+            measurement = zero_measurement(recipe)
+            assert measurement is not None  # plan
+        elif plan.status == "not_sampled":
 
             def record_skip(conn: sqlite3.Connection) -> int | None:
-                AuditLog.write(conn, now, "not_sampled", task_id=task_id, **common)
+                AuditLog.write(conn, self.db.device, now, "not_sampled", task_id=task_id, **common)
                 return None
 
             try:
@@ -284,9 +319,10 @@ class Device:
                 (recipe.recipe_id, recipe.version, plan.verified.canonical),
             )
             cursor = conn.execute(
-                "INSERT INTO pending_upload (recipe_id, version, task_id, measurement, "
-                "donation_time, token_fetch_at) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO pending_upload (device, recipe_id, version, task_id, measurement, "
+                "donation_time, token_fetch_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
+                    self.db.device,
                     recipe.recipe_id,
                     recipe.version,
                     task_id,
@@ -295,14 +331,25 @@ class Device:
                     fetch_at,
                 ),
             )
-            AuditLog.write(conn, now, "answered", task_id=task_id, donation_time=donation, **common)
+            AuditLog.write(
+                conn,
+                self.db.device,
+                now,
+                "answered",
+                task_id=task_id,
+                donation_time=donation,
+                **common,
+            )
             return cursor.lastrowid
 
         try:
             pending_id = self.budget.spend(recipe, record_pending, plan.verified.canonical)
         except BudgetRefusedError as exc:
             return self._refused_at_commit(plan, exc)
-        return Outcome("queued", pending_id=pending_id)
+        # The recipe the canonical bytes just stored decode to (parsing them again per report
+        # is most of a simulated device's recipe handling).
+        self._parsed.setdefault((recipe.recipe_id, recipe.version), recipe)
+        return Outcome("dummy" if plan.dummy else "queued", pending_id=pending_id)
 
     def _refused_at_commit(self, plan: Plan, exc: BudgetRefusedError) -> Outcome:
         # Another query consumed the budget between `plan` and `commit`.
@@ -362,20 +409,31 @@ class Device:
         self.tokens.enroll(attester_url)
 
     def pending(self, *, due: int | None = None) -> list[PendingUpload]:
-        query = f"SELECT {_PENDING_COLUMNS} FROM pending_upload WHERE state = 'pending'"
-        args: tuple[int, ...] = ()
+        query = (
+            f"SELECT {_PENDING_COLUMNS} FROM pending_upload WHERE device = ? AND state = 'pending'"
+        )
+        args: tuple[int, ...] = (self.db.device,)
         if due is not None:
             query += " AND donation_time <= ?"
-            args = (due,)
+            args += (due,)
         with self.db.lock:
             rows = self.db.conn.execute(query + " ORDER BY id", args).fetchall()
         return [_pending(r) for r in rows]
+
+    @staticmethod
+    def wire(recipe: Recipe) -> ReportWire:
+        """How the reports of the recipe's task look: its DAP draft, and for DAP-19 the signed
+        TaskConfiguration bytes every input share's AAD binds."""
+        task = recipe.task
+        return ReportWire.of(
+            task.task_id, task.time_precision, task.dap_version, task.task_configuration
+        )
 
     def config_for(self, recipe: Recipe, role: Literal["leader", "helper"]) -> HpkeConfig:
         found = self._configs.get((recipe.task.task_id, role))
         return found if found is not None else choose_config(recipe.task.hpke_configs(role))
 
-    def _follow_recipe(self, recipe: Recipe, refused: Report) -> UploadResult | None:
+    def _follow_recipe(self, recipe: Recipe, refused: AnyReport) -> UploadResult | None:
         """After ``outdatedConfig``: adopt the HPKE configs that the recipe, fetched again and
         verified as at first fetch (signature, log inclusion and consistency), now lists for
         the same task and aggregators. A bare ``/hpke_config`` answer is never trusted: a
@@ -417,17 +475,19 @@ class Device:
         """A cached token for each aggregator's share, each from its own issuance."""
         task_id = TaskId.from_b64url(item.task_id)
         policy = self.token_policy(recipe)
-        for role in TOKEN_ROLES:
-            if self.tokens.available(task_id, item.donation_time, policy, role) == 0:
-                self.tokens.fetch(
-                    task_id,
-                    item.donation_time,
-                    policy,
-                    role,
-                    self.attester_url(recipe),
-                    now,
-                    recipe.token_issuer.key_ids,
-                )
+        missing = tuple(
+            role
+            for role in TOKEN_ROLES
+            if self.tokens.available(task_id, item.donation_time, policy, role) == 0
+        )
+        if not missing:
+            return
+        args = (self.attester_url(recipe), now, recipe.token_issuer.key_ids)
+        if len(missing) == 1:
+            self.tokens.fetch(task_id, item.donation_time, policy, missing[0], *args)
+        else:
+            # One round trip for both shares' tokens (two independent blindings).
+            self.tokens.fetch_batch(task_id, item.donation_time, policy, missing, *args)
 
     def prefetch_tokens(self, now: int | None = None) -> int:
         """Step 6 for every pending upload whose token fetch time has come; the number of
@@ -477,7 +537,7 @@ class Device:
             encode_extensions(binding, helper),
         )
 
-    def store_report(self, item: PendingUpload, report: Report) -> PendingUpload:
+    def store_report(self, item: PendingUpload, report: AnyReport) -> PendingUpload:
         """Persist the sealed report before it is sent: a resumed upload re-sends it."""
         data = report.encode()
         with self.db.transaction() as conn:
@@ -496,8 +556,7 @@ class Device:
         report_input = self.report_input(item, now)
         (report,) = build_reports(
             recipe.task.vdaf.instance(),
-            TaskId.from_b64url(recipe.task.task_id),
-            recipe.task.time_precision,
+            self.wire(recipe),
             [report_input],
             self.config_for(recipe, "leader"),
             self.config_for(recipe, "helper"),
@@ -510,21 +569,26 @@ class Device:
         outcome."""
         assert item.report is not None
         recipe = self.recipe(item.recipe_id, item.version)
-        result = self.uploader.put(recipe.task.leader, item.task_id, item.report)
+        wire = self.wire(recipe)
+        (result,) = self.uploader.upload(wire.dap, recipe.task.leader, item.task_id, [item.report])
         if result.status == "outdated_config":
-            refusal = self._follow_recipe(recipe, Report.decode(item.report))
+            refusal = self._follow_recipe(recipe, wire.decode_report(item.report))
             if refusal is not None:
                 result = refusal
             else:
                 item = self.seal(item, now)
                 assert item.report is not None
-                result = self.uploader.put(recipe.task.leader, item.task_id, item.report)
-        self._finish(item, recipe, result, now)
+                (result,) = self.uploader.upload(
+                    wire.dap, recipe.task.leader, item.task_id, [item.report]
+                )
+        self.finish(item, recipe, result, now)
         return result
 
-    def _finish(self, item: PendingUpload, recipe: Recipe, result: UploadResult, now: int) -> None:
+    def finish(self, item: PendingUpload, recipe: Recipe, result: UploadResult, now: int) -> None:
+        """Record the outcome of a stored report's upload (sent, or one more failed round)."""
         assert item.report is not None
-        report = Report.decode(item.report)
+        wire = self.wire(recipe)
+        report = wire.decode_report(item.report)
         report_id = report.report_metadata.report_id.to_b64url()
         common: dict[str, Any] = {
             "recipe_id": item.recipe_id,
@@ -537,9 +601,10 @@ class Device:
                 conn.execute("UPDATE pending_upload SET state = 'sent' WHERE id = ?", (item.id,))
                 AuditLog.write(
                     conn,
+                    self.db.device,
                     now,
                     "sent",
-                    report_time=report.report_metadata.time,
+                    report_time=wire.seconds(report.report_metadata.time),
                     report_bytes=len(item.report),
                     public_share_bytes=len(report.public_share),
                     leader_share_bytes=len(report.leader_encrypted_input_share.payload),
@@ -556,7 +621,7 @@ class Device:
                 (attempts, "failed" if final else "pending", item.id),
             )
             if final:
-                AuditLog.write(conn, now, "failed", reason=result.detail, **common)
+                AuditLog.write(conn, self.db.device, now, "failed", reason=result.detail, **common)
 
     def run_due(self, now: int | None = None) -> list[UploadResult]:
         """Steps 6-7 for everything due (also resumes uploads interrupted by a crash)."""
@@ -585,6 +650,7 @@ class Device:
             if final:
                 AuditLog.write(
                     conn,
+                    self.db.device,
                     now,
                     "failed",
                     recipe_id=item.recipe_id,

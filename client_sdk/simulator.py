@@ -1,18 +1,37 @@
 """The device simulator: N SDK devices answering one recipe, to load a deployment.
 
-Every simulated device is a real `Device` (its own state and event stores, in memory or in a
-directory each, its own budget, coin and audit log, and its own attester identity when a
-manufacturer CA is given). The expensive steps are batched across devices where the protocol
-allows it, without sharing anything a device must not share:
+Every simulated device is a real `Device` (its own budget, coins and audit log, and its own
+attester identity when a manufacturer CA is given). `run` streams a seeded population
+(`client_sdk.population`) through in chunks: a chunk's devices are made, answer, fetch their
+tokens, upload and are dropped, and their durable state (budget, tokens, audit, events) stays
+in the worker's store (one SQLite file of state and one of events, every row keyed by device:
+`StateDb.scoped`), so memory does not grow with the population. `run(shard=...)` simulates one
+share of the population (`sagg devices run --workers N --shard i/k`). The expensive steps are
+batched across devices where the protocol allows it, without sharing anything a device must
+not share:
 
 - local randomization: one numpy call per chunk, each row its own independent noise
-  (`client_sdk.query.randomize_indices`), seeded from the OS CSPRNG;
+  (`client_sdk.query.randomize_indices`), from the chunk's seeded generator in `run` and from
+  the OS CSPRNG for a kept population (`devices`, `answer`);
 - Prio3 sharding: `shard_batch` over a chunk of reports (fresh report ids and randomness per
   report); HPKE sealing stays per report (`client_sdk.reports`);
-- uploads: a thread pool over one pooled `httpx.Client`.
+- uploads: one thread pool (started once per simulator) over one pooled `httpx.Client`; a
+  DAP-19 task's reports of a chunk go in one UploadRequest (DAP-19 §4.4.2, as a relay
+  forwarding many devices' reports would send them), each report's outcome read from
+  UploadErrors and recorded by its own device; a report sealed to an outdated config then
+  takes its device's own path (`Device.send`: the recipe fetched and verified again, one
+  fresh report).
+
+A device's store transactions stay per device (budget with its pending row, tokens, sealed
+report, sent mark): each is the crash-safety unit `client_sdk.device` describes. One
+transaction per chunk would keep those semantics (a chunk's rows commit or roll back
+together, and a resumed run re-sends sealed reports the leader deduplicates), but in a worker
+store (file lock held, no sync per commit) a transaction costs about 3 µs, under 1% of a
+device's CPU, so nothing would be bought by coupling devices' fates.
 
 The recipe is fetched and verified once (by the first device, through the log) and the
-verified bytes handed to every device: they all would receive the same bytes.
+verified bytes handed to every device, and the issuer directory is fetched once for all: they
+all would receive the same bytes.
 
 `run` makes a fresh population per recipe. `devices` and `answer` keep one population across
 several recipes instead (an interactive analysis, 000 §1 and §4.1): each device keeps its event
@@ -22,21 +41,23 @@ integer value, for bit pushing; the string, for SFP) each uploaded report random
 
 Randomized donation times (001 appendix A) run on a compressed clock: devices pick their slot
 as usual, and the simulator walks the slots in order, sleeping ``slot_seconds / time_scale``
-real seconds between them (0 with the default infinite scale).
+real seconds between them (0 with the default infinite scale); in `run`, each chunk walks its
+own devices' slots from the same start.
 """
 
 from __future__ import annotations
 
-import random
+import contextlib
 import secrets
 import sys
+import tempfile
 import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -47,20 +68,29 @@ from rich.console import Console
 
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
+from client_sdk.events import EventStore
 from client_sdk.http import http_client
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
+from client_sdk.population import (
+    CHUNK,
+    PopulationMix,
+    Shard,
+    chunk_devices,
+    chunk_noise,
+    device_random,
+)
 from client_sdk.query import Answer, randomize_indices
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.reports import ReportInput, build_reports
+from client_sdk.storage import StateDb
 from client_sdk.tokens import DeviceIdentity, TokenError
-from client_sdk.upload import Uploader
-from shared.dap.ids import TaskId
+from client_sdk.upload import Uploader, UploadResult
+from shared.files import create_private, private_dir
+from shared.privacypass.directory import IssuerDirectory
+from shared.recipe.model import Recipe
 from shared.recipe.query_class import QueryClass
 
-__all__ = ["SimulationSummary", "Simulator", "permissive_policy"]
-
-#: Reports sharded together (Prio3 `shard_batch` amortizes its NTT set-up over a chunk).
-CHUNK = 64
+__all__ = ["SimulationSummary", "Simulator", "permissive_policy", "worker_stores"]
 
 
 @dataclass
@@ -74,8 +104,28 @@ class SimulationSummary:
     seconds: float = 0.0
     report_bytes: int = 0
     #: One-hot index (the value, for bit pushing; the string, for SFP) -> number of uploaded
-    #: reports that encoded it.
+    #: real reports that encoded it.
     truth: Counter[Answer] = field(default_factory=Counter)
+    #: Devices offline for the window (`PopulationMix.offline`): they did nothing.
+    offline: int = 0
+    #: Dummy reports queued by devices not sampled (001 §4.6), and of those uploaded.
+    dummies: int = 0
+    dummies_uploaded: int = 0
+    #: Sybil devices that answered (`PopulationMix.sybils`), counted in `sampled` too.
+    sybils: int = 0
+    #: What the adversaries tried -> how the deployment answered.
+    adversary: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: SimulationSummary) -> None:
+        """Add another shard's counts (`seconds`: the longest, the shards ran side by side)."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, Counter):
+                mine.update(theirs)
+            elif f.name == "seconds":
+                self.seconds = max(mine, theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
 
     @property
     def reports_per_second(self) -> float:
@@ -89,6 +139,12 @@ class SimulationSummary:
             f"{self.seconds:.1f} s, {self.reports_per_second:.1f} reports/s, "
             f"{self.report_bytes / max(1, self.uploaded):.0f} bytes/report",
         ]
+        if self.offline or self.dummies or self.sybils:
+            out.append(
+                f"offline {self.offline}, dummy reports {self.dummies} "
+                f"(uploaded {self.dummies_uploaded}), sybils {self.sybils}"
+            )
+        out += [f"  adversary x{n}: {what}" for what, n in self.adversary.most_common()]
         out += [f"  refused x{n}: {reason}" for reason, n in self.refused.most_common(5)]
         out += [f"  failed x{n}: {reason}" for reason, n in self.failed.most_common(5)]
         return out
@@ -176,9 +232,11 @@ class Simulator:
         clock: Callable[[], int] | None = None,
         progress: TextIO | None = sys.stderr,
         uploader: Uploader | None = None,
+        mix: PopulationMix | None = None,
     ) -> None:
         """`policy`, or without one a permissive one (`permissive_policy`) through the
-        `trusted` parties, which must then be given."""
+        `trusted` parties, which must then be given. `mix`: who is offline, when devices
+        answer, and the adversaries of `run`'s population (`PopulationMix`)."""
         if policy is None and trusted is None:
             raise ValueError("a simulator needs a device policy or the parties it trusts")
         self.config = config
@@ -190,14 +248,29 @@ class Simulator:
         self.identities = identities
         self.directory = directory
         self.concurrency = max(1, concurrency)
-        self.data_rng = random.Random(seed)  # the synthetic data only: seeded, reproducible
+        self.seed = seed
+        self.mix = mix or PopulationMix()
+        #: Issuer directories, fetched once for every device of this simulator.
+        self.directories: dict[str, IssuerDirectory] = {}
         self.time_scale = time_scale
         self.base_clock = clock or (lambda: int(time.time()))
         self.offset = 0
         self.progress = progress
         #: (device, pending upload id) -> the index it randomized, until the report is sent.
         self._indices: dict[tuple[int, int], Answer] = {}
+        #: (device, pending upload id) of the dummy reports (001 §4.6) not yet sent.
+        self._dummies: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The simulator's threads for network phases, started once: a pool per phase and
+        chunk started thousands of threads in a run (a tenth of its CPU)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="sagg-device")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        return self._pool
 
     def now(self) -> int:
         return self.base_clock() + self.offset
@@ -212,6 +285,7 @@ class Simulator:
             identity=identity,
             clock=self.now,
             uploader=self.uploader,
+            directories=self.directories,
         )
 
     def devices(self, count: int, policy: DevicePolicy, first: int = 0) -> list[Device]:
@@ -232,29 +306,87 @@ class Simulator:
         *,
         version: int | None = None,
         verified: VerifiedRecipe | None = None,
+        shard: Shard | None = None,
     ) -> SimulationSummary:
-        summary = SimulationSummary(devices=count)
+        """Share `shard` (default: all) of the seeded population of `count` devices answers
+        the recipe, chunk by chunk (the module docstring)."""
+        shard = shard or Shard()
+        mix = self.mix
+        total = count + mix.sybils
+        summary = SimulationSummary(devices=shard.devices(total))
         start = time.perf_counter()
         verified = verified or self.verify(recipe_id, version)
         if verified is None:
-            summary.refused["recipe could not be verified"] = count
+            summary.refused["recipe could not be verified"] = summary.devices
             summary.seconds = time.perf_counter() - start
             return summary
         recipe = verified.recipe
         policy = self.policy or self._permissive(recipe.query.fields, recipe.query.stream)
-        devices = self.devices(count, policy)
-        now = self.now()
-        for device in devices:
-            device.events.register_stream(recipe.query.stream)
-            device.events.add_many(
-                recipe.query.stream, generate_events(data, recipe, self.data_rng, now)
-            )
-        try:
-            self.answer(devices, verified, summary)
-        finally:
-            self.close(devices)
+        bar = Progress(summary.devices, "devices", self.progress)
+        begin = self.now()
+        with worker_stores(self.directory, shard) as (state, events):
+            for chunk in shard.chunks(total):
+                numbers = chunk_devices(chunk, total)
+                online = [i for i in numbers if i >= count or not mix.is_offline(self.seed, i)]
+                summary.offline += len(numbers) - len(online)
+                # The Sybils answer together, at the start (the surge).
+                offsets = [
+                    0 if i >= count else mix.clock_offset(self.seed, i, begin) for i in online
+                ]
+                devices = [
+                    self._member(i, policy, state, events, offset)
+                    for i, offset in zip(online, offsets, strict=True)
+                ]
+                for i, device in zip(online, devices, strict=True):
+                    device.events.register_stream(recipe.query.stream)
+                    data_rng = device_random(self.seed, "data", i)
+                    device.events.add_many(
+                        recipe.query.stream,
+                        generate_events(data, recipe, data_rng, device.clock()),
+                    )
+                fixed: list[Answer | None] = [
+                    mix.sybil_answer if i >= count else None for i in online
+                ]
+                malicious = {
+                    id(d)
+                    for i, d in zip(online, devices, strict=True)
+                    if i < count and mix.is_malicious(self.seed, i)
+                }
+                summary.sybils += sum(i >= count for i in online)
+                offset = self.offset
+                try:
+                    self._enroll(devices, verified, summary, quiet=True)
+                    noise = chunk_noise(self.seed, chunk)
+                    self._answer(devices, verified, summary, noise, fixed=fixed)
+                    self._donate(devices, summary, quiet=True, malicious=malicious)
+                finally:
+                    # The next chunk starts from the same clock, not after this one's slots.
+                    self.offset = offset
+                    self.close(devices)
+                    # Nothing of a chunk's devices outlives it (a report that never left
+                    # leaves its entry behind).
+                    self._indices.clear()
+                    self._dummies.clear()
+                bar.add(len(numbers))
         summary.seconds = time.perf_counter() - start
         return summary
+
+    def _member(
+        self, i: int, policy: DevicePolicy, state: StateDb, events: EventStore, offset: int
+    ) -> Device:
+        """Device `i` of the seeded population, its state in the worker's stores, its clock
+        `offset` seconds from the simulation's."""
+        return Device(
+            policy,
+            self.config,
+            http=self.http,
+            identity=self.identities() if self.identities else None,
+            clock=lambda: self.now() + offset,
+            rng=device_random(self.seed, "coins", i),
+            uploader=self.uploader,
+            stores=(state.scoped(i), events.scoped(i)),
+            directories=self.directories,
+        )
 
     def answer(
         self,
@@ -266,15 +398,27 @@ class Simulator:
         those not yet enrolled with the recipe's attester). The devices stay open."""
         summary = summary if summary is not None else SimulationSummary(devices=len(devices))
         start = time.perf_counter()
-        recipe = verified.recipe
-        if self.config.use_tokens and self.identities is not None:
-            self._parallel(
-                lambda d: d.enroll(d.attester_url(recipe)), devices, "enrolling", summary
-            )
-        self._answer(devices, verified, summary)
+        self._enroll(devices, verified, summary)
+        # A kept population is not a seeded one: its noise comes from the OS CSPRNG.
+        self._answer(
+            devices, verified, summary, np.random.default_rng(secrets.randbits(128)), bar=True
+        )
         self._donate(devices, summary)
         summary.seconds += time.perf_counter() - start
         return summary
+
+    def _enroll(
+        self,
+        devices: list[Device],
+        verified: VerifiedRecipe,
+        summary: SimulationSummary,
+        quiet: bool = False,
+    ) -> None:
+        if self.config.use_tokens and self.identities is not None:
+            recipe = verified.recipe
+            self._parallel(
+                lambda d: d.enroll(d.attester_url(recipe)), devices, "enrolling", summary, quiet
+            )
 
     def _permissive(self, fields: tuple[str, ...], stream: str) -> DevicePolicy:
         assert self.trusted is not None  # __init__
@@ -310,19 +454,29 @@ class Simulator:
                 summary.failed[f"{label}: {exc}"] += 1
             bar.add()
 
-        with ThreadPoolExecutor(self.concurrency) as pool:
-            list(pool.map(one, devices))
+        list(self.pool.map(one, devices))
 
     def _answer(
-        self, devices: list[Device], verified: VerifiedRecipe, summary: SimulationSummary
+        self,
+        devices: list[Device],
+        verified: VerifiedRecipe,
+        summary: SimulationSummary,
+        rng: np.random.Generator,
+        bar: bool = False,
+        fixed: list[Answer | None] | None = None,
     ) -> None:
-        bar = Progress(len(devices), "answering", self.progress)
+        """Steps 2-5, randomizing a chunk at a time with `rng` (every row its own noise);
+        `fixed[k]`, when not None, is the answer device k gives whatever its data (a Sybil)."""
+        progress = Progress(len(devices), "answering", self.progress if bar else None)
         for lo in range(0, len(devices), CHUNK):
             chunk = devices[lo : lo + CHUNK]
             plans: list[Plan] = [d.plan(verified) for d in chunk]
+            if fixed is not None:
+                plans = [
+                    replace(p, index=a) if a is not None and p.status == "answer" else p
+                    for p, a in zip(plans, fixed[lo : lo + CHUNK], strict=True)
+                ]
             answering = [p.index for p in plans if p.status == "answer"]
-            # One generator per chunk, from the OS CSPRNG: every report its own noise.
-            rng = np.random.default_rng(secrets.randbits(128))
             measurements = iter(randomize_indices(verified.recipe, answering, rng))  # type: ignore[arg-type]
             for device, plan in zip(chunk, plans, strict=True):
                 m = next(measurements) if plan.status == "answer" else None
@@ -331,17 +485,30 @@ class Simulator:
                     assert plan.index is not None and outcome.pending_id is not None
                     self._indices[(id(device), outcome.pending_id)] = plan.index
                     summary.sampled += 1
+                elif outcome.status == "dummy":
+                    assert outcome.pending_id is not None
+                    self._dummies.add((id(device), outcome.pending_id))
+                    summary.not_sampled += 1
+                    summary.dummies += 1
                 elif outcome.status == "not_sampled":
                     summary.not_sampled += 1
                 else:
                     summary.refused[outcome.reason[:120]] += 1
-            bar.add(len(chunk))
+            progress.add(len(chunk))
 
-    def _donate(self, devices: list[Device], summary: SimulationSummary) -> None:
+    def _donate(
+        self,
+        devices: list[Device],
+        summary: SimulationSummary,
+        quiet: bool = False,
+        malicious: set[int] | None = None,
+    ) -> None:
+        """Steps 6-7 on the compressed clock; the devices whose id is in `malicious` then
+        replay their tokens in a second report."""
         pending: list[tuple[Device, PendingUpload]] = [(d, p) for d in devices for p in d.pending()]
         if not pending:
             return
-        bar = Progress(len(pending), "uploading", self.progress)
+        bar = Progress(len(pending), "uploading", None if quiet else self.progress)
         events = {p.donation_time for _, p in pending} | {p.token_fetch_at for _, p in pending}
         previous = self.now()
         for t in sorted(events):
@@ -354,7 +521,7 @@ class Simulator:
                 fetching = _unique([d for d, p in pending if p.token_fetch_at == t])
                 self._parallel(_prefetcher(t), fetching, "tokens", summary, quiet=True)
             due = [(d, p) for d, p in pending if p.donation_time == t]
-            self._upload(due, t, summary, bar)
+            self._upload(due, t, summary, bar, malicious or set())
 
     def _upload(
         self,
@@ -362,6 +529,7 @@ class Simulator:
         now: int,
         summary: SimulationSummary,
         bar: Progress,
+        malicious: set[int],
     ) -> None:
         for lo in range(0, len(due), CHUNK):
             chunk = due[lo : lo + CHUNK]
@@ -380,8 +548,7 @@ class Simulator:
             recipe = first.recipe(inputs[0][1].recipe_id, inputs[0][1].version)
             reports = build_reports(
                 recipe.task.vdaf.instance(),
-                TaskId.from_b64url(recipe.task.task_id),
-                recipe.task.time_precision,
+                first.wire(recipe),
                 [r for _, _, r in inputs],
                 first.config_for(recipe, "leader"),
                 first.config_for(recipe, "helper"),
@@ -391,22 +558,102 @@ class Simulator:
                 for (device, item, _), report in zip(inputs, reports, strict=True)
             ]
 
+            if first.wire(recipe).dap == "dap-19":
+                self._send_bulk(stored, recipe, now, summary, bar, malicious)
+                continue
+
             def send(pair: tuple[Device, PendingUpload]) -> None:
                 device, item = pair
-                result = device.send(item, now)
-                with self._lock:
-                    index = self._indices.pop((id(device), item.id), None)
-                    if result.status == "sent":
-                        summary.uploaded += 1
-                        summary.report_bytes += len(item.report or b"")
-                        if index is not None:
-                            summary.truth[index] += 1
-                    else:
-                        summary.failed[result.detail or result.status] += 1
-                bar.add()
+                self._record(device, item, device.send(item, now), summary, bar, malicious, now)
 
-            with ThreadPoolExecutor(self.concurrency) as pool:
-                list(pool.map(send, stored))
+            list(self.pool.map(send, stored))
+
+    def _send_bulk(
+        self,
+        stored: list[tuple[Device, PendingUpload]],
+        recipe: Recipe,
+        now: int,
+        summary: SimulationSummary,
+        bar: Progress,
+        malicious: set[int],
+    ) -> None:
+        """One UploadRequest for the chunk's DAP-19 reports (module docstring)."""
+        reports = [item.report or b"" for _, item in stored]
+        results = self.uploader.upload("dap-19", recipe.task.leader, recipe.task.task_id, reports)
+        for (device, item), result in zip(stored, results, strict=True):
+            if result.status == "outdated_config":
+                result = device.send(item, now)
+            else:
+                device.finish(item, recipe, result, now)
+            self._record(device, item, result, summary, bar, malicious, now)
+
+    def _record(
+        self,
+        device: Device,
+        item: PendingUpload,
+        result: UploadResult,
+        summary: SimulationSummary,
+        bar: Progress,
+        malicious: set[int],
+        now: int,
+    ) -> None:
+        """Count one report's outcome; a malicious device that got one in replays its tokens."""
+        key = (id(device), item.id)
+        with self._lock:
+            index = self._indices.pop(key, None)
+            dummy = key in self._dummies
+            self._dummies.discard(key)
+            if result.status == "sent":
+                summary.uploaded += 1
+                summary.dummies_uploaded += dummy
+                summary.report_bytes += len(item.report or b"")
+                if index is not None:
+                    summary.truth[index] += 1
+            else:
+                summary.failed[result.detail or result.status] += 1
+        if result.status == "sent" and id(device) in malicious:
+            replay = self._replay(device, item, now)
+            with self._lock:
+                summary.adversary[f"token replay: {replay}"] += 1
+        bar.add()
+
+    def _replay(self, device: Device, item: PendingUpload, now: int) -> str:
+        """A malicious device's second report: the same measurement and the same two tokens
+        (already spent), under a fresh report id; what the leader answered."""
+        recipe = device.recipe(item.recipe_id, item.version)
+        wire = device.wire(recipe)
+        (report,) = build_reports(
+            recipe.task.vdaf.instance(),
+            wire,
+            [device.report_input(item, now)],
+            device.config_for(recipe, "leader"),
+            device.config_for(recipe, "helper"),
+        )
+        (result,) = self.uploader.upload(
+            wire.dap, recipe.task.leader, item.task_id, [report.encode()]
+        )
+        return "accepted" if result.status == "sent" else f"refused ({result.detail})"
+
+
+@contextlib.contextmanager
+def worker_stores(directory: Path | None, shard: Shard) -> Iterator[tuple[StateDb, EventStore]]:
+    """The state and event stores of the worker simulating `shard`: files in `directory`
+    (kept: the same devices again find their budgets spent), else in a temporary directory
+    removed afterwards. Files, not memory: they hold every device of the shard."""
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sagg-devices-")))
+        else:
+            base = private_dir(directory)
+        name = f"shard-{shard.index}-of-{shard.count}"
+        paths = (base / f"{name}.state.sqlite3", base / f"{name}.events.sqlite3")
+        for path in paths:
+            create_private(path, b"")
+        state = StateDb(paths[0], durable=False)
+        stack.callback(state.close)
+        events = EventStore(paths[1])
+        stack.callback(events.close)
+        yield state, events
 
 
 def _prefetcher(t: int) -> Callable[[Device], object]:

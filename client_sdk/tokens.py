@@ -1,18 +1,21 @@
 """Privacy Pass tokens for reports (RFC 9576-9578; 001 §4.1; `shared.dap.extensions`).
 
-The device enrolls once with the attester, presenting its manufacturer certificate
-(``POST /attester/enroll``). For each (task, window) it will report in, it obtains a token ahead
-of need, at a random time (`DonationSchedule.token_fetch_time`), one token per aggregator role
+The device enrolls once with the attester, presenting its manufacturer certificate (``POST
+/attester/enroll``). For each (task, window) it will report in, it obtains a token ahead of
+need, at a random time (`DonationSchedule.token_fetch_time`), one token per aggregator role
 (`shared.dap.extensions`: each input share carries a token only its aggregator can redeem),
-each by its own issuance: ``POST /attester/challenge`` for a single-use nonce, then the
-blinded TokenRequest for `token_challenge(task, time, policy, role)` signed with the device
-key (`shared.privacypass.attestation`). The attester learns that this device asked for a
-token, never for which task, report or role (the request is blinded and names the key by its
-truncated id only), and the two issuances of a report are two independent blindings, so
-neither the issuer nor the attester can link one to the other or either to its redemption.
-Tokens are cached per (task, window, role) in the state database and each is used once:
-`take` marks it used in the caller's transaction, the one that stores the sealed report
-carrying it.
+each by its own blinding: ``POST /attester/challenge`` for a single-use nonce (the enrollment
+answer carries one for the device's first request, kept in memory only), then the blinded
+TokenRequest for `token_challenge(task, time, policy, role)` signed with the device key
+(`shared.privacypass.attestation`), or both roles' TokenRequests in one batched request under
+one nonce (`fetch_batch`, `shared.privacypass.batch`). The attester learns that this device
+asked for a token, never for which task, report or role (the request is blinded and names the
+key by its truncated id only), and the two tokens of a report are two independent blindings, so
+neither the issuer nor the attester can link either to its redemption; a batch tells the
+attester only what it knew (one device asks for two tokens), and it relays the requests to the
+issuer one by one, though back to back. Tokens are cached per (task, window, role) in the state
+database and each is used once: `take` marks it used in the caller's transaction, the one that
+stores the sealed report carrying it.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from shared.privacypass.attestation import (
     NONCE_HEADER,
     SIGNATURE_HEADER,
 )
+from shared.privacypass.batch import MEDIA_BATCH_REQUEST, BatchTokenRequest, BatchTokenResponse
 from shared.privacypass.client import create_token_request, finalize_token
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.headers import b64url_decode, b64url_encode
+from shared.privacypass.keys import TokenKey
 from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 
 __all__ = ["DeviceIdentity", "TokenError", "TokenWallet"]
@@ -61,11 +66,21 @@ class TokenError(ClientError):
 
 
 class TokenWallet:
-    def __init__(self, db: StateDb, http: httpx.Client, identity: DeviceIdentity | None) -> None:
+    def __init__(
+        self,
+        db: StateDb,
+        http: httpx.Client,
+        identity: DeviceIdentity | None,
+        directories: dict[str, IssuerDirectory] | None = None,
+    ) -> None:
+        """`directories`: a cache of issuer directories, shared by the devices of a simulator
+        (fetched once, not once per device)."""
         self._db = db
         self._http = http
         self._identity = identity
-        self._directories: dict[str, IssuerDirectory] = {}
+        self._directories: dict[str, IssuerDirectory] = {} if directories is None else directories
+        #: Attester URL -> (nonce, expiry) from the enrollment answer, unused yet.
+        self._first_nonce: dict[str, tuple[bytes, int]] = {}
 
     def _post(self, url: str, **kwargs: object) -> httpx.Response:
         try:
@@ -84,6 +99,10 @@ class TokenWallet:
         if response.status_code not in (200, 201):
             raise TokenError(f"enrollment refused: {response.status_code}")
         self._db.put(done_key, "1")
+        answer = response.json()
+        if "nonce" in answer:
+            nonce = b64url_decode(answer["nonce"])
+            self._first_nonce[attester_url.rstrip("/")] = (nonce, int(answer["expires"]))
 
     def _directory(self, issuer_url: str) -> IssuerDirectory:
         found = self._directories.get(issuer_url)
@@ -101,9 +120,9 @@ class TokenWallet:
         start = token_window_start(report_time, policy.window_seconds)
         with self._db.lock:
             row = self._db.conn.execute(
-                "SELECT COUNT(*) FROM token "
-                "WHERE task_id = ? AND window_start = ? AND role = ? AND used = 0",
-                (task_id.to_b64url(), start, int(role)),
+                "SELECT COUNT(*) FROM token WHERE device = ? "
+                "AND task_id = ? AND window_start = ? AND role = ? AND used = 0",
+                (self._db.device, task_id.to_b64url(), start, int(role)),
             ).fetchone()
         return int(row[0])
 
@@ -121,6 +140,56 @@ class TokenWallet:
         fresh attester nonce and blinding each time) and cache it, under one of the recipe's
         pinned `key_ids` only (a key the issuer shows this device alone could tag its reports;
         the aggregators refuse tokens under any other key)."""
+        key = self._pinned_key(policy, now, key_ids)
+        challenge = token_challenge(task_id, report_time, policy, role)
+        request, state = create_token_request(challenge, key)
+        body = request.encode()
+        response = self._signed_post(attester_url, body, MEDIA_TOKEN_REQUEST, now)
+        if response.status_code != 200:
+            raise TokenError(f"token request refused: {response.status_code}")
+        try:
+            token = finalize_token(state, response.content)
+        except ValueError as exc:
+            raise TokenError(f"invalid token response: {type(exc).__name__}") from None
+        self._store(task_id, report_time, policy, [(role, token)])
+
+    def fetch_batch(
+        self,
+        task_id: TaskId,
+        report_time: int,
+        policy: TokenPolicy,
+        roles: tuple[Role, ...],
+        attester_url: str,
+        now: int,
+        key_ids: tuple[str, ...] = (),
+    ) -> None:
+        """As `fetch`, a token for each of `roles`, in one round trip: one batched request
+        (`shared.privacypass.batch`) of independently blinded TokenRequests, one nonce and
+        one signature. Tokens the issuer refused are simply not cached (a later `fetch`
+        retries them)."""
+        key = self._pinned_key(policy, now, key_ids)
+        pairs = [
+            create_token_request(token_challenge(task_id, report_time, policy, role), key)
+            for role in roles
+        ]
+        body = BatchTokenRequest(tuple(request for request, _ in pairs)).encode()
+        response = self._signed_post(attester_url, body, MEDIA_BATCH_REQUEST, now)
+        if response.status_code not in (200, 206):
+            raise TokenError(f"batch token request refused: {response.status_code}")
+        try:
+            answers = BatchTokenResponse.decode(response.content).responses
+            if len(answers) != len(pairs):
+                raise ValueError("one response per request")
+            tokens = [
+                (role, finalize_token(state, answer))
+                for role, (_, state), answer in zip(roles, pairs, answers, strict=True)
+                if answer is not None
+            ]
+        except ValueError as exc:
+            raise TokenError(f"invalid batch token response: {type(exc).__name__}") from None
+        self._store(task_id, report_time, policy, tokens)
+
+    def _pinned_key(self, policy: TokenPolicy, now: int, key_ids: tuple[str, ...]) -> TokenKey:
         if self._identity is None:
             raise TokenError("this device has no identity for the attester")
         if not key_ids:
@@ -135,36 +204,57 @@ class TokenWallet:
         ]
         if not keys:
             raise TokenError("the issuer has no usable pinned key")
-        challenge = token_challenge(task_id, report_time, policy, role)
-        request, state = create_token_request(challenge, keys[0].token_key_object())
-        body = request.encode()
+        return keys[0].token_key_object()
+
+    def _signed_post(self, attester_url: str, body: bytes, media: str, now: int) -> httpx.Response:
+        """`body` to the attester under a fresh nonce, signed with the device key: the
+        enrollment's nonce if still unused and unexpired, else one from a challenge (and again
+        from a challenge if the attester refused the enrollment's, e.g. after a restart)."""
+        assert self._identity is not None  # _pinned_key
         base = attester_url.rstrip("/")
         device_id = b64url_encode(self._identity.device_id)
+        first = self._first_nonce.pop(base, None)
+        if first is not None and first[1] > now:
+            response = self._post_signed(base, device_id, first[0], body, media)
+            if response.status_code != 401:
+                return response
         answer = self._post(base + ATTESTER_CHALLENGE_PATH, json={"device_id": device_id})
         if answer.status_code != 200:
             raise TokenError(f"attester challenge refused: {answer.status_code}")
         nonce = b64url_decode(answer.json()["nonce"])
-        response = self._post(
+        return self._post_signed(base, device_id, nonce, body, media)
+
+    def _post_signed(
+        self, base: str, device_id: str, nonce: bytes, body: bytes, media: str
+    ) -> httpx.Response:
+        assert self._identity is not None  # _signed_post
+        return self._post(
             base + ATTESTER_TOKEN_REQUEST_PATH,
             content=body,
             headers={
-                "Content-Type": MEDIA_TOKEN_REQUEST,
+                "Content-Type": media,
                 DEVICE_ID_HEADER: device_id,
                 NONCE_HEADER: b64url_encode(nonce),
                 SIGNATURE_HEADER: b64url_encode(self._identity.sign(nonce, body)),
             },
         )
-        if response.status_code != 200:
-            raise TokenError(f"token request refused: {response.status_code}")
-        try:
-            token = finalize_token(state, response.content)
-        except ValueError as exc:
-            raise TokenError(f"invalid token response: {type(exc).__name__}") from None
+
+    def _store(
+        self,
+        task_id: TaskId,
+        report_time: int,
+        policy: TokenPolicy,
+        tokens: list[tuple[Role, Token]],
+    ) -> None:
         start = token_window_start(report_time, policy.window_seconds)
         with self._db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO token (task_id, window_start, role, token) VALUES (?, ?, ?, ?)",
-                (task_id.to_b64url(), start, int(role), token.encode()),
+            conn.executemany(
+                "INSERT INTO token (device, task_id, window_start, role, token) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (self._db.device, task_id.to_b64url(), start, int(role), token.encode())
+                    for role, token in tokens
+                ],
             )
 
     def take(
@@ -179,10 +269,10 @@ class TokenWallet:
         transaction)."""
         start = token_window_start(report_time, policy.window_seconds)
         row = conn.execute(
-            "SELECT id, token FROM token "
-            "WHERE task_id = ? AND window_start = ? AND role = ? AND used = 0 "
+            "SELECT id, token FROM token WHERE device = ? "
+            "AND task_id = ? AND window_start = ? AND role = ? AND used = 0 "
             "ORDER BY id LIMIT 1",
-            (task_id.to_b64url(), start, int(role)),
+            (self._db.device, task_id.to_b64url(), start, int(role)),
         ).fetchone()
         if row is None:
             return None

@@ -1,18 +1,30 @@
-"""The DAP upload client: HPKE configs from the aggregators, reports to the leader (DAP-09 §4.4).
+"""The DAP upload client: HPKE configs from the aggregators, reports to the leader (DAP-09
+§4.4, DAP-19 §4.4).
 
 Every uploader in sagg goes through this module: the SDK device (`client_sdk.device`), the
 simulator, ``sagg upload`` (`deploy.cli`) and the interop client role (`deploy.interop.client`).
 
-- `Uploader.put` sends one sealed report, ``PUT {leader}/tasks/{task_id}/reports`` with
-  ``application/dap-report`` (§4.4.2). Network errors and 5xx answers are retried a bounded
-  number of times with exponential backoff and jitter (so that thousands of simulated devices
-  do not retry in lockstep); a 4xx is final, and ``outdatedConfig`` is reported as such so the
-  device can send a fresh report once.
-- `fetch_hpke_config` asks an aggregator for its configs (``GET /hpke_config?task_id=``,
-  §4.4.1). A device never does: it seals only to the configs of the signed, logged recipe.
+- `Uploader.put` sends one sealed DAP-09 report, ``PUT {leader}/tasks/{task_id}/reports`` with
+  ``application/dap-report`` (DAP-09 §4.4.2); a refusal is a problem document, and
+  ``outdatedConfig`` is reported as such so the device can send a fresh report once.
+- `Uploader.post` sends DAP-19 reports in one ``UploadRequest`` (the reports one after the
+  other), ``POST {leader}/tasks/{task_id}/reports`` with ``application/ppm-dap;message=upload-req``
+  (DAP-19 §4.4.2, digest §5.3): an empty 2xx accepts them all, an ``UploadErrors`` body names
+  the refused ones with their ReportError (`hpke_unknown_config_id` is the DAP-19 spelling of
+  outdatedConfig), a problem document refuses the whole request.
+- `Uploader.upload` sends reports of either version: one request per report for DAP-09,
+  `per_request` reports per request for DAP-19; one `UploadResult` per report, in order.
+
+Network errors and 5xx answers are retried a bounded number of times with exponential backoff
+and jitter (so that thousands of simulated devices do not retry in lockstep); a 4xx is final.
+
+- `fetch_hpke_config` asks an aggregator for its configs (``GET /hpke_config``, with
+  ``?task_id=`` for DAP-09 only: DAP-19 has no per-task configs, §4.4.1). A device never does:
+  it seals only to the configs of the signed, logged recipe.
 - `upload_reports` is the plain client of a task without tokens or recipe bindings (what
   ``sagg task create`` prints, or what the interop runner sends): fetch both configs, shard and
-  seal every measurement (`client_sdk.reports`), and put them a few in flight at a time.
+  seal every measurement (`client_sdk.reports`), and send them a few requests in flight at a
+  time.
 """
 
 from __future__ import annotations
@@ -25,25 +37,34 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from client_sdk.errors import ClientError
 from client_sdk.http import http_client
-from client_sdk.reports import NoUsableConfigError, ReportInput, build_reports, choose_config
+from client_sdk.reports import (
+    AnyReport,
+    NoUsableConfigError,
+    ReportInput,
+    ReportWire,
+    build_reports,
+    choose_config,
+)
 from shared.codec import DecodeError
-from shared.dap.ids import TaskId
+from shared.dap import messages19 as m19
+from shared.dap.ids import ReportId, TaskId
 from shared.dap.messages import (
     MEDIA_HPKE_CONFIG_LIST,
     MEDIA_REPORT,
     HpkeConfig,
     HpkeConfigList,
-    Report,
 )
-from shared.dap.problems import ProblemType
+from shared.dap.problems import PROBLEM_URN_PREFIX
+from shared.dap.task import DapVersion
 from shared.transport import TransportPolicy, http_failure
 from shared.vdaf.spec import VdafSpec
 
 __all__ = [
+    "DEFAULT_REPORTS_PER_REQUEST",
     "ClientTask",
     "UploadError",
     "UploadResult",
@@ -52,6 +73,18 @@ __all__ = [
     "fetch_hpke_config",
     "upload_reports",
 ]
+
+#: DAP-19 reports per UploadRequest by default (the bulk upload of the issue's benchmark).
+DEFAULT_REPORTS_PER_REQUEST = 100
+
+#: The DAP-19 per-report errors after which a fresh report may still get through: a report
+#: sealed to an unknown config (after new configs) or one from the future (later).
+Status = Literal["sent", "outdated_config", "rejected", "failed"]
+
+_RETRYABLE_19: dict[m19.ReportError, Status] = {
+    m19.ReportError.HPKE_UNKNOWN_CONFIG_ID: "outdated_config",
+    m19.ReportError.REPORT_TOO_EARLY: "failed",
+}
 
 
 class UploadError(ClientError):
@@ -62,9 +95,21 @@ class UploadError(ClientError):
 class UploadResult:
     """The fate of one report."""
 
-    status: Literal["sent", "outdated_config", "rejected", "failed"]
+    status: Status
     detail: str = ""
     attempts: int = 1
+
+
+def _problem_token(response: httpx.Response) -> str | None:
+    """The DAP problem type token of a refusal (``outdatedConfig``, ...), if it names one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    kind = body.get("type") if isinstance(body, dict) else None
+    if isinstance(kind, str) and kind.startswith(PROBLEM_URN_PREFIX):
+        return kind[len(PROBLEM_URN_PREFIX) :]
+    return None
 
 
 class Uploader:
@@ -82,38 +127,106 @@ class Uploader:
         self._sleep = sleep
         self._jitter = random.Random()  # timing only; nothing private depends on it
 
-    def put(self, leader: str, task_id: str, body: bytes) -> UploadResult:
-        url = f"{leader.rstrip('/')}/tasks/{task_id}/reports"
+    def _send(
+        self, method: str, url: str, body: bytes, media: str
+    ) -> tuple[httpx.Response | None, str, int]:
+        """The leader's answer below 500 (None after the retries, with the last failure)."""
         detail = ""
         for attempt in range(1, self.retries + 2):
             try:
-                response = self.http.put(url, content=body, headers={"Content-Type": MEDIA_REPORT})
+                response = self.http.request(
+                    method, url, content=body, headers={"Content-Type": media}
+                )
             except httpx.HTTPError as exc:
                 detail = f"cannot reach the leader: {http_failure(exc)}"
             else:
-                if response.is_success:
-                    return UploadResult("sent", attempts=attempt)
                 if response.status_code < 500:
-                    return self._refusal(response, attempt)
+                    return response, "", attempt
                 detail = f"leader answered {response.status_code}"
             if attempt <= self.retries:
                 delay = self.backoff * 2 ** (attempt - 1)
                 self._sleep(delay * (0.5 + self._jitter.random()))
-        return UploadResult("failed", detail, self.retries + 1)
+        return None, detail, self.retries + 1
 
     @staticmethod
-    def _refusal(response: httpx.Response, attempt: int) -> UploadResult:
-        problem: ProblemType | None = None
+    def _url(leader: str, task_id: str) -> str:
+        return f"{leader.rstrip('/')}/tasks/{task_id}/reports"
+
+    def put(self, leader: str, task_id: str, body: bytes) -> UploadResult:
+        """One DAP-09 report."""
+        response, detail, attempts = self._send(
+            "PUT", self._url(leader, task_id), body, MEDIA_REPORT
+        )
+        if response is None:
+            return UploadResult("failed", detail, attempts)
+        if response.is_success:
+            return UploadResult("sent", attempts=attempts)
+        token = _problem_token(response)
+        if token == "outdatedConfig":
+            return UploadResult("outdated_config", "outdatedConfig", attempts)
+        name = token or str(response.status_code)
+        return UploadResult("rejected", f"leader refused the report: {name}", attempts)
+
+    def post(self, leader: str, task_id: str, reports: Sequence[bytes]) -> list[UploadResult]:
+        """DAP-19 reports in one UploadRequest; one result per report, in order."""
+        ids = [m19.Report.decode(report).report_metadata.report_id for report in reports]
+        response, detail, attempts = self._send(
+            "POST", self._url(leader, task_id), b"".join(reports), m19.MEDIA_UPLOAD_REQ
+        )
+        if response is None:
+            return [UploadResult("failed", detail, attempts)] * len(reports)
+        if not response.is_success:
+            name = _problem_token(response) or str(response.status_code)
+            refused = UploadResult("rejected", f"leader refused the reports: {name}", attempts)
+            return [refused] * len(reports)
+        if not response.content:
+            return [UploadResult("sent", attempts=attempts)] * len(reports)
+        errors = self._upload_errors(response, ids)
+        if isinstance(errors, str):
+            return [UploadResult("failed", errors, attempts)] * len(reports)
+        out: list[UploadResult] = []
+        for report_id in ids:
+            error = errors.get(report_id)
+            if error is None:
+                out.append(UploadResult("sent", attempts=attempts))
+                continue
+            status: Status = _RETRYABLE_19.get(error, "rejected")
+            out.append(UploadResult(status, f"leader refused the report: {error.name.lower()}"))
+        return out
+
+    @staticmethod
+    def _upload_errors(
+        response: httpx.Response, ids: Sequence[ReportId]
+    ) -> dict[ReportId, m19.ReportError] | str:
+        """The refused reports of an UploadErrors answer, or why it cannot be read (DAP-19
+        §4.4.2: only reports of the request, each once, in request order)."""
+        media = m19.media_type_message(response.headers.get("Content-Type", ""))
+        if media != "upload-errors":
+            return f"leader answered the upload with {response.headers.get('Content-Type')!r}"
         try:
-            body = response.json()
-            if isinstance(body, dict) and isinstance(body.get("type"), str):
-                problem = ProblemType.from_urn(body["type"])
-        except ValueError:
-            pass
-        if problem is ProblemType.OUTDATED_CONFIG:
-            return UploadResult("outdated_config", "outdatedConfig", attempt)
-        name = problem.value if problem else str(response.status_code)
-        return UploadResult("rejected", f"leader refused the report: {name}", attempt)
+            status = m19.UploadErrors.decode(response.content).status
+        except DecodeError as exc:
+            return f"leader sent an invalid UploadErrors: {exc}"
+        errors = {entry.report_id: entry.error for entry in status}
+        if len(errors) != len(status) or not set(errors) <= set(ids):
+            return "leader's UploadErrors names reports that were not sent"
+        return errors
+
+    def upload(
+        self,
+        dap: DapVersion,
+        leader: str,
+        task_id: str,
+        reports: Sequence[bytes],
+        per_request: int = DEFAULT_REPORTS_PER_REQUEST,
+    ) -> list[UploadResult]:
+        """Reports of a `dap` task, one result per report in order (module docstring)."""
+        if dap == "dap-09":
+            return [self.put(leader, task_id, report) for report in reports]
+        out: list[UploadResult] = []
+        for lo in range(0, len(reports), max(1, per_request)):
+            out += self.post(leader, task_id, reports[lo : lo + max(1, per_request)])
+        return out
 
 
 class ClientTask(BaseModel):
@@ -126,6 +239,18 @@ class ClientTask(BaseModel):
     helper: str
     vdaf: VdafSpec
     time_precision: int = Field(ge=1)
+    dap: DapVersion = "dap-09"
+    #: A DAP-19 task's encoded TaskConfiguration (unpadded base64url), bound into every AAD.
+    task_configuration: str | None = None
+
+    @model_validator(mode="after")
+    def _wire_is_valid(self) -> ClientTask:
+        self.wire  # noqa: B018  (ValueError for an inconsistent version and configuration)
+        return self
+
+    @property
+    def wire(self) -> ReportWire:
+        return ReportWire.of(self.task_id, self.time_precision, self.dap, self.task_configuration)
 
     def build_reports(
         self,
@@ -133,13 +258,12 @@ class ClientTask(BaseModel):
         leader_config: HpkeConfig,
         helper_config: HpkeConfig,
         report_time: int,
-    ) -> list[Report]:
+    ) -> list[AnyReport]:
         """Shard and seal one report per measurement, without extensions (ValueError for an
         invalid measurement)."""
         return build_reports(
             self.vdaf.instance(),
-            TaskId.from_b64url(self.task_id),
-            self.time_precision,
+            self.wire,
             [ReportInput(m, report_time) for m in measurements],
             leader_config,
             helper_config,
@@ -152,17 +276,25 @@ class UploadSummary:
     rejected: list[str]  # one line per report the leader refused or that never arrived
 
 
-def fetch_hpke_config(http: httpx.Client, aggregator: str, task_id: TaskId) -> HpkeConfig:
-    """The aggregator's preferred HPKE config whose suite this client supports (DAP-09 §4.4.1)."""
+def fetch_hpke_config(
+    http: httpx.Client, aggregator: str, task_id: TaskId, dap: DapVersion = "dap-09"
+) -> HpkeConfig:
+    """The aggregator's preferred HPKE config whose suite this client supports (DAP-09 §4.4.1,
+    DAP-19 §4.4.1: the same HpkeConfigList, under its own media type and for every task)."""
     url = f"{aggregator.rstrip('/')}/hpke_config"
+    params = {"task_id": task_id.to_b64url()} if dap == "dap-09" else {}
     try:
-        response = http.get(url, params={"task_id": task_id.to_b64url()})
+        response = http.get(url, params=params)
     except httpx.HTTPError as exc:
         raise UploadError(f"cannot reach {aggregator}: {http_failure(exc)}") from None
     if response.status_code != 200:
         raise UploadError(f"{aggregator} refused the HPKE config request: {response.status_code}")
-    media = response.headers.get("Content-Type", "").split(";")[0].strip()
-    if media != MEDIA_HPKE_CONFIG_LIST:
+    content_type = response.headers.get("Content-Type", "")
+    media = content_type.split(";")[0].strip()
+    # A server that serves both versions on one route may label the list either way.
+    if media != MEDIA_HPKE_CONFIG_LIST and m19.media_type_message(content_type) != (
+        "hpke-config-list"
+    ):
         raise UploadError(f"{aggregator} sent HPKE configs as {media!r}")
     try:
         configs = HpkeConfigList.decode(response.content).configs
@@ -182,8 +314,10 @@ def upload_reports(
     http: httpx.Client | None = None,
     concurrency: int = 8,
     retries: int = 3,
+    per_request: int = DEFAULT_REPORTS_PER_REQUEST,
 ) -> UploadSummary:
-    """Upload one report per measurement to the task's leader.
+    """Upload one report per measurement to the task's leader (a DAP-19 task's in
+    UploadRequests of `per_request` reports).
 
     Raises UploadError when nothing can be uploaded (configs unavailable, a measurement out of
     range); reports the leader refuses one by one are listed in the result instead. The leader's
@@ -194,8 +328,8 @@ def upload_reports(
     client = http or http_client(TransportPolicy(), timeout=30.0)
     try:
         task_id = TaskId.from_b64url(task.task_id)
-        leader_config = fetch_hpke_config(client, task.leader, task_id)
-        helper_config = fetch_hpke_config(client, task.helper, task_id)
+        leader_config = fetch_hpke_config(client, task.leader, task_id, task.dap)
+        helper_config = fetch_hpke_config(client, task.helper, task_id, task.dap)
         try:
             reports = task.build_reports(
                 measurements,
@@ -206,13 +340,18 @@ def upload_reports(
         except (ValueError, TypeError) as exc:
             raise UploadError(f"invalid measurement for {task.vdaf.describe()}: {exc}") from None
         uploader = Uploader(client, retries=retries)
+        per = 1 if task.dap == "dap-09" else max(1, per_request)
+        requests = [
+            [report.encode() for report in reports[lo : lo + per]]
+            for lo in range(0, len(reports), per)
+        ]
 
-        def put(report: Report) -> UploadResult:
-            return uploader.put(task.leader, task.task_id, report.encode())
+        def send(bodies: list[bytes]) -> list[UploadResult]:
+            return uploader.upload(task.dap, task.leader, task.task_id, bodies, per)
 
         # Loopback uploads are latency-bound; a few in flight keep the leader busy.
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            outcomes = list(pool.map(put, reports))
+            outcomes = [result for results in pool.map(send, requests) for result in results]
         rejected = [outcome.detail for outcome in outcomes if outcome.status != "sent"]
         return UploadSummary(len(reports) - len(rejected), rejected)
     finally:

@@ -110,6 +110,8 @@ class UpOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     #: Serve HTTPS with certificates from a local CA in `<data dir>/tls/`.
     tls: bool = False
+    #: Processes of the token issuer (`TokenIssuerSettings.workers`), on its stores.
+    token_issuer_workers: int = 1
 
     def ports(self) -> dict[str, int]:
         return {
@@ -190,6 +192,7 @@ def service_env(
     keys: DeploymentKeys,
     urls: dict[str, str],
     tls: LocalTls | None = None,
+    token_issuer_workers: int = 1,
 ) -> dict[str, str]:
     """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
     and holds no credential of another service)."""
@@ -223,6 +226,7 @@ def service_env(
         env = {
             **common,
             "ROLE": "joint",
+            "WORKERS": str(token_issuer_workers),
             "DATASTORE_KEYS": keys.datastore_keys[name],
             "ISSUER_DATABASE_URL": databases["token_issuer"],
             "ATTESTER_DATABASE_URL": databases["token_attester"],
@@ -305,6 +309,7 @@ class Cluster:
                     keys=keys,
                     urls=urls,
                     tls=tls,
+                    token_issuer_workers=o.token_issuer_workers,
                 ),
                 logs / f"{name}.log",
             )

@@ -3,7 +3,9 @@
 The field arithmetic is numba code cached on disk (`shared.vdaf.field`, ``cache=True``); the
 first report a fresh container prepares would otherwise pay the compilation (seconds). Running
 every step of Prio3 (shard, prepare on both aggregators, aggregate, unshard) over the VDAFs the
-deployment uses fills the cache in `NUMBA_CACHE_DIR`, which the image keeps.
+deployment uses, in both drafts (VDAF-08 for DAP-09 tasks, VDAF-20 for DAP-19 ones: its
+Lagrange-basis proofs and Field64 Sum compile other kernels), fills the cache in
+`NUMBA_CACHE_DIR`, which the image keeps.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ SPECS = (
     VdafSpec(type="Prio3Histogram", length=8, chunk_length=3),
     VdafSpec(type="Prio3SumVec", length=4, bits=2, chunk_length=2),
     VdafSpec(type="Prio3MultiHotHistogram", length=9, chunk_length=3, max_count=9),
+    VdafSpec(version="VDAF-20", type="Prio3Count"),
+    VdafSpec(version="VDAF-20", type="Prio3Sum", max_measurement=255),
+    VdafSpec(version="VDAF-20", type="Prio3Histogram", length=8, chunk_length=3),
+    VdafSpec(version="VDAF-20", type="Prio3SumVec", length=4, max_measurement=3, chunk_length=2),
+    VdafSpec(
+        version="VDAF-20", type="Prio3MultihotCountVec", length=9, chunk_length=3, max_weight=9
+    ),
 )
 
 
@@ -32,7 +41,7 @@ def _measurement(spec: VdafSpec) -> object:
         return 3
     if spec.type == "Prio3Histogram":
         return 2
-    if spec.type == "Prio3MultiHotHistogram":
+    if spec.multihot:
         return [1, 0, 1] + [0] * ((spec.length or 3) - 3)
     return [1] * (spec.length or 1)
 

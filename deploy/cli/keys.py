@@ -13,6 +13,7 @@ from deploy.cli.common import CliError, http
 from deploy.config import deployment_of, write_deployment
 from deploy.keys import (
     ADMIN_TOKEN_SERVICES,
+    ATTESTER_SECRET_FILE,
     DATASTORE_KEY_SERVICES,
     PROVISIONED_PARTIES,
     KeysError,
@@ -84,7 +85,8 @@ def init(
         raise CliError(f"keys in {directory}: {exc}") from None
     written = [admin_token_file(directory, s).name for s in ADMIN_TOKEN_SERVICES]
     written += [provisioner_token_file(directory, p).name for p in PROVISIONED_PARTIES]
-    written += ["analyst_token", "recipe-server.key", "manufacturer-ca.pem", "manufacturer-ca.key"]
+    written += ["analyst_token", ATTESTER_SECRET_FILE, "recipe-server.key"]
+    written += ["manufacturer-ca.pem", "manufacturer-ca.key"]
     written += [datastore_key_file(directory, s).name for s in DATASTORE_KEY_SERVICES]
     for role in roles:
         written += [db_password_file(directory, role).name, pgpass_file(directory, role).name]

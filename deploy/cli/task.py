@@ -1,5 +1,12 @@
 """``sagg task create`` (provision a DAP task on collector, leader and helper) and ``sagg upload``
-(a plain DAP client: shard, seal and upload reports for such a task; DAP-09 §4.3)."""
+(a plain DAP client: shard, seal and upload reports for such a task; DAP-09 §4.3, DAP-19 §4.4).
+
+``--dap 19`` creates a DAP-19 task: from the flags (a VDAF-20 ``--vdaf``), or from one encoded
+TaskConfiguration (DAP-19 §4.2), ``--task-configuration B64URL`` or
+``--task-configuration-file F`` (the raw bytes, or their base64url text), which fixes the VDAF,
+batch mode, batch size, time precision and both aggregators' URLs; the task id is then the
+taskprov derivation from those bytes (`shared.dap.taskprov`). The settings file is ``--config``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import Annotated, Any, Literal
 import typer
 from pydantic import ValidationError
 
-from client_sdk.upload import ClientTask, upload_reports
+from client_sdk.upload import DEFAULT_REPORTS_PER_REQUEST, ClientTask, upload_reports
 from deploy.cli.common import (
     POSITIVE,
     CliError,
@@ -22,10 +29,13 @@ from deploy.cli.common import (
     url,
     validation_message,
 )
-from deploy.config import read_document
-from deploy.upload import expected_aggregate, random_measurements
+from deploy.config import Deployment, read_document
+from deploy.measurements import expected_aggregate, random_measurements
 from services.common.admin_client import PartyTokens
 from services.common.provisioning import TaskParams, create_task
+from shared.b64url import b64url_decode
+from shared.codec import DecodeError
+from shared.dap.messages19 import TaskConfiguration
 
 __all__ = ["app", "upload"]
 
@@ -57,7 +67,50 @@ _HELP = {
     "multiple": "refuse batches with a bucket above M x R reports (default 2)",
     "noise": "noise each aggregator adds (004 §5), e.g. "
     '\'{"mechanism":"discrete_gaussian","sigma":"8.5402"}\'',
+    "dap": "DAP draft of the task: 09 (VDAF-08) or 19 (VDAF-20)",
+    "blob": "DAP-19: the encoded TaskConfiguration (unpadded base64url)",
+    "blob_file": "DAP-19: a file holding the encoded TaskConfiguration (bytes or base64url)",
 }
+
+#: What a TaskConfiguration fixes: the flags (and settings) a blob leaves no room for.
+_FIXED_BY_CONFIGURATION = (
+    "vdaf",
+    "query_type",
+    "min_batch_size",
+    "max_batch_size",
+    "time_precision",
+    "max_batch_query_count",
+    "expires_in",
+    "leader",
+    "helper",
+)
+
+
+def _configuration_bytes(blob: str | None, blob_file: str | None) -> bytes | None:
+    """The TaskConfiguration bytes of ``--task-configuration`` or its file, checked to decode."""
+    if blob is not None and blob_file is not None:
+        raise CliError("give one of --task-configuration and --task-configuration-file")
+    if blob_file is not None:
+        try:
+            raw = Path(blob_file).read_bytes()
+        except OSError as exc:
+            raise CliError(f"cannot read {blob_file}: {exc.strerror}") from None
+        try:
+            TaskConfiguration.decode(raw)
+        except DecodeError:
+            blob = raw.decode("ascii", "replace").strip()  # the base64url text of the bytes
+        else:
+            return raw
+    if blob is None:
+        return None
+    try:
+        raw = b64url_decode(blob.strip(), "task configuration")
+        TaskConfiguration.decode(raw)
+    except (DecodeError, ValueError) as exc:
+        raise CliError(f"not an encoded TaskConfiguration: {exc}") from None
+    return raw
+
+
 Url = Annotated[str | None, typer.Option(metavar="URL")]
 
 
@@ -84,10 +137,21 @@ def create(
     leader: Url = None,
     helper: Url = None,
     collector: Url = None,
+    dap: Annotated[Literal["09", "19"], typer.Option(help=_HELP["dap"])] = "09",
+    task_configuration: Annotated[
+        str | None, typer.Option(metavar="B64URL", help=_HELP["blob"])
+    ] = None,
+    task_configuration_file: Annotated[
+        str | None, typer.Option(metavar="FILE", help=_HELP["blob_file"])
+    ] = None,
 ) -> None:
     """Create a task on collector, leader and helper; prints its parameters (JSON)."""
     found = deployment()
     values: dict[str, Any] = _load_config_file(config) if config else {}
+    blob = _configuration_bytes(task_configuration, task_configuration_file)
+    if blob is not None and dap != "19":
+        raise CliError("a TaskConfiguration makes a DAP-19 task: pass --dap 19")
+    values["dap"] = f"dap-{dap}"
     if vdaf is not None:
         values["vdaf"] = _json(vdaf, "--vdaf", '{"type":"Prio3Count"}')
     if aggregator_noise is not None:
@@ -113,6 +177,25 @@ def create(
         values["rate_validation"] = rate
     elif max_multiple is not None:
         raise CliError("--max-multiple needs --expected-reports-per-bucket")
+    if blob is not None:
+        values.update(leader=leader, helper=helper)
+        fixed = [name for name in _FIXED_BY_CONFIGURATION if values.get(name) is not None]
+        if fixed:
+            raise CliError(f"the TaskConfiguration fixes {', '.join(fixed)}: leave them out")
+        collector_url = collector or values.get("collector")
+        collector_url = collector_url or url(None, "SAGG_COLLECTOR_URL", found, "collector")
+        if collector_url is None:
+            raise CliError("no collector URL: pass --collector or run `sagg up` first")
+        choices = {
+            k: v for k, v in values.items() if k not in ("dap", "collector", "leader", "helper")
+        }
+        try:
+            params = TaskParams.from_configuration(blob, collector_url, **choices)
+        except ValueError as exc:  # ValidationError included
+            message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise CliError(f"invalid task: {message}") from None
+        _provision(found, params, blob)
+        return
     for role, flag, env in (
         ("leader", leader, "SAGG_LEADER_URL"),
         ("helper", helper, "SAGG_HELPER_URL"),
@@ -128,9 +211,13 @@ def create(
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {validation_message(exc)}") from None
+    _provision(found, params, None)
+
+
+def _provision(found: Deployment | None, params: TaskParams, blob: bytes | None) -> None:
     tokens = PartyTokens(*(admin_token(found, p) for p in ("leader", "helper", "collector")))
     with http(found, 30.0) as client:
-        info = create_task(params, tokens, http=client)
+        info = create_task(params, tokens, http=client, task_configuration=blob)
     print(json.dumps(info, indent=2))
 
 
@@ -147,6 +234,9 @@ def upload(
     time: Annotated[
         int | None, typer.Option(parser=epoch, help="report time (default now)")
     ] = None,
+    per_request: Annotated[
+        int, typer.Option(min=1, metavar="N", help="DAP-19: reports per UploadRequest")
+    ] = DEFAULT_REPORTS_PER_REQUEST,
 ) -> None:
     """Shard, encrypt and upload reports (a DAP client) for a task `sagg task create` made."""
     if (measurements is None) == (random_count is None):
@@ -170,7 +260,9 @@ def upload(
         if not isinstance(values, list) or not values:
             raise CliError("--measurements must be a non-empty JSON array")
     with http(deployment(), 30.0) as client:
-        result = upload_reports(task, values, report_time=time, http=client)
+        result = upload_reports(
+            task, values, report_time=time, http=client, per_request=per_request
+        )
     summary: dict[str, Any] = {
         "task_id": task.task_id,
         "uploaded": result.uploaded,

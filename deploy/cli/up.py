@@ -78,6 +78,14 @@ def up(
         str | None, typer.Option(help="postgresql://user@host:port/basename")
     ] = None,
     startup_timeout: Annotated[float, typer.Option(parser=SECONDS)] = 60.0,
+    token_issuer_workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="processes of the token issuer on its stores (blind signing is CPU-bound)",
+        ),
+    ] = 1,
     tls: Annotated[
         bool,
         typer.Option(
@@ -94,9 +102,10 @@ def up(
         ),
     ] = False,
     demo_scale: Annotated[
-        Literal["full", "small"],
+        Literal["full", "small", "large"],
         typer.Option(
-            help="full: epsilon 1 per collection; small: epsilon 1.5, far fewer devices (tests)"
+            help="full: epsilon 1 per collection; small: epsilon 1.5, far fewer devices (tests); "
+            "large: 10^5 devices streamed through the emoji analysis, epsilon 0.05"
         ),
     ] = "full",
     demo_out: Annotated[
@@ -133,6 +142,7 @@ def up(
             postgres_url=postgres_url,
             startup_timeout=startup_timeout,
             tls=tls,
+            token_issuer_workers=token_issuer_workers,
         )
     )
     deployment = cluster.start()

@@ -19,7 +19,7 @@ from client_sdk.http import http_client
 from deploy.collect import CollectError
 from deploy.config import Deployment
 from deploy.demo.compose import demo_recipe
-from deploy.demo.framework import SCALES, AnalysisReport, DemoContext, DemoError
+from deploy.demo.framework import SCALES, AnalysisReport, DemoContext, DemoError, DemoScale
 from deploy.recipes import RecipeError
 
 __all__ = ["ANALYSES", "AnalysisReport", "DemoError", "demo_recipe", "run_demo"]
@@ -36,7 +36,7 @@ ANALYSES: dict[str, str] = {
 def run_demo(
     deployment: Deployment,
     *,
-    scale: str = "full",
+    scale: str | DemoScale = "full",
     out_dir: Path,
     seed: int = 0,
     only: Sequence[str] | None = None,
@@ -44,8 +44,11 @@ def run_demo(
     progress: TextIO | None = sys.stderr,
 ) -> list[AnalysisReport]:
     """Run the analyses (all, or those named in `only`) in `ANALYSES` order."""
-    if scale not in SCALES:
-        raise DemoError(f"unknown demo scale {scale!r}; one of {', '.join(SCALES)}")
+    if isinstance(scale, str):
+        if scale not in SCALES:
+            raise DemoError(f"unknown demo scale {scale!r}; one of {', '.join(SCALES)}")
+        scale = SCALES[scale]
+    only = only or scale.analyses
     names = list(ANALYSES) if not only else [n for n in ANALYSES if n in only]
     unknown = sorted(set(only or ()) - set(ANALYSES))
     if unknown:
@@ -54,7 +57,7 @@ def run_demo(
     # Recipe ids are unique per run: a demo may run again against the same deployment.
     tag = time.strftime("%Y%m%d%H%M%S", time.gmtime())
     with http_client(deployment.transport, timeout=60.0) as http:
-        ctx = DemoContext(deployment, out_dir, seed, SCALES[scale], tag, http, progress)
+        ctx = DemoContext(deployment, out_dir, seed, scale, tag, http, progress)
         for name in names:
             module = importlib.import_module(ANALYSES[name])
             started = time.perf_counter()

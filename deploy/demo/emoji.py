@@ -1,8 +1,11 @@
-"""Popular emoji with a Count Mean Sketch (002 §2.1 and §4.1: Apple's emoji use case).
+"""Popular emoji with a Count Mean Sketch (002 §2.1 and §4.1: Apple's emoji use case), on a
+DAP-19 task.
 
 Each device holds a few typed emoji (Zipf over `client_sdk.datagen.EMOJI`), picks one at random
 from the last day, sketches it with CMS at local epsilon eps0 (k hash functions into m
-buckets, one row reported) and uploads the row as a `Prio3MultiHotHistogram` report. The
+buckets, one row reported) and uploads the row as a VDAF-20 `Prio3MultihotCountVec` report to
+the recipe's DAP-19 task (DAP-19 §4.4: its TaskConfiguration in every AAD, published in the
+signed recipe; the other analyses run on DAP-09 tasks in the same deployment). The
 collector debiases the sketch for every candidate emoji (002 Algorithm 3) and states the
 aggregate privacy of the batch; the estimates are compared with the emoji the devices really
 sketched.
@@ -41,30 +44,35 @@ def run(ctx: DemoContext) -> AnalysisReport:
             "randomizer": {"name": "cms", "eps0": EPS0, "k": K, "m": M, "seed": ctx.seed},
             "sampling_rate": 1.0,
             "privacy": ctx.scale.claim().model_dump(),
+            "task": {"dap": "dap-19"},
         }
     )
     verified, published = ctx.publish(draft)
     recipe = verified.recipe
     report.lines.append(
         f"recipe {recipe.recipe_id} v{recipe.version}: signed, logged (leaf "
-        f"{published['leaf_index']}), task {recipe.task.task_id} "
+        f"{published['leaf_index']}), {recipe.task.dap_version} task {recipe.task.task_id} "
         f"({recipe.task.vdaf.describe()}), B = {recipe.min_batch_size} from the claim "
         f"({recipe.privacy.epsilon:g}, {recipe.privacy.delta:g})"
     )
     policy = ctx.policy([recipe])
     simulator = ctx.simulator(policy)
-    rng = ctx.rng(NAME)
-    devices = ctx.population(
-        simulator,
-        policy,
-        recipe.query.stream,
-        ctx.population_size(recipe),
-        lambda now: generate_events("emoji", recipe, rng, now),
-    )
-    try:
-        result = ctx.answer_and_collect(verified, simulator, devices)
-    finally:
-        simulator.close(devices)
+    count = ctx.population_size(recipe)
+    if ctx.scale.streaming:
+        result = ctx.stream_and_collect(verified, simulator, count, "emoji")
+    else:
+        rng = ctx.rng(NAME)
+        devices = ctx.population(
+            simulator,
+            policy,
+            recipe.query.stream,
+            count,
+            lambda now: generate_events("emoji", recipe, rng, now),
+        )
+        try:
+            result = ctx.answer_and_collect(verified, simulator, devices)
+        finally:
+            simulator.close(devices)
     report.lines += result.summary.lines()
     report.lines += ["", to_table(result.analysis)]
     chart, table = ctx.write(NAME, result.analysis, result.truth)

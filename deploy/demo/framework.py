@@ -105,6 +105,12 @@ class DemoScale:
     delta: float
     #: The fewest devices in a population, whatever B needs (accuracy needs some).
     min_devices: int
+    #: Simulate a one-recipe population in streaming chunks (`Simulator.run`: flat memory,
+    #: each device's state in the simulator's store) instead of keeping every device open.
+    streaming: bool = False
+    #: The analyses the scale runs when none are named (None: all); a streaming scale runs
+    #: those answering one recipe.
+    analyses: tuple[str, ...] | None = None
 
     def claim(self, analysis: AmplificationAnalysis = "stronger_clones") -> PrivacyClaim:
         return PrivacyClaim(epsilon=self.epsilon, delta=self.delta, analysis=analysis)
@@ -113,6 +119,15 @@ class DemoScale:
 SCALES: dict[str, DemoScale] = {
     "full": DemoScale("full", epsilon=1.0, delta=1e-6, min_devices=800),
     "small": DemoScale("small", epsilon=1.5, delta=1e-6, min_devices=150),
+    # 10^5 devices earn epsilon = 0.05 from eps0 = 2 (B = 46,720 for the emoji sketch).
+    "large": DemoScale(
+        "large",
+        epsilon=0.05,
+        delta=1e-6,
+        min_devices=100_000,
+        streaming=True,
+        analyses=("emoji",),
+    ),
 }
 
 
@@ -437,6 +452,22 @@ class DemoContext:
             recipe, collection, candidates=candidates, threshold_level=threshold_level
         )
         return Round(recipe, summary, analysis, truth_of(recipe, summary))
+
+    def stream_and_collect(
+        self, verified: VerifiedRecipe, simulator: Simulator, count: int, data: str
+    ) -> Round:
+        """As `answer_and_collect`, for a seeded population of `count` devices with
+        `client_sdk.datagen` data `data`, streamed through `simulator` (`Simulator.run`)."""
+        recipe = verified.recipe
+        since = self.clock()
+        summary = simulator.run(recipe.recipe_id, count, data, verified=verified)
+        if summary.uploaded < recipe.min_batch_size:
+            raise DemoError(
+                f"{recipe.recipe_id}: {summary.uploaded} reports uploaded, B = "
+                f"{recipe.min_batch_size}: " + "; ".join(summary.lines())
+            )
+        collection = self.collect(recipe, since)
+        return Round(recipe, summary, analyze(recipe, collection), truth_of(recipe, summary))
 
     # --- output ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
+from deploy.errors import DeployError
 from services.common.logs import JsonFormatter
 from services.common.routing import InvalidRequest, answers_invalid, api_router
 from shared.vdaf.spec import VdafSpec
@@ -73,7 +74,7 @@ class Command:
     run: Callable[[Any], Awaitable[dict[str, Any]]]
 
 
-class InteropError(Exception):
+class InteropError(DeployError):
     """A command that parsed but failed: answered 200 ``{"status": "error", "error": msg}``."""
 
 

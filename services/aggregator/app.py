@@ -1,12 +1,21 @@
-"""HTTP surface of the aggregator: the DAP-09 endpoints (digest §4) and the admin API.
+"""HTTP surface of the aggregator: the DAP-09 and DAP-19 endpoints (digests dap-09.md §4,
+dap-19.md §4) and the admin API.
 
-DAP-09 routes (the task's role decides which ones answer; the other role gets
-`unrecognizedTask`):
-- GET  /hpke_config[?task_id=]                                      §4.4.1
-- PUT  /tasks/{task_id}/reports                          (leader)   §4.4.2
-- PUT|POST|DELETE /tasks/{task_id}/aggregation_jobs/{id} (helper)   §4.5
-- POST /tasks/{task_id}/aggregate_shares                 (helper)   §4.6.2
-- PUT|POST|DELETE /tasks/{task_id}/collection_jobs/{id}  (leader)   §4.6.1
+Both versions share paths; the task's version (`TaskDefinition.dap`) picks the method, the
+media types and the codec (dap-19.md §15), and the other version's method gets 405. The task's
+role decides which routes answer; the other role gets `unrecognizedTask`.
+- GET  /hpke_config[?task_id=]   both; `Accept: application/ppm-dap` gets DAP-19's media type
+- PUT  /tasks/{task_id}/reports (DAP-09) | POST (DAP-19, bulk)      (leader, `upload_route`)
+- PUT  /tasks/{task_id}/aggregation_jobs/{id}            (helper, DAP-09 create)
+- POST /tasks/{task_id}/aggregation_jobs                 (helper, DAP-19 create, Location)
+- GET  /tasks/{task_id}/aggregation_jobs/{id}            (helper, DAP-19 poll)
+- POST|DELETE /tasks/{task_id}/aggregation_jobs/{id}     (helper, continue / delete; both)
+- POST /tasks/{task_id}/aggregate_shares                 (helper; both)
+- GET|DELETE /tasks/{task_id}/aggregate_shares/{id}      (helper, DAP-19)
+- PUT|POST /tasks/{task_id}/collection_jobs/{id}         (leader, DAP-09 create / poll)
+- POST /tasks/{task_id}/collection_jobs                  (leader, DAP-19 create, Location)
+- GET  /tasks/{task_id}/collection_jobs/{id}             (leader, DAP-19 poll)
+- DELETE /tasks/{task_id}/collection_jobs/{id}           (leader; both)
 
 Admin API (Authorization: Bearer <admin token>; 401 without a token, 403 with one not allowed
 for the route). The provisioning token (the recipe server's) may only call the first two:
@@ -23,9 +32,9 @@ for the route). The provisioning token (the recipe server's) may only call the f
                                      0.0.4 (admin token too: task ids are not public)
 - GET    /healthz                    {"status": "ok"} once the store is migrated, else 503
 
-Request bodies must carry their DAP media type (415 `invalidMessage` otherwise). Blocking work
-(database, HPKE, VDAF) runs in the thread pool, never on the event loop. Uploads bypass
-FastAPI (`upload_route`) and are stored in groups (`uploads`).
+Request bodies must carry their version's DAP media type (415 `invalidMessage` otherwise).
+Blocking work (database, HPKE, VDAF) runs in the thread pool, never on the event loop. Uploads
+bypass FastAPI (`upload_route`) and are stored in groups (`uploads`).
 """
 
 from __future__ import annotations
@@ -45,11 +54,14 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
+from services.aggregator import dap19_collection, dap19_helper
+from services.aggregator.answer import Answer
 from services.aggregator.datastore import Datastore
 from services.aggregator.metrics import AggregatorCollector, task_stats
-from services.aggregator.service import Aggregator, Answer
+from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
+from services.aggregator.wire import Wire19
 from services.common.auth import DAP_CREDENTIALS, BearerAuth, hash_token, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
@@ -74,6 +86,7 @@ from services.common.routing import (
 from shared import hpke
 from shared.codec import DecodeError
 from shared.dap import messages as dap
+from shared.dap import messages19 as dap19
 from shared.dap.ids import TaskId
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
@@ -81,6 +94,7 @@ from shared.dap.task import TaskDefinition
 log = logging.getLogger(__name__)
 
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
+HTTP_METHOD_NOT_ALLOWED = 405
 #: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
 SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
 #: Stored (sealed) with the definition, but never in an answer: DAP-09 §4.2 gives the verify key
@@ -93,14 +107,27 @@ def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
+def _unsupported_media(task_id: str, media_type: str) -> DapProblemError:
+    return DapProblemError(
+        ProblemType.INVALID_MESSAGE,
+        f"expected Content-Type {media_type}",
+        task_id=task_id,
+        status=HTTP_UNSUPPORTED_MEDIA_TYPE,
+    )
+
+
 async def _body(request: Request, media_type: str, task_id: str) -> bytes:
     if _media_type(request) != media_type:
-        raise DapProblemError(
-            ProblemType.INVALID_MESSAGE,
-            f"expected Content-Type {media_type}",
-            task_id=task_id,
-            status=HTTP_UNSUPPORTED_MEDIA_TYPE,
-        )
+        raise _unsupported_media(task_id, media_type)
+    return await request.body()
+
+
+async def _body19(request: Request, media_type: str, task_id: str) -> bytes:
+    """The body of a DAP-19 request whose `message` is that of `media_type` (parameters read
+    leniently, DAP-19 §9.1)."""
+    wanted = dap19.media_type_message(media_type)
+    if dap19.media_type_message(request.headers.get("content-type", "")) != wanted:
+        raise _unsupported_media(task_id, media_type)
     return await request.body()
 
 
@@ -109,8 +136,18 @@ def _respond(answer: Answer, media_type: str | None = None) -> Response:
     return Response(
         content=answer.body if has_body else b"",
         status_code=answer.status,
-        media_type=media_type if has_body else None,
+        media_type=(answer.media_type or media_type) if has_body else None,
         headers=answer.headers,
+    )
+
+
+def _not_allowed(task_id: str, allow: str) -> ServiceError:
+    """The task's DAP version has no such route (DAP-09 and DAP-19 share paths, §15)."""
+    return ServiceError(
+        "Method Not Allowed",
+        status=HTTP_METHOD_NOT_ALLOWED,
+        task_id=task_id,
+        headers={"Allow": allow},
     )
 
 
@@ -221,23 +258,33 @@ async def _call(fn: Callable[..., Answer], *args: Any) -> Answer:
 
 
 def _dap_routes(agg: Aggregator) -> APIRouter:
-    """DAP-09 §4 (but uploads: `upload_route`); the parties authenticate with the task's
-    tokens, checked by `Aggregator`."""
+    """DAP-09 §4 and DAP-19 §4 (but uploads: `upload_route`) on the same paths: the task's
+    version picks the method, the media types and the codec, never the body (digest dap-19.md
+    §15); the parties authenticate with the task's tokens, checked by `Aggregator`."""
     router = api_router("dap", response_class=Response)
+
+    async def is_dap19(task_id: str) -> bool:
+        task = agg.cached_task_by_id_str(task_id)
+        if task is None:
+            task = await _call_task(agg, task_id)
+        return isinstance(task.wire, Wire19)
 
     @router.get(
         "/hpke_config",
         responses=binary_response(dap.MEDIA_HPKE_CONFIG_LIST),
     )
-    async def hpke_config(task_id: Annotated[str | None, Query()] = None) -> Response:
+    async def hpke_config(
+        request: Request, task_id: Annotated[str | None, Query()] = None
+    ) -> Response:
         answer = await _call(agg.hpke_config_list, task_id)
+        # The same HpkeConfigList in both versions; a DAP-19 client asks for its media type
+        # (DAP-19 §4.4.1 has no task_id to tell the version by).
+        dap19_client = "application/ppm-dap" in request.headers.get("accept", "")
+        media = dap19.MEDIA_HPKE_CONFIG_LIST if dap19_client else dap.MEDIA_HPKE_CONFIG_LIST
         return Response(
             content=answer.body,
             status_code=200,
-            headers={
-                "Content-Type": dap.MEDIA_HPKE_CONFIG_LIST,
-                "Cache-Control": "max-age=86400",
-            },
+            headers={"Content-Type": media, "Cache-Control": "max-age=86400"},
         )
 
     jobs = "/tasks/{task_id}/aggregation_jobs/{job_id}"
@@ -246,15 +293,39 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
 
     task_auth = list(DAP_CREDENTIALS)
 
+    @router.post(
+        "/tasks/{task_id}/aggregation_jobs",
+        dependencies=task_auth,
+        responses=binary_response(dap19.MEDIA_AGGREGATION_JOB_RESP),
+        openapi_extra=binary_body(dap19.MEDIA_AGGREGATION_JOB_INIT_REQ),
+    )
+    async def aggregation_create(task_id: str, request: Request) -> Response:
+        if not await is_dap19(task_id):
+            raise _not_allowed(task_id, "")
+        body = await _body19(request, dap19.MEDIA_AGGREGATION_JOB_INIT_REQ, task_id)
+        return _respond(await _call(dap19_helper.helper_init, agg, task_id, request.headers, body))
+
     @router.put(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(init))
     async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:
+        if await is_dap19(task_id):
+            raise _not_allowed(task_id, "GET, POST, DELETE")
         body = await _body(request, init, task_id)
         answer = await _call(agg.helper_init, task_id, job_id, request.headers, body)
         return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
+    @router.get(jobs, dependencies=task_auth, responses=job_resp)
+    async def aggregation_get(task_id: str, job_id: str, request: Request) -> Response:
+        if not await is_dap19(task_id):
+            raise _not_allowed(task_id, "PUT, POST, DELETE")
+        answer = await _call(dap19_helper.job_response, agg, task_id, job_id, request.headers)
+        return _respond(answer)
+
     @router.post(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(cont))
     async def aggregation_continue(task_id: str, job_id: str, request: Request) -> Response:
-        body = await _body(request, cont, task_id)
+        if await is_dap19(task_id):
+            body = await _body19(request, dap19.MEDIA_AGGREGATION_JOB_CONTINUE_REQ, task_id)
+        else:
+            body = await _body(request, cont, task_id)
         answer = await _call(agg.helper_continue, task_id, job_id, request.headers, body)
         return _respond(answer, dap.MEDIA_AGGREGATION_JOB_RESP)
 
@@ -269,11 +340,38 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap.MEDIA_AGGREGATE_SHARE_REQ),
     )
     async def aggregate_shares(task_id: str, request: Request) -> Response:
+        if await is_dap19(task_id):
+            body = await _body19(request, dap19.MEDIA_AGGREGATE_SHARE_REQ, task_id)
+            share19 = dap19_helper.aggregate_share
+            return _respond(await _call(share19, agg, task_id, request.headers, body))
         body = await _body(request, dap.MEDIA_AGGREGATE_SHARE_REQ, task_id)
         answer = await _call(agg.helper_aggregate_share, task_id, request.headers, body)
         return _respond(answer, dap.MEDIA_AGGREGATE_SHARE)
 
+    shares = "/tasks/{task_id}/aggregate_shares/{share_id}"
+
+    @router.api_route(shares, methods=["GET", "DELETE"], dependencies=task_auth)
+    async def aggregate_share_resource(task_id: str, share_id: str, request: Request) -> Response:
+        if not await is_dap19(task_id):
+            raise _not_allowed(task_id, "")
+        named = dap19_helper.named_aggregate_share
+        answer = await _call(named, agg, task_id, share_id, request.headers, request.method)
+        return _respond(answer)
+
     collections = "/tasks/{task_id}/collection_jobs/{job_id}"
+
+    @router.post(
+        "/tasks/{task_id}/collection_jobs",
+        dependencies=task_auth,
+        status_code=201,
+        openapi_extra=binary_body(dap19.MEDIA_COLLECTION_JOB_REQ),
+    )
+    async def collection_create(task_id: str, request: Request) -> Response:
+        if not await is_dap19(task_id):
+            raise _not_allowed(task_id, "")
+        body = await _body19(request, dap19.MEDIA_COLLECTION_JOB_REQ, task_id)
+        create = dap19_collection.create_collection_job
+        return _respond(await _call(create, agg, task_id, request.headers, body))
 
     @router.put(
         collections,
@@ -282,9 +380,22 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap.MEDIA_COLLECT_REQ),
     )
     async def collection_put(task_id: str, job_id: str, request: Request) -> Response:
+        if await is_dap19(task_id):
+            raise _not_allowed(task_id, "GET, DELETE")
         body = await _body(request, dap.MEDIA_COLLECT_REQ, task_id)
         answer = await _call(agg.put_collection_job, task_id, job_id, request.headers, body)
         return _respond(answer)
+
+    @router.get(
+        collections,
+        dependencies=task_auth,
+        responses=binary_response(dap19.MEDIA_COLLECTION_JOB_RESP, 200),
+    )
+    async def collection_get(task_id: str, job_id: str, request: Request) -> Response:
+        if not await is_dap19(task_id):
+            raise _not_allowed(task_id, "PUT, POST, DELETE")
+        answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
+        return _respond(answer, dap19.MEDIA_COLLECTION_JOB_RESP)
 
     @router.post(
         collections,
@@ -292,6 +403,8 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         responses=binary_response(dap.MEDIA_COLLECTION, 200, 202),
     )
     async def collection_poll(task_id: str, job_id: str, request: Request) -> Response:
+        if await is_dap19(task_id):
+            raise _not_allowed(task_id, "GET, DELETE")
         answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
         return _respond(answer, dap.MEDIA_COLLECTION)
 
@@ -300,6 +413,11 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         return _respond(await _call(agg.delete_collection_job, task_id, job_id, request.headers))
 
     return router
+
+
+async def _call_task(agg: Aggregator, task_id: str) -> Task:
+    task: Task = await run_in_threadpool(agg.task, task_id)
+    return task
 
 
 def _task_key(task_id: str) -> bytes:

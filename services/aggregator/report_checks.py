@@ -1,5 +1,12 @@
-"""One validation of a report share for both aggregators (DAP-09 §4.4.2, §4.5.1.3-§4.5.1.4;
-digest §8 "who checks what").
+"""One validation of a report share for both aggregators and both DAP versions (DAP-09
+§4.4.2, §4.5.1.3-§4.5.1.4, digest §8; DAP-19 §4.4.2.2, §4.5.3.3-§4.5.3.4, dap-19.md digest §9
+"who checks what").
+
+The task's `wire` supplies what the versions do differently: the info label and AAD (DAP-19
+binds the TaskConfiguration), the PlaintextInputShare, time units (checks compare seconds),
+the lifetime (`task_expiration`, or DAP-19's `task_interval`: before it is task_not_started,
+after it task_expired, both DAP-19's report_dropped) and DAP-19's report-extension rules (order,
+a type in both lists, unsupported types: `unsupported_extension`), checked before sagg's own.
 
 The leader checks its own input share at upload and the helper its own at aggregation-job
 init, with the same checks in the order DAP-09 §4.5.1.4 gives the helper: the HPKE config id,
@@ -16,9 +23,10 @@ sizes), the report time against the clock and the task's window, then sagg's ext
   was spent before is the datastore's, in the transaction that accepts the report.
 
 A failed check is a `Refusal`, one vocabulary for both roles: its `problem` is what the leader
-answers the upload (DAP-09 §4.4.2), its `prepare_error` what the helper answers in the
-PrepareResp (DAP-09 §4.5.1.4), and its `reason` the counter label (`rejection_counts`; at
-aggregation the PrepareError's name unless that is invalid_message, which many checks give).
+answers a DAP-09 upload (DAP-09 §4.4.2), its `prepare_error` what the helper answers in the
+PrepareResp (DAP-09 §4.5.1.4), its `report_error` DAP-19's code in UploadErrors and VerifyResp,
+and its `reason` the counter label (`rejection_counts`; at aggregation the PrepareError's name
+unless that is invalid_message, which many checks give).
 The leader's upload (`Aggregator.upload`) checks the whole Report first (its encoding, the
 helper ciphertext's size); the datastore adds replays, collected batches and spent tokens.
 """
@@ -35,10 +43,11 @@ from services.aggregator.datastore import TokenSpend
 from services.aggregator.datastore.uploads import REASON_TOKEN_SPENT
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import IssuerKeyCache
+from services.aggregator.wire import REPORT_ERROR_OF
 from shared import hpke
 from shared.codec import DecodeError
+from shared.dap import messages19
 from shared.dap.extensions import decode_extensions, token_challenge, token_window_start
-from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.messages import (
     HpkeCiphertext,
     PlaintextInputShare,
@@ -46,6 +55,7 @@ from shared.dap.messages import (
     ReportMetadata,
     Role,
 )
+from shared.dap.messages19 import ReportError
 from shared.dap.problems import ProblemType
 from shared.privacypass.verify import InvalidTokenError, verify_token
 
@@ -73,10 +83,14 @@ class Refusal(Enum):
     MALFORMED_SHARE = ("invalid_message", _INVALID)
     TOO_EARLY = ("report_too_early", ProblemType.REPORT_TOO_EARLY, PrepareError.REPORT_TOO_EARLY)
     TASK_EXPIRED = ("task_expired", _REJECTED, PrepareError.TASK_EXPIRED)
+    #: DAP-19 only: before the task's `task_interval` (-18's task_not_started).
+    TASK_NOT_STARTED = ("task_not_started", _REJECTED, PrepareError.REPORT_DROPPED)
     #: Older than `report_expiry_age`: its id may already have left the replay set
     #: (`drivers.garbage`), so a replay could not be told.
     REPORT_EXPIRED = ("report_expired", _REJECTED, PrepareError.REPORT_DROPPED)
     EXTENSION = ("invalid_extension", _INVALID)
+    #: DAP-19 only (#789): an extension type this aggregator does not implement.
+    UNSUPPORTED_EXTENSION = ("unsupported_extension", _INVALID)
     BINDING_MISSING = "binding_missing"
     BINDING_MISMATCH = "binding_mismatch"
     TOKEN_MISSING = "token_missing"
@@ -116,6 +130,11 @@ class Refusal(Enum):
         return _DETAILS.get(self, "report binding or token refused")
 
     @property
+    def report_error(self) -> ReportError:
+        """DAP-19's per-report error for this refusal (UploadErrors and VerifyResp)."""
+        return _REPORT_ERRORS.get(self) or REPORT_ERROR_OF[self.prepare_error]
+
+    @property
     def aggregation_reason(self) -> str | None:
         """The counter reason at aggregation: None for the PrepareError's own name (what the
         leader counts of the helper's answers too), refined only for invalid_message, which
@@ -135,6 +154,16 @@ _DETAILS: Final = {
     Refusal.EXTENSION: "unrecognized or repeated report extension",
     Refusal.REPLAYED: "report id already seen",
     Refusal.BATCH_COLLECTED: "the report's batch was already collected",
+}
+
+
+#: DAP-19 codes where the DAP-09 PrepareError does not say it (digest §5.4, §6.5): an unknown
+#: config id, an expired report and a report into a collected batch at upload (ambiguity 9:
+#: the text's report_replayed).
+_REPORT_ERRORS: Final = {
+    Refusal.HELPER_SHARE_SIZE: ReportError.INVALID_MESSAGE,
+    Refusal.UNSUPPORTED_EXTENSION: ReportError.UNSUPPORTED_EXTENSION,
+    Refusal.BATCH_COLLECTED: ReportError.REPORT_REPLAYED,
 }
 
 
@@ -160,7 +189,7 @@ class ReportChecker:
         self,
         task: Task,
         role: Role,
-        metadata: ReportMetadata,
+        metadata: ReportMetadata | messages19.ReportMetadata,
         public_share: bytes,
         ciphertext: HpkeCiphertext,
         now: int,
@@ -168,10 +197,12 @@ class ReportChecker:
         wait: bool = True,
         fetch: bool = True,
     ) -> Accepted | Refusal:
-        """Check the input share of `role` (this aggregator's own) of one report.
+        """Check the input share of `role` (this aggregator's own) of one report, under the
+        task's DAP version (`task.wire`: labels, AAD, time units, extension rules).
 
         Raises `IssuerUnavailableError` when the task's issuer keys cannot be had; `wait` and
         `fetch` are `IssuerKeyCache.keys`'s."""
+        wire = task.wire
         keypair = self.keypair(ciphertext.config_id)
         if keypair is None:
             return Refusal.UNKNOWN_CONFIG
@@ -179,14 +210,14 @@ class ReportChecker:
             plaintext = hpke.open(
                 keypair,
                 ciphertext.enc,
-                input_share_info(role),
-                input_share_aad(task.id, metadata, public_share),
+                wire.input_share_info(role),
+                wire.input_share_aad(metadata, public_share),
                 ciphertext.payload,
             )
         except hpke.HpkeError:
             return Refusal.UNDECRYPTABLE
         try:
-            share = PlaintextInputShare.decode(plaintext)
+            share = wire.decode_plaintext_input_share(plaintext)
         except DecodeError:
             return Refusal.MALFORMED_SHARE
         agg_id = 0 if role == Role.LEADER else 1
@@ -195,19 +226,29 @@ class ReportChecker:
             or len(public_share) != task.vdaf.public_share_len()
         ):
             return Refusal.MALFORMED_SHARE
-        if metadata.time > now + self.settings.clock_skew_s:
+        time_s = wire.seconds(metadata.time)
+        if time_s > now + self.settings.clock_skew_s:
             return Refusal.TOO_EARLY
-        if task.task_expiration is not None and metadata.time > task.task_expiration:
+        if wire.expired(time_s):
             return Refusal.TASK_EXPIRED
-        if task.expired_report(metadata.time, now):
+        if wire.not_started(time_s):
+            return Refusal.TASK_NOT_STARTED
+        if task.expired_report(time_s, now):
             return Refusal.REPORT_EXPIRED
+        extension_error = wire.extension_error(metadata, share)
+        if extension_error is not None:
+            return (
+                Refusal.UNSUPPORTED_EXTENSION
+                if extension_error == ReportError.UNSUPPORTED_EXTENSION
+                else Refusal.EXTENSION
+            )
         grace_s = (
             self.settings.token_upload_grace_s
             if role == Role.LEADER
             else self.settings.token_aggregation_grace_s
         )
         refusal, spend = self._check_extensions(
-            task, role, metadata, share, now, grace_s, wait=wait, fetch=fetch
+            task, role, time_s, share, now, grace_s, wait=wait, fetch=fetch
         )
         return refusal if refusal is not None else Accepted(share.payload, spend)
 
@@ -215,7 +256,7 @@ class ReportChecker:
         self,
         task: Task,
         role: Role,
-        metadata: ReportMetadata,
+        time_s: int,
         share: PlaintextInputShare,
         now: int,
         grace_s: int,
@@ -241,16 +282,14 @@ class ReportChecker:
         token = parsed.token
         if token is None:
             return Refusal.TOKEN_MISSING, None
-        window_end = token_window_start(metadata.time, policy.window_seconds) + (
-            policy.window_seconds
-        )
+        window_end = token_window_start(time_s, policy.window_seconds) + (policy.window_seconds)
         if now > window_end + grace_s:
             return Refusal.TOKEN_EXPIRED, None
         if not policy.pins(token.token_key_id):
             return Refusal.TOKEN_KEY_NOT_PINNED, None
         if not self.issuer_keys.allows(policy.issuer_url):
             return Refusal.TOKEN_ISSUER_NOT_ALLOWED, None
-        challenge = token_challenge(task.id, metadata.time, policy, role)
+        challenge = token_challenge(task.id, time_s, policy, role)
         keys = self.issuer_keys.keys(policy.issuer_url, token.token_key_id, wait=wait, fetch=fetch)
         try:
             verify_token(token, keys, challenge.digest())

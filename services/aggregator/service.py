@@ -1,4 +1,5 @@
-"""The aggregator's protocol logic, independent of HTTP framing (DAP-09 §4.4-§4.6).
+"""The aggregator's protocol logic, independent of HTTP framing (DAP-09 §4.4-§4.6; the DAP-19
+wire of the same logic is in `wire`, `bulk_upload`, `dap19_helper` and `dap19_collection`).
 
 Each public method handles one DAP request for whichever role the task gives this aggregator
 and raises `DapProblemError` with the exact problem type of the digest's "who checks what"
@@ -32,7 +33,7 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -41,12 +42,15 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from services.aggregator.aggregate import ShareAdder
+from services.aggregator.answer import Answer
+from services.aggregator.batch_validation import DapBatchRules
 from services.aggregator.batches import (
     batch_id_key,
     bucket_key,
     interval_is_valid,
     selector_key_range,
 )
+from services.aggregator.bulk_upload import bulk_upload
 from services.aggregator.datastore import (
     CollectionState,
     Datastore,
@@ -57,6 +61,7 @@ from services.aggregator.datastore import (
     TokenSpend,
     UploadOutcome,
 )
+from services.aggregator.noise import noised_share
 from services.aggregator.rate_policy import RateLimit
 from services.aggregator.report_checks import Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
@@ -65,26 +70,24 @@ from services.aggregator.tokens import (
     IssuerKeyCache,
     IssuerKeysPendingError,
     IssuerUnavailableError,
+    issuer_answer,
 )
 from services.aggregator.uploads import QueueFullError, UploadWriter
+from services.aggregator.wire import Wire, Wire09, Wire19
 from services.common.auth import presented_token, token_matches
 from services.common.clock import Clock
-from services.common.problems import DapProblemError, HttpProblemError
+from services.common.problems import DapProblemError, HttpProblemError, ServiceError
 from shared import hpke
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
-from shared.dap.hpke_context import (
-    aggregate_share_aad,
-    aggregate_share_info,
-)
-from shared.dap.ids import AggregationJobId, CollectionJobId, TaskId
+from shared.dap.hpke_context import aggregate_share_aad
+from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, TaskId
 from shared.dap.messages import (
     AggregateShare,
     AggregateShareReq,
     AggregationJobContinueReq,
     AggregationJobInitReq,
     AggregationJobResp,
-    BatchSelector,
     CollectionReq,
     FixedSizeQueryType,
     HpkeCiphertext,
@@ -94,13 +97,19 @@ from shared.dap.messages import (
     PrepareResp,
     QueryType,
     Report,
+    ReportMetadata,
+    ReportShare,
     Role,
 )
+from shared.dap.messages19 import AggregationJobContinueReq as AggregationJobContinueReq19
+from shared.dap.messages19 import Report as Report19
+from shared.dap.messages19 import ReportMetadata as ReportMetadata19
+from shared.dap.messages19 import ReportShare as ReportShare19
 from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
-from shared.dp.aggregator_noise import add_noise
-from shared.dp.samplers import RandBits, discrete_gaussian_vector, discrete_laplace_vector
+from shared.dap.task_configuration import FieldValues, task_configuration
+from shared.dp.samplers import RandBits
 from shared.vdaf import ping_pong
 from shared.vdaf.field import FieldArray
 from shared.vdaf.prio3 import PrepStatus, Prio3
@@ -126,6 +135,7 @@ _COLLECTION_FAILURES: Final = {
 }
 
 HTTP_CREATED = 201
+HTTP_FORBIDDEN = 403
 HTTP_CONFLICT = 409
 
 
@@ -148,6 +158,8 @@ class Task:
     leader_endpoint: str
     helper_endpoint: str
     record: TaskRecord
+    #: The task's DAP version: what its messages look like (`services.aggregator.wire`).
+    wire: Wire
     recipe_digest: bytes | None = None
     tokens: TokenPolicy | None = None
     noise: AggregatorNoise | None = None
@@ -159,10 +171,17 @@ class Task:
 
     @cached_property
     def max_report_len(self) -> int:
-        """The largest upload body of this task (`shared.dap.sizes`)."""
-        return max_report_len(
+        """The largest report of this task (`shared.dap.sizes`; a DAP-19 ReportMetadata has
+        two more bytes, the empty public extensions' length)."""
+        extra = 2 if isinstance(self.wire, Wire19) else 0
+        return extra + max_report_len(
             self.vdaf, token=self.tokens is not None, binding=self.recipe_digest is not None
         )
+
+    def max_upload_len(self, max_reports: int) -> int:
+        """The largest upload body: one report in DAP-09, `max_reports` in a DAP-19
+        UploadRequest."""
+        return self.max_report_len * (max_reports if isinstance(self.wire, Wire19) else 1)
 
     @cached_property
     def helper_ciphertext_bounds(self) -> tuple[int, int]:
@@ -175,6 +194,13 @@ class Task:
         """A DAP problem about this task (its document names the task: `taskid`)."""
         return DapProblemError(kind, detail, task_id=self.b64, status=status)
 
+    def unauthorized(self, detail: str) -> ServiceError:
+        """DAP-09's `unauthorizedRequest`; DAP-19 has no problem type for it (DAP-19 §3.6:
+        a plain 403, never an unregistered DAP URN)."""
+        if isinstance(self.wire, Wire19):
+            return HttpProblemError(HTTP_FORBIDDEN, detail, task_id=self.b64)
+        return self.problem(ProblemType.UNAUTHORIZED_REQUEST, detail)
+
     def expired_report(self, report_time: int, now: int) -> bool:
         """Older than `report_expiry_age`: refused, since its replay record may be gone."""
         return self.report_expiry_age is not None and report_time < now - self.report_expiry_age
@@ -185,6 +211,14 @@ class Task:
         if self.rate_validation is None:
             return None
         return RateLimit(self.time_precision, self.rate_validation.max_reports_per_bucket)
+
+    @property
+    def batch_rules(self) -> DapBatchRules:
+        """What batch validation checks (`services.aggregator.batch_validation`). DAP-19 has
+        no maximum batch size and queries a batch once (digest §8)."""
+        if isinstance(self.wire, Wire19):
+            return DapBatchRules(self.min_batch_size, None, 1)
+        return DapBatchRules(self.min_batch_size, self.max_batch_size, self.max_batch_query_count)
 
     @property
     def bucket_precision(self) -> int | None:
@@ -201,13 +235,33 @@ class Task:
         return self.max_batch_size or self.min_batch_size
 
 
+def _wire(task_id: TaskId, d: Mapping[str, Any], vdaf: VdafSpec) -> Wire:
+    expiration = None if d.get("task_expiration") is None else int(d["task_expiration"])
+    if d.get("dap", "dap-09") == "dap-09":
+        return Wire09(task_id, int(d["time_precision"]), expiration)
+    config, raw = task_configuration(
+        FieldValues(
+            leader_endpoint=str(d["leader_endpoint"]),
+            helper_endpoint=str(d["helper_endpoint"]),
+            time_precision=int(d["time_precision"]),
+            min_batch_size=int(d["min_batch_size"]),
+            query_type=QueryType(int(d["query_type"])),
+            vdaf=vdaf,
+            task_expiration=expiration,
+            task_configuration=d.get("task_configuration"),
+        )
+    )
+    return Wire19(task_id, config, raw)
+
+
 def task_from_record(record: TaskRecord) -> Task:
     d: Mapping[str, Any] = record.definition
+    spec = VdafSpec.model_validate(d["vdaf"])
     return Task(
         id=TaskId(record.task_id),
         role=record.role,
         query_type=QueryType(int(d["query_type"])),
-        vdaf=VdafSpec.model_validate(d["vdaf"]).instance(),
+        vdaf=spec.instance(),
         verify_key=b64url_decode(d["vdaf_verify_key"], "vdaf_verify_key"),
         min_batch_size=int(d["min_batch_size"]),
         max_batch_size=None if d.get("max_batch_size") is None else int(d["max_batch_size"]),
@@ -223,6 +277,7 @@ def task_from_record(record: TaskRecord) -> Task:
         leader_endpoint=str(d["leader_endpoint"]),
         helper_endpoint=str(d["helper_endpoint"]),
         record=record,
+        wire=_wire(TaskId(record.task_id), d, spec),
         recipe_digest=None
         if d.get("recipe_digest") is None
         else b64url_decode(str(d["recipe_digest"]), "recipe_digest"),
@@ -236,38 +291,22 @@ def task_from_record(record: TaskRecord) -> Task:
     )
 
 
-def noised_share(
-    task: Task, agg_share: FieldArray, randbits: RandBits = secrets.randbits
-) -> FieldArray:
-    """The aggregate share plus fresh noise on every coordinate (004 §5, §6.1.2), or the share
-    itself for a task without aggregator noise.
+@dataclass(frozen=True)
+class JobShare:
+    """One report of a helper aggregation job, in either DAP version: its metadata (for the
+    AAD; its time in the version's unit), the report share and the leader's first message."""
 
-    The noise comes from the exact CKS20 samplers driven by `randbits` (a cryptographic source
-    in production: numpy's PRNG is predictable and its floats are not exact). Negative noise
-    wraps to p - |z| in the field; the collector decodes signed (`decode_signed`). Callers
-    store the result: a share noised twice would let the collector average the noise away.
-    """
-    noise = task.noise
-    if noise is None:
-        return agg_share
-    size = agg_share.shape[0]
-    if noise.mechanism == "discrete_gaussian":
-        values = discrete_gaussian_vector(noise.parameter, size, randbits)
-    else:
-        values = discrete_laplace_vector(noise.parameter, size, randbits)
-    return add_noise(task.vdaf.field, agg_share, values)
+    metadata: ReportMetadata | ReportMetadata19
+    report_share: ReportShare | ReportShare19
+    inbound: bytes
+
+
+#: Writes a job's response from its final outcomes, outbound messages and check refusals.
+EncodeJobResponse = Callable[[list[ReportOutcome], dict[int, bytes], dict[int, Refusal]], bytes]
 
 
 def _refuse_fetch(url: str) -> httpx.Response:
     raise httpx.ConnectError(f"no HTTP client to fetch {url}")
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    body: bytes = b""
-    media_type: str | None = None
-    headers: dict[str, str] | None = None
 
 
 _STORE_REFUSALS: dict[str, Refusal] = {
@@ -406,6 +445,12 @@ class Aggregator:
                 return True, None
         return False, None
 
+    def cached_task_by_id_str(self, task_id: str) -> Task | None:
+        """The task from memory alone, whatever its role; None when only the store can tell
+        (or the id is unknown: `task` then says so)."""
+        found, task = self.cached_task_by_id(_task_key(task_id))
+        return task if found else None
+
     def cached_task(self, task_id: str, role: str) -> Task | None:
         """`task` from memory alone (no store query, so safe on the event loop); None when
         only the store can tell."""
@@ -465,11 +510,11 @@ class Aggregator:
 
     def check_aggregator_auth(self, task: Task, headers: Mapping[str, str]) -> None:
         if not token_matches(task.record.aggregator_token_hash, presented_token(headers)):
-            raise task.problem(ProblemType.UNAUTHORIZED_REQUEST, "bad aggregator token")
+            raise task.unauthorized("bad aggregator token")
 
     def check_collector_auth(self, task: Task, headers: Mapping[str, str]) -> None:
         if not token_matches(task.record.collector_token_hash, presented_token(headers)):
-            raise task.problem(ProblemType.UNAUTHORIZED_REQUEST, "bad collector token")
+            raise task.unauthorized("bad collector token")
 
     # --- upload (leader, DAP-09 §4.4.2) ------------------------------------------------------
 
@@ -494,6 +539,9 @@ class Aggregator:
         except DapProblemError as exc:
             done(exc)
             return
+        if isinstance(task.wire, Wire19):
+            bulk_upload(self, task, body, done, wait=wait, fetch=fetch)
+            return
         full = HttpProblemError(
             503,
             "the upload queue is full",
@@ -502,12 +550,8 @@ class Aggregator:
         )
         try:
             report = self._validate_upload(task, body, wait=wait, fetch=fetch)
-        except IssuerKeysPendingError as exc:
-            done(exc)
-            return
-        except IssuerUnavailableError:
-            # Not the client's fault: 503 tells it to retry, the report is not refused.
-            done(HttpProblemError(503, "the token issuer is unavailable", task_id=task.b64))
+        except (IssuerKeysPendingError, IssuerUnavailableError) as exc:
+            done(issuer_answer(task.b64, exc))
             return
         try:
             if isinstance(report, Refusal):
@@ -522,12 +566,19 @@ class Aggregator:
     def _validate_upload(
         self, task: Task, body: bytes, *, wait: bool, fetch: bool
     ) -> NewReport | Refusal:
-        """The report to store, or why it is refused: the leader's own input share is checked
-        as the helper checks its own (`report_checks`), after the checks of the whole Report."""
+        """The report to store, or why it is refused (`validate_report`)."""
         try:
             report = Report.decode(body)
         except DecodeError:
             return Refusal.MALFORMED_REPORT
+        return self.validate_report(task, report, self.clock.now(), wait=wait, fetch=fetch)
+
+    def validate_report(
+        self, task: Task, report: Report | Report19, now: int, *, wait: bool, fetch: bool
+    ) -> NewReport | Refusal:
+        """The report to store, or why it is refused: the leader's own input share is checked
+        as the helper checks its own (`report_checks`), after the checks of the whole Report.
+        Its time is stored in seconds whatever the task's DAP version (`wire`)."""
         helper_share = report.helper_encrypted_input_share
         smallest, largest = task.helper_ciphertext_bounds
         # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
@@ -535,7 +586,6 @@ class Aggregator:
         if len(helper_share.enc) != hpke.ENC_SIZE or not smallest <= helper_len <= largest:
             return Refusal.HELPER_SHARE_SIZE
         metadata = report.report_metadata
-        now = self.clock.now()
         checked = self.checks.check(
             task,
             Role.LEADER,
@@ -548,15 +598,16 @@ class Aggregator:
         )
         if isinstance(checked, Refusal):
             return checked
+        time_s = task.wire.seconds(metadata.time)
         batch_key = (
-            bucket_key(metadata.time, task.time_precision)
+            bucket_key(time_s, task.time_precision)
             if task.query_type == QueryType.TIME_INTERVAL
             else None
         )
         return NewReport(
             task.id.value,
             metadata.report_id.value,
-            metadata.time,
+            time_s,
             report.public_share,
             checked.payload,
             helper_share.encode(),
@@ -570,6 +621,8 @@ class Aggregator:
     def helper_init(
         self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes
     ) -> Answer:
+        """PUT aggregation job (DAP-09 §4.5.1.2): the whole-job checks of DAP-09, then
+        `prepare_job`."""
         task = self.task(task_id, "helper")
         self.check_aggregator_auth(task, headers)
 
@@ -581,17 +634,9 @@ class Aggregator:
             request = AggregationJobInitReq.decode(body)
         except DecodeError:
             raise invalid("malformed aggregation job id or AggregationJobInitReq") from None
-        existing = self.ds.aggregation_job(task.id.value, job.value)
-        if existing is not None:
-            # Cheap early answer for re-sends; helper_init_job decides again atomically.
-            if (
-                existing["request_hash"] is not None
-                and bytes(existing["request_hash"]) == hashlib.sha256(body).digest()
-                and int(existing["step"]) == 0
-                and existing["state"] != JobState.ABANDONED
-            ):
-                return Answer(HTTP_CREATED, bytes(existing["response"]))
-            raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
+        stored = self.stored_init_response(task, job.value, body)
+        if stored is not None:
+            return Answer(HTTP_CREATED, stored)
         if request.part_batch_selector.query_type != task.query_type:
             raise invalid("query type does not match the task")
         if request.agg_param != b"":
@@ -600,26 +645,80 @@ class Aggregator:
         if len(set(ids)) != len(ids):
             raise invalid("duplicate report ids in the job")
 
+        def encode(final: list[ReportOutcome], messages: dict[int, bytes], _: object) -> bytes:
+            resps = [
+                PrepareResp.continued(ids[i], messages[i])
+                if o.error is None
+                else PrepareResp.rejected(ids[i], o.error)
+                for i, o in enumerate(final)
+            ]
+            return AggregationJobResp(tuple(resps)).encode()
+
+        shares = [
+            JobShare(p.report_share.report_metadata, p.report_share, p.payload)
+            for p in request.prepare_inits
+        ]
+        batch_id = request.part_batch_selector.batch_id
+        return Answer(
+            HTTP_CREATED, self.prepare_job(task, job.value, body, shares, batch_id, encode)
+        )
+
+    def stored_init_response(self, task: Task, job: bytes, body: bytes) -> bytes | None:
+        """The stored answer to an identical re-send of a job's init request, None for a new
+        job, `invalidMessage` (409) for a job id taken by another request."""
+        existing = self.ds.aggregation_job(task.id.value, job)
+        if existing is None:
+            return None
+        # Cheap early answer for re-sends; helper_init_job decides again atomically.
+        if (
+            existing["request_hash"] is not None
+            and bytes(existing["request_hash"]) == hashlib.sha256(body).digest()
+            and int(existing["step"]) == 0
+            and existing["state"] != JobState.ABANDONED
+        ):
+            return bytes(existing["response"])
+        raise task.problem(
+            ProblemType.INVALID_MESSAGE,
+            "aggregation job exists with a different request",
+            HTTP_CONFLICT,
+        )
+
+    def prepare_job(
+        self,
+        task: Task,
+        job: bytes,
+        body: bytes,
+        shares: Sequence[JobShare],
+        batch_id: BatchId | None,
+        encode: EncodeJobResponse,
+    ) -> bytes:
+        """The helper's side of one aggregation job, whatever the DAP version (DAP-09
+        §4.5.1.3-§4.5.1.4, DAP-19 §4.5.3.2-§4.5.3.4): check every report share
+        (`report_checks`), prepare the passing ones in one batch, and store the job, its
+        outcomes and output shares once (`helper_init_job`: replays, collected batches and
+        spent tokens). `encode` writes the response in the task's version from the final
+        outcomes, the outbound messages and the refusals of the checks, by report index."""
         now = self.clock.now()
         vdaf = task.vdaf
+        wire = task.wire
         errors: list[PrepareError | None] = []
         reasons: list[str | None] = []
         spends: list[TokenSpend | None] = []
+        refusals: dict[int, Refusal] = {}
         candidates: list[int] = []
         nonces: list[bytes] = []
         public_shares: list[bytes] = []
         input_shares: list[bytes] = []
         inbound: list[bytes] = []
         checks = self.checks
-        for i, prep_init in enumerate(request.prepare_inits):
-            share = prep_init.report_share
+        for i, share in enumerate(shares):
             try:
                 check = checks.check(
                     task,
                     Role.HELPER,
-                    share.report_metadata,
-                    share.public_share,
-                    share.encrypted_input_share,
+                    share.metadata,
+                    share.report_share.public_share,
+                    share.report_share.encrypted_input_share,
                     now,
                 )
             except IssuerUnavailableError:
@@ -628,6 +727,7 @@ class Aggregator:
                     503, "the token issuer is unavailable", task_id=task.b64
                 ) from None
             if isinstance(check, Refusal):
+                refusals[i] = check
                 errors.append(check.prepare_error)
                 reasons.append(check.aggregation_reason)
                 spends.append(None)
@@ -636,13 +736,13 @@ class Aggregator:
             reasons.append(None)
             spends.append(check.spend)
             candidates.append(i)
-            nonces.append(share.report_metadata.report_id.value)
-            public_shares.append(share.public_share)
+            nonces.append(share.metadata.report_id.value)
+            public_shares.append(share.report_share.public_share)
             input_shares.append(check.payload)
-            inbound.append(prep_init.payload)
+            inbound.append(share.inbound)
 
         batch, outbound = ping_pong.helper_init(
-            vdaf, task.verify_key, nonces, public_shares, input_shares, inbound
+            vdaf, task.verify_key, nonces, public_shares, input_shares, inbound, wire.ctx
         )
         messages: dict[int, bytes] = {}
         out_index: dict[int, int] = {}
@@ -658,19 +758,18 @@ class Aggregator:
                 messages[i] = message
                 out_index[i] = j
 
-        batch_id = request.part_batch_selector.batch_id
         outcomes = []
-        for i, prep_init in enumerate(request.prepare_inits):
-            metadata = prep_init.report_share.report_metadata
+        for i, share in enumerate(shares):
+            time_s = wire.seconds(share.metadata.time)
             key = (
                 batch_id_key(batch_id)
                 if batch_id is not None
-                else bucket_key(metadata.time, task.time_precision)
+                else bucket_key(time_s, task.time_precision)
             )
             outcomes.append(
                 ReportOutcome(
-                    metadata.report_id.value,
-                    metadata.time,
+                    share.metadata.report_id.value,
+                    time_s,
                     key,
                     errors[i],
                     out_index.get(i),
@@ -679,53 +778,53 @@ class Aggregator:
                 )
             )
 
-        def build_response(final: list[ReportOutcome]) -> bytes:
-            resps = []
-            for i, o in enumerate(final):
-                rid = ids[i]
-                if o.error is None:
-                    resps.append(PrepareResp.continued(rid, messages[i]))
-                else:
-                    resps.append(PrepareResp.rejected(rid, o.error))
-            return AggregationJobResp(tuple(resps)).encode()
-
         result, response = self.ds.helper_init_job(
             task.id.value,
-            job.value,
+            job,
             body,
             None if batch_id is None else batch_id.value,
             outcomes,
             ShareAdder(vdaf, batch.out_shares),
             task.max_batch_size,
-            build_response,
+            lambda final: encode(final, messages, refusals),
             now,
             task.bucket_precision,
         )
         if result == "conflict" or response is None:
-            raise invalid("aggregation job exists with a different request", HTTP_CONFLICT)
-        return Answer(HTTP_CREATED, response)
+            raise task.problem(
+                ProblemType.INVALID_MESSAGE,
+                "aggregation job exists with a different request",
+                HTTP_CONFLICT,
+            )
+        return response
 
     def helper_continue(
         self, task_id: str, job_id: str, headers: Mapping[str, str], body: bytes
     ) -> Answer:
-        """POST aggregation job (DAP-09 §4.5.2). One-round Prio3 finishes at init, so no report
-        ever waits for a continuation; the checks still run in the order §4.5.2.1 gives."""
+        """POST aggregation job (DAP-09 §4.5.2, DAP-19 §4.5.4.2: the same checks; DAP-19's
+        decoder refuses step 0 and duplicate ids itself). One-round Prio3 finishes at init, so
+        no report ever waits for a continuation; the checks still run in the order §4.5.2.1
+        gives."""
         task = self.task(task_id, "helper")
         self.check_aggregator_auth(task, headers)
 
         try:
             job = AggregationJobId.from_b64url(job_id)
-            request = AggregationJobContinueReq.decode(body)
+            if isinstance(task.wire, Wire19):
+                request19 = AggregationJobContinueReq19.decode(body)
+                step, ids = request19.step, [p.report_id for p in request19.verify_continues]
+            else:
+                request = AggregationJobContinueReq.decode(body)
+                step, ids = request.step, [p.report_id for p in request.prepare_continues]
         except DecodeError:
             raise task.problem(ProblemType.INVALID_MESSAGE, "malformed continue request") from None
         row = self.ds.aggregation_job(task.id.value, job.value)
         if row is None or row["role"] != "helper" or row["state"] == JobState.ABANDONED:
             raise task.problem(ProblemType.UNRECOGNIZED_AGGREGATION_JOB, "unknown aggregation job")
-        if request.step == 0:
+        if step == 0:
             raise task.problem(ProblemType.INVALID_MESSAGE, "step 0 is not a continuation")
-        if request.step != int(row["step"]) + 1:
+        if step != int(row["step"]) + 1:
             raise task.problem(ProblemType.STEP_MISMATCH, f"the job is at step {row['step']}")
-        ids = [p.report_id for p in request.prepare_continues]
         if len(set(ids)) != len(ids):
             raise task.problem(ProblemType.INVALID_MESSAGE, "duplicate report ids")
         waiting = {
@@ -772,27 +871,46 @@ class Aggregator:
         ):
             raise task.problem(ProblemType.BATCH_INVALID, "batch interval is not aligned")
         lo, hi = selector_key_range(selector)
+        response = self.release_helper_share(
+            task,
+            selector.encode(),
+            request.agg_param,
+            (lo, hi),
+            selector.query_type == QueryType.FIXED_SIZE,
+            (request.report_count, request.checksum),
+            aggregate_share_aad(task.id, b"", selector),
+        )
+        return Answer(200, response)
+
+    def release_helper_share(
+        self,
+        task: Task,
+        selector: bytes,
+        agg_param: bytes,
+        key_range: tuple[bytes, bytes],
+        is_batch_id: bool,
+        leader_totals: tuple[int, bytes],
+        aad: bytes,
+    ) -> bytes:
+        """The helper's encoded AggregateShare of a batch, released once after batch and rate
+        validation (DAP-09 §4.6.2, DAP-19 §4.6.7); a refusal raises the task's problem.
+        `leader_totals` is the leader's (report_count, checksum) of the batch."""
 
         def build_response(agg_share: bytes) -> bytes:
             # Noised inside the datastore transaction that stores the answer: a re-sent
             # request gets these same bytes, so the noise is drawn once per batch (004 §5).
-            noised = noised_share(task, task.vdaf.decode_agg_share(agg_share), self.noise_randbits)
-            return AggregateShare(
-                seal_aggregate_share(task, Role.HELPER, selector, noised)
-            ).encode()
+            share = task.vdaf.decode_agg_share(agg_share)
+            noised = noised_share(task.noise, task.vdaf.field, share, self.noise_randbits)
+            return AggregateShare(seal_aggregate_share(task, Role.HELPER, aad, noised)).encode()
 
         refusal, response = self.ds.helper_aggregate_share(
             task.id.value,
-            selector.encode(),
-            request.agg_param,
-            lo,
-            hi,
-            selector.query_type == QueryType.FIXED_SIZE,
-            request.report_count,
-            request.checksum,
-            task.min_batch_size,
-            task.max_batch_size,
-            task.max_batch_query_count,
+            selector,
+            agg_param,
+            *key_range,
+            is_batch_id,
+            *leader_totals,
+            task.batch_rules,
             ShareAdder(task.vdaf),
             build_response,
             self.clock.now(),
@@ -801,7 +919,7 @@ class Aggregator:
         if refusal is not None:
             raise task.problem(refusal.problem, refusal.detail)
         assert response is not None
-        return Answer(200, response)
+        return response
 
     # --- collection (leader, DAP-09 §4.6.1) --------------------------------------------------
 
@@ -842,7 +960,7 @@ class Aggregator:
             request.agg_param,
             batch_key,
             interval,
-            task.max_batch_query_count,
+            task.batch_rules,
             self.clock.now(),
         )
         if kind is not None:
@@ -860,9 +978,13 @@ class Aggregator:
         self.check_collector_auth(task, headers)
         row = self._collection_row(task, job_id)
         state = row["state"]
+        dap19 = isinstance(task.wire, Wire19)
         if state == CollectionState.FINISHED:
             return Answer(200, bytes(row["result"]))
         if state == CollectionState.DELETED:
+            # DAP-19: an empty 2xx would mean "pending" (DAP-19 §3.1); a deleted job is gone.
+            if dap19:
+                raise HttpProblemError(404, "the collection job was deleted", task_id=task.b64)
             return Answer(204)
         if state == CollectionState.FAILED:
             try:
@@ -874,7 +996,9 @@ class Aggregator:
                 ) from None
             detail = _COLLECTION_FAILURES.get(kind, "the helper refused the aggregate share")
             raise task.problem(kind, f"the collection failed: {detail}")
-        return Answer(202, headers={"Retry-After": str(self.settings.collection_retry_s)})
+        # DAP-19 §3.1: pending is any 2xx with an empty body; DAP-09 §4.6.1 says 202.
+        pending = 200 if dap19 else 202
+        return Answer(pending, headers={"Retry-After": str(self.settings.collection_retry_s)})
 
     def delete_collection_job(
         self, task_id: str, job_id: str, headers: Mapping[str, str]
@@ -897,14 +1021,15 @@ class Aggregator:
 
 
 def seal_aggregate_share(
-    task: Task, role: Role, selector: BatchSelector, agg_share: FieldArray
+    task: Task, role: Role, aad: bytes, agg_share: FieldArray
 ) -> HpkeCiphertext:
-    """Encrypt an aggregate share to the collector (DAP-09 §4.6.4)."""
+    """Encrypt an aggregate share to the collector under the task's version's info label
+    (DAP-09 §4.6.4, DAP-19 §4.6.7); `aad` is that version's AggregateShareAad."""
     config = task.collector_config
     enc, payload = hpke.seal(
         config.public_key,
-        aggregate_share_info(role),
-        aggregate_share_aad(task.id, b"", selector),
+        task.wire.aggregate_share_info(role),
+        aad,
         task.vdaf.encode_agg_share(agg_share),
     )
     return HpkeCiphertext(config.id, enc, payload)

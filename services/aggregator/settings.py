@@ -65,6 +65,18 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     #: Shard rows per batch aggregation (write contention vs. collection cost).
     batch_shards: int = Field(default=8, ge=1)
     pg_pool_size: int = Field(default=8, ge=1)
+    #: As a DAP-19 helper, defer aggregation jobs (DAP-19 §3.1): the creation POST is checked
+    #: and answered with an empty 200, `Location` ...?step=0 and Retry-After
+    #: (`helper_retry_after_s`); the first poll (GET, or the identical POST) after that
+    #: prepares the job.
+    helper_defer_jobs: bool = False
+    helper_retry_after_s: int = Field(default=1, ge=0)
+    #: How long the leader's aggregation driver polls a DAP-19 helper that deferred a job
+    #: (Retry-After) before releasing it and asking again later.
+    helper_poll_s: float = Field(default=5.0, ge=0)
+    #: Most reports in one DAP-19 UploadRequest: its body is capped at this many of the task's
+    #: largest report.
+    upload_max_reports: int = Field(default=1000, ge=1)
     #: Most uploads stored in one transaction by the group-commit writer.
     upload_group_max: int = Field(default=256, ge=1)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import httpx
 
 from services.common.clock import Clock
+from services.common.problems import HttpProblemError, InternalError
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError, TokenKey
 from shared.privacypass.messages import TOKEN_TYPE_BLIND_RSA
@@ -48,20 +49,31 @@ _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)\"?\s*(?:,|$)", re.IGNOR
 Fetch = Callable[[str], httpx.Response]
 
 
-class IssuerUnavailableError(Exception):
+class IssuerUnavailableError(InternalError):
     """The issuer directory could not be fetched and no fresh copy is cached."""
 
 
-class IssuerNotAllowedError(Exception):
+class IssuerNotAllowedError(InternalError):
     """The issuer is not one this aggregator is configured to trust; nothing was fetched."""
 
 
-class IssuerKeysPendingError(Exception):
+class IssuerKeysPendingError(InternalError):
     """The issuer's directory is being fetched; `future` completes when the fetch ends."""
 
     def __init__(self, issuer_url: str, future: Future[_Entry]) -> None:
         super().__init__(issuer_url)
         self.future = future
+
+
+def issuer_answer(
+    task_id: str, exc: IssuerKeysPendingError | IssuerUnavailableError
+) -> IssuerKeysPendingError | HttpProblemError:
+    """What an upload gets when validation needs the token issuer: the pending signal as is
+    (the caller validates again once the issuer answered), or, since an unavailable issuer is
+    not the client's fault, a 503 that tells it to retry without refusing any report."""
+    if isinstance(exc, IssuerKeysPendingError):
+        return exc
+    return HttpProblemError(503, "the token issuer is unavailable", task_id=task_id)
 
 
 @dataclass(frozen=True)

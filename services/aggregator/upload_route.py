@@ -1,4 +1,5 @@
-"""PUT /tasks/{task_id}/reports (DAP-09 §4.4.2) as a plain ASGI route in front of FastAPI.
+"""PUT (DAP-09 §4.4.2) and POST (DAP-19 §4.4.2) /tasks/{task_id}/reports as a plain ASGI route
+in front of FastAPI.
 
 Uploads are the leader's hot path: FastAPI's middleware stack, routing, request objects and
 the thread-pool round trip cost more CPU than the upload's own work (decrypt, check, store).
@@ -8,7 +9,8 @@ task and key caches may need the store) and the report is stored by the group-co
 (`services.aggregator.uploads`). Other methods on the path get the 405 FastAPI would give.
 
 Every resource an upload takes is bounded, as Janus bounds them:
-- the body is capped at the task's exact largest report (`shared.dap.sizes`): a longer
+- the body is capped at the task's exact largest report (`shared.dap.sizes`; for DAP-19,
+  `upload_max_reports` of them): a longer
   Content-Length, or a chunked body one byte past it, is answered 413 (a DAP problem with the
   task id) and the rest is never read. The task is looked up before the body is read, from the
   caches when they know it (unknown ids are cached too: `Aggregator.cached_task`);
@@ -29,16 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 from starlette.types import Receive, Scope, Send
 
-from services.aggregator.service import Aggregator, Answer
+from services.aggregator.answer import Answer
+from services.aggregator.service import Aggregator
 from services.aggregator.tokens import IssuerKeysPendingError, IssuerUnavailableError
 from services.common.limits import content_too_large, declared_length
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
+    InternalError,
     ServiceError,
     log_problem,
 )
-from shared.dap.messages import MEDIA_REPORT
 from shared.dap.problems import ProblemType
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ _PREFIX = "/tasks/"
 _SUFFIX = "/reports"
 HTTP_METHOD_NOT_ALLOWED = 405
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
+#: PUT uploads one DAP-09 Report, POST a DAP-19 UploadRequest.
+_UPLOAD_METHODS = ("PUT", "POST")
 #: Validation is CPU under the GIL: a few threads keep the event loop free without thrashing.
 _validators = ThreadPoolExecutor(max_workers=4, thread_name_prefix="upload-validate")
 
@@ -66,14 +71,14 @@ def upload_task_id(scope: Scope) -> str | None:
     return task_id if task_id and "/" not in task_id else None
 
 
-def _media_type(scope: Scope) -> str:
+def _content_type(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return str(value.decode("latin-1").split(";")[0].strip().lower())
+            return str(value.decode("latin-1"))
     return ""
 
 
-class _BodyTooLargeError(Exception):
+class _BodyTooLargeError(InternalError):
     pass
 
 
@@ -130,22 +135,10 @@ async def _validate(agg: Aggregator, task_id: str, body: bytes, fetch: bool) -> 
 async def handle_upload(
     agg: Aggregator, gate: UploadGate, task_id: str, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    """Answer one request to the upload resource."""
-    if scope["method"] != "PUT":
-        headers = {"Allow": "PUT", "Connection": "close"}
-        not_allowed = ServiceError("Method Not Allowed", status=HTTP_METHOD_NOT_ALLOWED)
-        not_allowed.task_id, not_allowed.headers = task_id, headers
-        response = not_allowed.response()
-        await response(scope, receive, send)
-        return
-    if _media_type(scope) != MEDIA_REPORT:
-        problem = DapProblemError(
-            ProblemType.INVALID_MESSAGE,
-            f"expected Content-Type {MEDIA_REPORT}",
-            task_id=task_id,
-            status=HTTP_UNSUPPORTED_MEDIA_TYPE,
-        )
-        await _respond(problem, scope, receive, send, close=True)
+    """Answer one request to the upload resource: PUT of one Report for a DAP-09 task, POST
+    of an UploadRequest for a DAP-19 one (the task's version decides, never the body)."""
+    if scope["method"] not in _UPLOAD_METHODS:
+        await _not_allowed(", ".join(_UPLOAD_METHODS), task_id, scope, receive, send)
         return
     if gate.pending >= gate.limit:
         busy = HttpProblemError(
@@ -174,7 +167,20 @@ async def _upload(
     except DapProblemError as exc:
         await _respond(exc, scope, receive, send, close=True)
         return
-    limit = task.max_report_len
+    wire = task.wire
+    if scope["method"] != wire.upload_method:
+        await _not_allowed(wire.upload_method, task_id, scope, receive, send)
+        return
+    if not wire.is_upload_media_type(_content_type(scope)):
+        problem = DapProblemError(
+            ProblemType.INVALID_MESSAGE,
+            f"expected Content-Type {wire.upload_media_type}",
+            task_id=task_id,
+            status=HTTP_UNSUPPORTED_MEDIA_TYPE,
+        )
+        await _respond(problem, scope, receive, send, close=True)
+        return
+    limit = task.max_upload_len(agg.settings.upload_max_reports)
     length, _ = declared_length(scope)
     try:
         if length is not None and length > limit:
@@ -201,6 +207,16 @@ async def _upload(
     await _respond(result, scope, receive, send)
 
 
+async def _not_allowed(
+    allow: str, task_id: str, scope: Scope, receive: Receive, send: Send
+) -> None:
+    not_allowed = ServiceError("Method Not Allowed", status=HTTP_METHOD_NOT_ALLOWED)
+    not_allowed.task_id = task_id
+    not_allowed.headers = {"Allow": allow, "Connection": "close"}
+    response = not_allowed.response()
+    await response(scope, receive, send)
+
+
 async def _respond(
     result: Answer | Exception, scope: Scope, receive: Receive, send: Send, *, close: bool = False
 ) -> None:
@@ -213,9 +229,9 @@ async def _respond(
         return
     if not isinstance(result, ServiceError):
         # The exception text may quote request data; log only its type and the route.
-        log.error("unhandled %s on PUT %s", type(result).__name__, scope["path"])
+        log.error("unhandled %s on %s %s", type(result).__name__, scope["method"], scope["path"])
         result = ServiceError()
-    log_problem("PUT", scope["path"], result)
+    log_problem(scope["method"], scope["path"], result)
     response = result.response()
     if close:
         # Answered before the body was read: the rest of it is never read.

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.aggregator.datastore import Datastore, NewReport
 from services.common.db import TransientDbError
+from services.common.problems import InternalError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ Done = Callable[[str | Exception], None]
 COUNTED = "counted"
 
 
-class QueueFullError(Exception):
+class QueueFullError(InternalError):
     """The writer already holds `max_queue` uploads: try again later."""
 
 

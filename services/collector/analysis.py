@@ -63,7 +63,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from shared.dap.task import CALIBRATION_RTOL, AggregatorNoise, CollectorTaskInfo
+from services.common.problems import InternalError
+from shared.dap.task import CALIBRATION_RTOL, VDAF_OF_DAP, AggregatorNoise, CollectorTaskInfo
 from shared.dp import amplification as amp
 from shared.dp.aggregator_noise import decode_signed, noise_guarantee
 from shared.dp.estimators import Estimate, z_value
@@ -141,7 +142,7 @@ AnyRecipe = Recipe | RecipeDraft
 AGGREGATORS = 2
 
 
-class AnalysisError(ValueError):
+class AnalysisError(InternalError, ValueError):
     """The collection does not fit the recipe (wrong aggregate length, bad candidate, ...)."""
 
 
@@ -579,7 +580,8 @@ def _vdaf(recipe: AnyRecipe | None, task: CollectorTaskInfo | None) -> VdafSpec:
     assert recipe is not None
     if isinstance(recipe, Recipe):
         return recipe.task.vdaf
-    return recipe.task.vdaf or expected_vdaf(recipe.randomizer, recipe.encoding)
+    draft = VDAF_OF_DAP[recipe.task.dap or "dap-09"]
+    return recipe.task.vdaf or expected_vdaf(recipe.randomizer, recipe.encoding, draft)
 
 
 def _decode_noised(collection: Collection, vdaf: VdafSpec) -> Collection:

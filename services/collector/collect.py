@@ -1,9 +1,15 @@
-"""The collector's protocol logic, free of HTTP and storage (DAP-09 §4.6).
+"""The collector's protocol logic, free of HTTP and storage (DAP-09 §4.6, DAP-19 §4.6).
 
-- `CollectQuery`: the collector API's JSON query, checked against the task and turned into a
-  DAP `CollectionReq` (DAP-09 §4.6.1).
+- `CollectQuery`: the collector API's JSON query (times in seconds for both versions), checked
+  against the task and turned into a DAP-09 `CollectionReq` (DAP-09 §4.6.1) or a DAP-19
+  `CollectionJobReq` (DAP-19 §4.6.1: the interval in time_precision units, the leader-selected
+  "next batch" as `current_batch`; DAP-19 has no query by batch id).
 - `decrypt_collection`: open both encrypted aggregate shares of a `Collection` (DAP-09 §4.6.4)
   and unshard them (DAP-09 §4.6.3, VDAF-08 §7.2.5).
+- `decrypt_collection_job`: the same for a DAP-19 `CollectionJobResp` (DAP-19 §4.6.6-§4.6.7):
+  info "dap-19 aggregate share" || role || 0x00 and the AAD task_id || TaskConfiguration ||
+  the collector's own CollectionJobReq bytes, so a leader that answers another batch or another
+  task cannot be believed; the interval comes back in units and is returned in seconds.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
+from services.common.problems import InternalError
 from shared import hpke
 from shared.codec import DecodeError
+from shared.dap import messages19 as m19
 from shared.dap.hpke_context import aggregate_share_aad, aggregate_share_info
 from shared.dap.ids import BatchId, TaskId
 from shared.dap.messages import (
@@ -38,8 +46,10 @@ __all__ = [
     "CurrentBatchQuery",
     "FixedSizeBatchQuery",
     "TimeIntervalQuery",
+    "collection_job_req",
     "collection_request",
     "decrypt_collection",
+    "decrypt_collection_job",
     "parse_query",
 ]
 
@@ -47,7 +57,7 @@ __all__ = [
 PRIO3_AGG_PARAM = b""
 
 
-class CollectionError(Exception):
+class CollectionError(InternalError):
     """A collection cannot be completed; the message is safe to show to the user."""
 
 
@@ -117,6 +127,10 @@ def check_query(task: CollectorTask, query: CollectQuery) -> None:
             raise CollectionError("interval end is beyond the uint64 time range")
     elif task.query_type != QueryType.FIXED_SIZE:
         raise CollectionError("this task uses time_interval batches: query by interval")
+    elif task.dap == "dap-19" and isinstance(query, FixedSizeBatchQuery):
+        raise CollectionError(
+            "a DAP-19 leader-selected task collects the next batch only: query current_batch"
+        )
 
 
 def dap_query(query: CollectQuery) -> Query:
@@ -133,6 +147,18 @@ def collection_request(query: CollectQuery) -> CollectionReq:
     return CollectionReq(dap_query(query), PRIO3_AGG_PARAM)
 
 
+def collection_job_req(task: CollectorTask, query: CollectQuery) -> m19.CollectionJobReq:
+    """The body of a DAP-19 collection-job POST (DAP-19 §4.6.1): the queried interval in the
+    task's time_precision units (`check_query` has made it whole units)."""
+    if isinstance(query, TimeIntervalQuery):
+        precision = task.time_precision
+        interval = Interval(query.start // precision, query.duration // precision)
+        return m19.CollectionJobReq(m19.Query.time_interval(interval), PRIO3_AGG_PARAM)
+    if isinstance(query, FixedSizeBatchQuery):
+        raise CollectionError("DAP-19 has no query by batch id")
+    return m19.CollectionJobReq(m19.Query.leader_selected(), PRIO3_AGG_PARAM)
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionResult:
     """A decrypted, unsharded collection."""
@@ -144,7 +170,7 @@ class CollectionResult:
 
 
 def _open_share(
-    keypair: hpke.HpkeKeyPair, role: Role, ciphertext: HpkeCiphertext, aad: bytes
+    keypair: hpke.HpkeKeyPair, role: Role, ciphertext: HpkeCiphertext, aad: bytes, info: bytes
 ) -> bytes:
     name = "leader" if role == Role.LEADER else "helper"
     if ciphertext.config_id != keypair.config_id:
@@ -153,11 +179,18 @@ def _open_share(
             f"not this task's config {keypair.config_id}"
         )
     try:
-        return hpke.open(
-            keypair, ciphertext.enc, aggregate_share_info(role), aad, ciphertext.payload
-        )
+        return hpke.open(keypair, ciphertext.enc, info, aad, ciphertext.payload)
     except hpke.HpkeError:
         raise CollectionError(f"{name} aggregate share does not decrypt") from None
+
+
+def _unshard(vdaf: Prio3, shares: list[bytes], report_count: int) -> int | list[int]:
+    """The aggregate of both opened shares (VDAF-08 / VDAF-20 §7.2.5 `unshard`)."""
+    try:
+        aggregate = vdaf.unshard(shares, report_count)
+    except (DecodeError, ValueError) as exc:
+        raise CollectionError(f"aggregate shares do not decode for this VDAF: {exc}") from None
+    return [int(x) for x in aggregate] if isinstance(aggregate, list) else int(aggregate)
 
 
 def decrypt_collection(
@@ -191,11 +224,38 @@ def decrypt_collection(
         selector = BatchSelector.fixed_size(batch_id)
 
     aad = aggregate_share_aad(task_id, PRIO3_AGG_PARAM, selector)
-    leader = _open_share(keypair, Role.LEADER, collection.leader_encrypted_agg_share, aad)
-    helper = _open_share(keypair, Role.HELPER, collection.helper_encrypted_agg_share, aad)
-    try:
-        aggregate = vdaf.unshard([leader, helper], collection.report_count)
-    except (DecodeError, ValueError) as exc:
-        raise CollectionError(f"aggregate shares do not decode for this VDAF: {exc}") from None
-    aggregate = [int(x) for x in aggregate] if isinstance(aggregate, list) else int(aggregate)
+    shares = [
+        _open_share(keypair, role, ciphertext, aad, aggregate_share_info(role))
+        for role, ciphertext in (
+            (Role.LEADER, collection.leader_encrypted_agg_share),
+            (Role.HELPER, collection.helper_encrypted_agg_share),
+        )
+    ]
+    aggregate = _unshard(vdaf, shares, collection.report_count)
     return CollectionResult(collection.report_count, collection.interval, batch_id, aggregate)
+
+
+def decrypt_collection_job(
+    task: CollectorTask,
+    keypair: hpke.HpkeKeyPair,
+    request: m19.CollectionJobReq,
+    response: m19.CollectionJobResp,
+) -> CollectionResult:
+    """Open and unshard a DAP-19 `CollectionJobResp` answering `request` (DAP-19 §4.6.6-
+    §4.6.7); the result's interval in seconds, like DAP-09's."""
+    if task.task_configuration is None:
+        raise CollectionError(f"task {task.task_id} has no TaskConfiguration")
+    # The strict codec re-encodes the provisioned configuration and the collector's own
+    # request to the very bytes provisioned and posted (digest §7.4).
+    aad = m19.AggregateShareAad(task.id, task.configuration, request).encode()
+    shares = [
+        _open_share(keypair, role, ciphertext, aad, m19.aggregate_share_info(role))
+        for role, ciphertext in (
+            (Role.LEADER, response.leader_encrypted_agg_share),
+            (Role.HELPER, response.helper_encrypted_agg_share),
+        )
+    ]
+    aggregate = _unshard(task.vdaf.instance(), shares, response.report_count)
+    precision = task.time_precision
+    interval = Interval(response.interval.start * precision, response.interval.duration * precision)
+    return CollectionResult(response.report_count, interval, None, aggregate)

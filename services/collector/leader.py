@@ -1,7 +1,18 @@
-"""Collector -> Leader HTTP calls of DAP-09 §4.6.1 and how their answers are classified.
+"""Collector -> Leader HTTP calls of DAP-09 §4.6.1 and DAP-19 §4.6.1, and how their answers
+are classified.
 
 Each call returns an outcome instead of raising, so the poller decides in one place what is
 retried (network errors, 5xx, 429) and what ends the job (any other 4xx problem document).
+
+DAP-19 (`LeaderClient19`, digest §4 rows 7-9, §2): the collector POSTs its CollectionJobReq to
+``{leader}/tasks/{id}/collection_jobs``; the leader picks the job id and answers any 2xx with a
+``Location`` (resolved against the request URL, RFC 9110 §10.2.2) and either the
+CollectionJobResp or an empty body (pending, with Retry-After). The collector then GETs the
+Location: an empty 2xx is still pending, a 2xx body is the CollectionJobResp, a problem
+document is the failure. Statuses are read by class only (201/202 are not relied on). A
+Location on another origin or outside ``{leader}/tasks/{id}/collection_jobs/`` is refused, as
+dap-ts does: the collector's credential goes to that URL. Creation is idempotent (an identical
+POST names the same job), so a collector that lost the Location POSTs again.
 """
 
 from __future__ import annotations
@@ -11,9 +22,11 @@ import email.utils
 import json
 import time
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from shared.dap import messages19 as m19
 from shared.dap.ids import CollectionJobId, TaskId
 from shared.dap.messages import DAP_AUTH_HEADER, MEDIA_COLLECT_REQ, MEDIA_COLLECTION, CollectionReq
 from shared.dap.problems import ProblemType
@@ -21,6 +34,7 @@ from shared.dap.problems import ProblemType
 __all__ = [
     "Gone",
     "LeaderClient",
+    "LeaderClient19",
     "Outcome",
     "Pending",
     "Permanent",
@@ -32,7 +46,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """The leader accepted the collection job (201)."""
+    """The leader accepted the collection job (DAP-09: 201; DAP-19: a 2xx naming the job's
+    URL, `location`, with no result yet)."""
+
+    location: str | None = None
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +198,70 @@ class LeaderClient:
         if status >= 500 or status in (408, 429):
             return Transient(reason, parse_retry_after(response.headers.get("Retry-After")))
         return Permanent(reason, problem_name(response))
+
+
+class LeaderClient19:
+    """DAP-19 collection jobs at one leader, authenticating as the collector (module
+    docstring; DAP-19 §3.1-§3.3, §4.6.1)."""
+
+    def __init__(self, http: httpx.AsyncClient, leader_endpoint: str, auth_token: str) -> None:
+        self._http = http
+        self._base = leader_endpoint.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {auth_token}"}
+
+    def _jobs(self, task_id: TaskId) -> str:
+        return f"{self._base}/tasks/{task_id.to_b64url()}/collection_jobs"
+
+    async def create(self, task_id: TaskId, request: m19.CollectionJobReq) -> Outcome:
+        """POST the CollectionJobReq: `Started` (pending), `Ready` (answered at once) or a
+        failure."""
+        url = self._jobs(task_id)
+        headers = {**self._headers, "Content-Type": m19.MEDIA_COLLECTION_JOB_REQ}
+        try:
+            response = await self._http.post(url, content=request.encode(), headers=headers)
+        except httpx.HTTPError as exc:
+            return Transient(f"cannot reach the leader: {type(exc).__name__}")
+        if not response.is_success:
+            return LeaderClient._error(response)
+        location = response.headers.get("Location")
+        if location is None:
+            return Permanent("leader created the collection job without a Location", "no_location")
+        resolved = urljoin(url, location)
+        if not self._owns(task_id, resolved):
+            return Permanent(f"leader named the job at {location!r}", "foreign_location")
+        if response.content:
+            return self._result(response)
+        return Started(resolved, parse_retry_after(response.headers.get("Retry-After")))
+
+    def _owns(self, task_id: TaskId, url: str) -> bool:
+        """Whether `url` is a collection job of this task at this leader."""
+        jobs, found = urlsplit(self._jobs(task_id) + "/"), urlsplit(url)
+        same_origin = (found.scheme, found.netloc) == (jobs.scheme, jobs.netloc)
+        job = found.path.removeprefix(jobs.path)
+        return same_origin and job != found.path and bool(job) and "/" not in job
+
+    async def poll(self, location: str) -> Outcome:
+        """GET the job: an empty 2xx is pending, a 2xx body the CollectionJobResp."""
+        try:
+            response = await self._http.get(location, headers=self._headers)
+        except httpx.HTTPError as exc:
+            return Transient(f"cannot reach the leader: {type(exc).__name__}")
+        if not response.is_success:
+            return LeaderClient._error(response)
+        if not response.content:
+            return Pending(parse_retry_after(response.headers.get("Retry-After")))
+        return self._result(response)
+
+    @staticmethod
+    def _result(response: httpx.Response) -> Outcome:
+        content_type = response.headers.get("Content-Type", "")
+        if m19.media_type_message(content_type) != "collection-job-resp":
+            return Permanent(
+                f"leader answered with Content-Type {content_type!r}", "unexpected_media_type"
+            )
+        return Ready(response.content)
+
+    async def delete(self, location: str) -> None:
+        """Tell the leader it may discard the job (DAP-19 §4.6.1); best effort."""
+        with contextlib.suppress(httpx.HTTPError):
+            await self._http.delete(location, headers=self._headers)

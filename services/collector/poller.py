@@ -11,6 +11,15 @@ while releasing the lease:
 - Network errors, 5xx and 429 are retried with backoff and fail the job only after
   `max_transient_failures` in a row.
 
+A DAP-19 task's job (`LeaderClient19`, DAP-19 §4.6.1) is created by POSTing its
+CollectionJobReq, which the leader answers with the job's Location (stored with the job) and
+possibly the result; later steps GET the Location, an empty answer meaning pending. A
+collector that stopped between the POST and storing the Location POSTs the identical request
+again, which names the same job while it is unfinished (creation is idempotent, DAP-19 §3.2);
+once the Location is stored a restart only GETs it, so a finished leader-selected job is never
+asked for again as "the next batch" (digest §16 item 3). The result is decrypted against the
+collector's own request (`decrypt_collection_job`).
+
 All state lives in the store, so a restarted collector resumes every unfinished job, and the
 lease keeps two collector processes on one database from polling the same job concurrently.
 """
@@ -29,14 +38,18 @@ from prometheus_client import Counter
 
 from services.collector.collect import (
     CollectionError,
+    CollectionResult,
+    collection_job_req,
     collection_request,
     dap_query,
     decrypt_collection,
+    decrypt_collection_job,
     parse_query,
 )
 from services.collector.leader import (
     Gone,
     LeaderClient,
+    LeaderClient19,
     Outcome,
     Pending,
     Permanent,
@@ -49,6 +62,7 @@ from services.common.clock import Clock
 from shared import hpke
 from shared.b64url import b64url_decode
 from shared.codec import DecodeError
+from shared.dap import messages19 as m19
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import Collection, HpkeConfig
 from shared.dap.task import CollectorTask
@@ -164,6 +178,8 @@ class CollectionPoller:
         if stored is None:  # impossible with the foreign key; fail loudly rather than spin
             return self._failed(job, "task no longer exists", "task_missing")
         task = CollectorTask.model_validate_json(stored.definition)
+        if task.dap == "dap-19":
+            return await self._step19(job, stored, task)
         query = parse_query(job.query)
         job_id = CollectionJobId.from_b64url(job.job_id)
         leader = LeaderClient(self._http, task.leader_endpoint, task.collector_auth_token)
@@ -178,6 +194,26 @@ class CollectionPoller:
         outcome = await leader.poll(task.id, job_id)
         self._count(job, "poll", outcome)
         return self._settle(job, outcome, stored, task)
+
+    async def _step19(self, job: JobRow, stored: StoredTask, task: CollectorTask) -> JobUpdate:
+        try:
+            request = collection_job_req(task, parse_query(job.query))
+        except CollectionError as exc:
+            return self._failed(job, str(exc), "invalid_query")
+        leader = LeaderClient19(self._http, task.leader_endpoint, task.collector_auth_token)
+        location = job.location
+        if location is None:
+            outcome = await leader.create(task.id, request)
+            self._count(job, "start", outcome)
+            if not isinstance(outcome, Started):
+                return self._settle(job, outcome, stored, task)
+            assert outcome.location is not None
+            location = outcome.location
+            log.info("collection job %s: created at the leader", job.job_id)
+            job = replace(_with_state(job, JobState.POLLING), location=location)
+        outcome = await leader.poll(location)
+        self._count(job, "poll", outcome)
+        return replace(self._settle(job, outcome, stored, task), location=location)
 
     def _count(self, job: JobRow, request: str, outcome: Outcome) -> None:
         if self._requests is not None:
@@ -208,11 +244,23 @@ class CollectionPoller:
         self, job: JobRow, body: bytes, stored: StoredTask, task: CollectorTask
     ) -> JobUpdate:
         query = parse_query(job.query)
+        result: CollectionResult
         try:
-            collection = Collection.decode(body)
-            result = decrypt_collection(
-                task.id, task.vdaf.instance(), task_keypair(stored), dap_query(query), collection
-            )
+            if task.dap == "dap-19":
+                result = decrypt_collection_job(
+                    task,
+                    task_keypair(stored),
+                    collection_job_req(task, query),
+                    m19.CollectionJobResp.decode(body),
+                )
+            else:
+                result = decrypt_collection(
+                    task.id,
+                    task.vdaf.instance(),
+                    task_keypair(stored),
+                    dap_query(query),
+                    Collection.decode(body),
+                )
         except DecodeError as exc:
             return self._failed(
                 job, f"leader sent an undecodable Collection: {exc}", "undecodable_collection"

@@ -112,6 +112,8 @@ class JobRow:
     result: str | None  # JSON of the unsharded aggregate
     created_at_ms: int
     updated_at_ms: int
+    #: A DAP-19 job's URL at the leader (its Location), once the leader named it.
+    location: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,8 @@ class JobUpdate:
     result: str | None = None
     #: A failed job's problem: a DAP problem type name or the collector's own short reason.
     problem: str | None = None
+    #: A DAP-19 job's Location at the leader (kept across releases once known).
+    location: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +149,7 @@ class JobCount:
 _JOB_COLUMNS = (
     "job_id, task_id, query, state, error, attempts, failures, next_attempt_ms, lease_owner, "
     "lease_expiry_ms, report_count, interval_start, interval_duration, batch_id, result, "
-    "created_at_ms, updated_at_ms"
+    "created_at_ms, updated_at_ms, location"
 )
 _TASK_COLUMNS = "task_id, definition, hpke_config, hpke_private_key, created_at_ms"
 
@@ -189,6 +193,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "problem name of failed collection jobs",
         ("ALTER TABLE collection_jobs ADD COLUMN problem {text}",),
     ),
+    Migration(
+        3,
+        "the leader's Location of a DAP-19 collection job",
+        ("ALTER TABLE collection_jobs ADD COLUMN location {text}",),
+    ),
 )
 
 
@@ -215,6 +224,7 @@ def _job(row: Row) -> JobRow:
         result=row["result"],
         created_at_ms=int(row["created_at_ms"]),
         updated_at_ms=int(row["updated_at_ms"]),
+        location=row["location"],
     )
 
 
@@ -428,6 +438,7 @@ class Store:
             "batch": update.batch_id,
             "result": update.result,
             "problem": update.problem,
+            "location": update.location,
             "now": now_ms,
             "job": job_id,
             "owner": owner,
@@ -439,7 +450,8 @@ class Store:
                 "attempts = :attempts, failures = :failures, next_attempt_ms = :next, "
                 "report_count = :count, interval_start = :start, "
                 "interval_duration = :duration, batch_id = :batch, result = :result, "
-                "problem = :problem, updated_at_ms = :now, "
+                "problem = :problem, location = COALESCE(:location, location), "
+                "updated_at_ms = :now, "
                 "lease_owner = NULL, lease_expiry_ms = NULL "
                 "WHERE job_id = :job AND lease_owner = :owner",
                 params,

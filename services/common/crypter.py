@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import AfterValidator, SecretStr
 
+from services.common.problems import InternalError
 from shared.b64url import b64url_decode, b64url_encode
 
 __all__ = ["Crypter", "CrypterError", "DatastoreKeys", "crypter_from", "generate_key", "parse_keys"]
@@ -39,7 +40,7 @@ MAGIC = b"\x00sagg-sealed-v1\x00"
 TEXT_PREFIX = "sealed-v1:"
 
 
-class CrypterError(ValueError):
+class CrypterError(InternalError, ValueError):
     """A datastore key is malformed, or a sealed value opens with none of the keys."""
 
 

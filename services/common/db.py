@@ -37,6 +37,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from services.common import tx_metrics
+from services.common.problems import InternalError
 from shared.files import create_private, private_dir
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ T = TypeVar("T")
 _PARAM = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
 
 
-class TransientDbError(Exception):
+class TransientDbError(InternalError):
     """A transaction failed for a reason a retry may fix (busy, serialization, lost connection)."""
 
 
@@ -221,6 +222,13 @@ def _sqlite_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+#: How long a transaction waits for a pooled connection before it counts as a transient failure
+#: (`Database.run` retries it with backoff): psycopg-pool's default of 30 s would make an
+#: unreachable server cost 12 x 30 s before the error surfaces; this way it takes ~15 s, still
+#: long enough to cover a server that is starting.
+_POOL_WAIT_S = 1.0
+
+
 class _PostgresEngine(_Engine):
     """Pooled connections in autocommit mode, with explicit BEGIN/COMMIT per transaction."""
 
@@ -234,6 +242,7 @@ class _PostgresEngine(_Engine):
             min_size=0,
             max_size=pool_size,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            timeout=_POOL_WAIT_S,
             open=True,
             name="sagg",
         )

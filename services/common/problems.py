@@ -71,6 +71,18 @@ class ServiceError(Exception):
         return JSONResponse(body, self.status, headers, media_type=MEDIA_PROBLEM)
 
 
+class InternalError(ServiceError):
+    """A failure inside a service that the request did not cause or cannot fix: the services'
+    internal signals (a lost lease, a transient database error, a full queue ...) derive from
+    it, so the layer has one base. Caught where it is expected; one that escapes answers a bare
+    500 with the generic title. Its message may quote data, so it stays in the exception and
+    is neither sent nor logged."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__()
+        self.args = (message,) if message else ()
+
+
 class DapProblemError(ServiceError):
     """Abort the request with a DAP problem type (its status unless `status` overrides it)."""
 
@@ -128,6 +140,9 @@ _TITLES: dict[ProblemType, str] = {
     ProblemType.STEP_MISMATCH: "The leader and helper are not on the same step of VDAF "
     "preparation.",
     ProblemType.BATCH_OVERLAP: "The queried batch overlaps with a previously queried batch.",
+    ProblemType.INVALID_AGGREGATION_PARAMETER: "The aggregation parameter is invalid.",
+    ProblemType.UNSUPPORTED_EXTENSION: "The message carries an unsupported extension.",
+    ProblemType.INVALID_EXTENSION: "The message's extensions are invalid.",
 }
 
 
@@ -137,6 +152,8 @@ def log_problem(method: str, path: str, exc: ServiceError) -> None:
     detail."""
     if isinstance(exc, DapProblemError):
         log.info("%s %s -> %s", method, path, exc.problem.value)
+    elif isinstance(exc, InternalError):
+        log.error("unhandled %s on %s %s", type(exc).__name__, method, path)
     elif exc.status >= HTTP_SERVER_ERROR and exc.__cause__ is not None:
         log.error("%s on %s %s: %s", exc.title, method, path, type(exc.__cause__).__name__)
 
@@ -147,6 +164,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_service_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ServiceError)
         log_problem(request.method, request.url.path, exc)
+        if exc.task_id is None:
+            exc.task_id = path_task_id(request.url.path)
         return exc.response()
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -165,7 +184,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # The exception text may quote request data; log only its type and the route.
         log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path)
-        return ServiceError().response()
+        return ServiceError(task_id=path_task_id(request.url.path)).response()
 
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

@@ -1,16 +1,26 @@
-"""Provisioning a DAP task on all three parties (DAP-09 §4.2: tasks are agreed out of band).
+"""Provisioning a DAP task on all three parties (DAP-09 §4.2, DAP-19 §4.2: tasks are agreed
+out of band).
 
 Order matters: the collector is provisioned first because it generates the HPKE key pair the
 aggregators seal aggregate shares to; then the leader and the helper get their `TaskDefinition`
 through the admin API (`services.common.admin_client`: 201 created, 200 identical, 409
 different), each with its own credential (`PartyTokens`). `sagg task create` (`deploy`) and the
 recipe server (`services.recipe_server.provision`) both provision through `create_task`.
+
+A DAP-19 task is its encoded TaskConfiguration (DAP-19 §4.2, digest §3): every party gets the
+same bytes (`task_configuration` of each definition) and binds them into both HPKE AADs. They
+come either from the parameters (`new_configuration`: 16 random bytes of `task_info`, as
+taskprov advises against task enumeration, the URLs exactly as given, a `task_interval`
+extension when the task expires) or from a blob someone else wrote
+(`TaskParams.from_configuration`, ``sagg task create --dap 19 --task-configuration``), and the
+task id is the taskprov derivation from those bytes (`shared.dap.taskprov`).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import replace
 from typing import Any, Literal
 
 import httpx
@@ -21,17 +31,32 @@ from services.common.http import http_client
 from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
+from shared.dap.messages import QueryType
+from shared.dap.messages19 import TaskConfiguration
 from shared.dap.task import (
+    VDAF_OF_DAP,
     AggregatorNoise,
     CollectorTask,
+    DapVersion,
     RateValidation,
     TaskDefinition,
     TokenPolicy,
 )
+from shared.dap.task_configuration import FieldValues, derived_configuration
+from shared.dap.taskprov import task_id_of
+from shared.dap.vdaf_codepoints import vdaf_spec
 from shared.transport import TransportPolicy
 from shared.vdaf.spec import VdafSpec
 
-__all__ = ["TaskParams", "create_task"]
+__all__ = ["TaskParams", "create_task", "new_configuration"]
+
+#: Bytes of entropy in the `task_info` of a DAP-19 task sagg creates (taskprov's advice).
+TASK_INFO_SIZE = 16
+
+_QUERY_TYPE_NAMES: dict[int, Literal["time_interval", "fixed_size"]] = {
+    QueryType.TIME_INTERVAL: "time_interval",
+    QueryType.FIXED_SIZE: "fixed_size",
+}
 
 
 class TaskParams(BaseModel):
@@ -39,6 +64,8 @@ class TaskParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: The DAP draft (a dap-19 task runs a VDAF-20 `vdaf`).
+    dap: DapVersion = "dap-09"
     vdaf: VdafSpec
     query_type: Literal["time_interval", "fixed_size"] = "time_interval"
     min_batch_size: int = Field(default=10, ge=1)
@@ -67,7 +94,63 @@ class TaskParams(BaseModel):
             url = getattr(self, name)
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{name} URL must start with http:// or https://")
+        if self.vdaf.draft != VDAF_OF_DAP[self.dap]:
+            raise ValueError(f"a {self.dap} task runs {VDAF_OF_DAP[self.dap]} (vdaf.version)")
+        if self.dap == "dap-19" and (self.max_batch_size or self.max_batch_query_count != 1):
+            # DAP-19 §4.6: a batch is collected once, and leader-selected batches have no cap.
+            raise ValueError("a dap-19 task has no max_batch_size or max_batch_query_count")
         return self
+
+    @classmethod
+    def from_configuration(cls, raw: bytes, collector: str, **choices: Any) -> TaskParams:
+        """The parameters an encoded DAP-19 TaskConfiguration fixes, plus `collector` and the
+        `choices` it leaves open (noise, rate validation, report expiry). ValueError for bytes
+        that are no TaskConfiguration or a task sagg cannot take part in."""
+        config = TaskConfiguration.decode(raw)
+        reasons = config.opt_out_reasons()
+        if reasons:
+            raise ValueError("cannot take part in this task: " + "; ".join(reasons))
+        try:
+            leader = config.leader_aggregator_endpoint.value.decode("ascii")
+            helper = config.helper_aggregator_endpoint.value.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError("an endpoint of the configuration is not ASCII") from None
+        return cls(
+            dap="dap-19",
+            vdaf=vdaf_spec(config.vdaf_type, config.vdaf_configuration),
+            query_type=_QUERY_TYPE_NAMES[config.batch_mode],
+            min_batch_size=config.min_batch_size,
+            time_precision=config.time_precision,
+            leader=leader,
+            helper=helper,
+            collector=collector,
+            **choices,
+        )
+
+
+def new_configuration(
+    vdaf: VdafSpec,
+    query_type: Literal["time_interval", "fixed_size"],
+    min_batch_size: int,
+    time_precision: int,
+    endpoints: tuple[str, str],
+    expiration: int | None,
+) -> bytes:
+    """The encoded TaskConfiguration of a new DAP-19 task with the leader and helper at
+    `endpoints` (module docstring); a task that expires at `expiration` (seconds) gets the
+    `task_interval` [0, expiration] in whole units, the reports DAP-09 would accept."""
+    derived = derived_configuration(
+        FieldValues(
+            leader_endpoint=endpoints[0],
+            helper_endpoint=endpoints[1],
+            time_precision=time_precision,
+            min_batch_size=min_batch_size,
+            query_type=QueryType[query_type.upper()],
+            vdaf=vdaf,
+            task_expiration=expiration,
+        )
+    )
+    return replace(derived, task_info=secrets.token_bytes(TASK_INFO_SIZE)).encode()
 
 
 def create_task(
@@ -79,8 +162,12 @@ def create_task(
     task_id: str | None = None,
     recipe_digest: str | None = None,
     tokens: TokenPolicy | None = None,
+    task_configuration: bytes | None = None,
 ) -> dict[str, Any]:
     """Create a fresh task on collector, leader and helper; returns what a client needs.
+
+    A dap-19 task binds `task_configuration` (the encoded TaskConfiguration, default a new one
+    from `params`), and its id defaults to the taskprov derivation from those bytes.
 
     `task_id` (default: random) lets a caller fix the id beforehand: the recipe server does, as
     the recipe it binds with `recipe_digest` (b64url SHA-256 of the recipe's canonical bytes)
@@ -90,6 +177,23 @@ def create_task(
     """
     if isinstance(credentials, str):
         credentials = PartyTokens.shared(credentials)
+    expiration = None
+    if params.expires_in is not None:
+        expiration = (int(time.time()) if now is None else now) + params.expires_in
+    configuration: str | None = None
+    if params.dap == "dap-19":
+        raw = task_configuration or new_configuration(
+            params.vdaf,
+            params.query_type,
+            params.min_batch_size,
+            params.time_precision,
+            (params.leader, params.helper),
+            expiration,
+        )
+        configuration = b64url_encode(raw)
+        task_id = task_id or task_id_of(raw).to_b64url()
+    elif task_configuration is not None:
+        raise ProvisionError("only a dap-19 task has a TaskConfiguration")
     if task_id is None:
         task_id = TaskId.random().to_b64url()
     else:
@@ -100,9 +204,6 @@ def create_task(
     verify_key = b64url_encode(secrets.token_bytes(params.vdaf.verify_key_size))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
-    expiration = None
-    if params.expires_in is not None:
-        expiration = (int(time.time()) if now is None else now) + params.expires_in
 
     own = http is None
     client = http or http_client(TransportPolicy(), timeout=30.0)
@@ -113,6 +214,8 @@ def create_task(
                 leader_endpoint=params.leader,
                 query_type=params.query_type,  # type: ignore[arg-type]
                 vdaf=params.vdaf,
+                dap=params.dap,
+                task_configuration=configuration,
                 collector_auth_token=collector_token,
                 min_batch_size=params.min_batch_size,
                 time_precision=params.time_precision,
@@ -134,6 +237,8 @@ def create_task(
             "helper_endpoint": params.helper,
             "query_type": params.query_type,
             "vdaf": params.vdaf,
+            "dap": params.dap,
+            "task_configuration": configuration,
             "vdaf_verify_key": verify_key,
             "min_batch_size": params.min_batch_size,
             "max_batch_size": params.max_batch_size,
@@ -168,10 +273,13 @@ def create_task(
         "helper": params.helper,
         "collector": params.collector,
         "vdaf": params.vdaf.model_dump(exclude_none=True),
+        "dap": params.dap,
         "query_type": params.query_type,
         "time_precision": params.time_precision,
         "min_batch_size": params.min_batch_size,
     }
+    if configuration is not None:
+        info["task_configuration"] = configuration
     if params.max_batch_size is not None:
         info["max_batch_size"] = params.max_batch_size
     if expiration is not None:

@@ -36,7 +36,7 @@ from shared.b64url import b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList, QueryType
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.dap.task import AggregatorNoise, DapVersion, RateValidation, TokenPolicy
 from shared.transport import http_failure
 from shared.vdaf.spec import VdafSpec
 
@@ -74,6 +74,8 @@ class TaskRequest:
     #: How often a batch may be collected (DAP-09 §4.2): once, as the privacy claim of a
     #: recipe counts one release per batch (re-collecting noised shares averages the noise).
     max_batch_query_count: int = 1
+    #: The DAP draft of the task (a dap-19 task runs the VDAF-20 `vdaf`).
+    dap: DapVersion = "dap-09"
 
     def expiration(self, now: int) -> int | None:
         """The expiration of a task created at `now`, as `create_task` computes it."""
@@ -91,6 +93,8 @@ class NewTask:
     #: Unpadded base64url SHA-256 of the final recipe's canonical bytes.
     recipe_digest: str
     tokens: TokenPolicy
+    #: A dap-19 task's encoded TaskConfiguration, which `task_id` is derived from.
+    task_configuration: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class ExistingTask:
     #: Unpadded base64url HpkeConfigList of each aggregator.
     leader_hpke_configs: str
     helper_hpke_configs: str
+    #: A dap-19 task's encoded TaskConfiguration (unpadded base64url), as the leader holds it.
+    task_configuration: str | None = None
 
 
 class Provisioner(Protocol):
@@ -187,10 +193,12 @@ class DapProvisioner:
             task_id=task.task_id,
             recipe_digest=task.recipe_digest,
             tokens=task.tokens,
+            task_configuration=task.task_configuration,
         )
 
     def existing(self, task_id: str, request: TaskRequest) -> ExistingTask:
         expiration: int | None = None
+        configuration: str | None = None
         bindings: list[tuple[str | None, TokenPolicy | None]] = []
         credentials = self._credentials()
         admin = AdminClient(self._http)
@@ -215,6 +223,8 @@ class DapProvisioner:
                 )
                 if _normalized(task.get(name)) != want
             ]
+            if (task.get("dap") or "dap-09") != request.dap:
+                mismatches.append("dap")
             if _rate_validation(task.get("rate_validation"), what) != request.rate_validation:
                 mismatches.append("rate_validation")
             try:
@@ -231,11 +241,15 @@ class DapProvisioner:
                     + ", ".join(mismatches)
                 )
             expiration = task.get("task_expiration", expiration)
+            configuration = task.get("task_configuration", configuration)
             try:
                 tokens = None if task.get("tokens") is None else TokenPolicy(**task["tokens"])
             except (TypeError, ValidationError):
                 raise ProvisionError(f"the {what} sent a malformed token policy") from None
             bindings.append((task.get("recipe_digest"), tokens))
+        if request.dap == "dap-19" and configuration is None:
+            # Devices bind the configuration's bytes: a recipe must publish them.
+            raise TaskMismatchError(f"the leader's task {task_id} names no TaskConfiguration")
         if bindings[0] != bindings[1]:
             # Each aggregator enforces its own; no recipe can satisfy both.
             raise ProvisionError(
@@ -248,6 +262,7 @@ class DapProvisioner:
             tokens=bindings[0][1],
             leader_hpke_configs=self._hpke_configs(self.leader_url, "leader", task_id),
             helper_hpke_configs=self._hpke_configs(self.helper_url, "helper", task_id),
+            task_configuration=configuration,
         )
 
 

@@ -50,7 +50,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.common.clock import Clock
-from services.common.problems import ServiceError
+from services.common.problems import InternalError, ServiceError
+from services.common.provisioning import new_configuration
 from services.recipe_server.provision import (
     NewTask,
     Provisioner,
@@ -68,6 +69,8 @@ from services.recipe_server.store import (
 )
 from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.extensions import recipe_digest
+from shared.dap.task import VDAF_OF_DAP
+from shared.dap.taskprov import task_id_of
 from shared.dp.aggregator_noise import noise_guarantee
 from shared.recipe.accounting import assess_privacy, expected_vdaf, noise_problems
 from shared.recipe.canonical import canonical_json
@@ -81,6 +84,7 @@ from shared.recipe.log import (
 )
 from shared.recipe.model import Recipe, RecipeDraft, RecipeTask, TokenIssuerRef
 from shared.recipe.signing import RecipeSigner, recipe_bytes
+from shared.vdaf.spec import VdafVersion
 
 __all__ = [
     "Analyst",
@@ -150,7 +154,7 @@ class ProvisioningFailedError(ServiceError):
         super().__init__(f"Task provisioning failed: {reason}")
 
 
-class _RacedError(Exception):
+class _RacedError(InternalError):
     """A concurrent publication of the same recipe key recorded its pending task first."""
 
 
@@ -215,7 +219,7 @@ class RecipeService:
     def validate(self, draft: RecipeDraft) -> list[tuple[str, str]]:
         """Checks beyond the model's: VDAF consistency, the privacy claim, the issuer."""
         problems: list[tuple[str, str]] = []
-        expected = expected_vdaf(draft.randomizer, draft.encoding)
+        expected = expected_vdaf(draft.randomizer, draft.encoding, _vdaf_draft(draft))
         if draft.task.vdaf is not None and draft.task.vdaf != expected:
             problems.append(
                 (
@@ -348,9 +352,10 @@ class RecipeService:
 
     def _provision(self, draft: RecipeDraft, draft_digest: bytes) -> Recipe:
         """Steps 6-7: the final recipe, its task existing and bound to its digest."""
-        vdaf = expected_vdaf(draft.randomizer, draft.encoding)
+        vdaf = expected_vdaf(draft.randomizer, draft.encoding, _vdaf_draft(draft))
         rate = draft.task.published_rate(draft.sampling_rate)
         request = TaskRequest(
+            dap=draft.task.dap or "dap-09",
             vdaf=vdaf,
             query_type=draft.task.query_type,
             min_batch_size=draft.min_batch_size,
@@ -405,8 +410,11 @@ class RecipeService:
         task_id: str,
         expiration: int | None,
         configs: tuple[str, str],
+        task_configuration: str | None = None,
     ) -> RecipeTask:
         return RecipeTask(
+            dap=None if request.dap == "dap-09" else request.dap,
+            task_configuration=task_configuration,
             task_id=task_id,
             leader=self.provisioner.leader_url,
             helper=self.provisioner.helper_url,
@@ -443,6 +451,7 @@ class RecipeService:
                 task.task_id,
                 task.task_expiration,
                 (task.leader_hpke_configs, task.helper_hpke_configs),
+                task.task_configuration,
             ),
             issuer,
         )
@@ -477,12 +486,28 @@ class RecipeService:
         pending: PendingTask | None,
         draft_digest: bytes,
     ) -> Recipe:
-        # The id and configs come first: the digest the task is bound to covers them.
-        task_id = self.provisioner.new_task_id()
+        # The id and configs come first: the digest the task is bound to covers them. A dap-19
+        # task's id is the taskprov derivation from its TaskConfiguration (which the recipe
+        # publishes), so that comes first of all.
         now = self.clock.now()
+        configuration: bytes | None = None
+        if request.dap == "dap-19":
+            configuration = new_configuration(
+                request.vdaf,
+                request.query_type,
+                request.min_batch_size,
+                request.time_precision,
+                (self.provisioner.leader_url, self.provisioner.helper_url),
+                request.expiration(now),
+            )
+            task_id = task_id_of(configuration).to_b64url()
+        else:
+            task_id = self.provisioner.new_task_id()
         configs = self.provisioner.hpke_configs()
+        published = None if configuration is None else b64url_encode(configuration)
         recipe = draft.complete(
-            self._task(draft, request, task_id, request.expiration(now), configs), issuer
+            self._task(draft, request, task_id, request.expiration(now), configs, published),
+            issuer,
         )
         canonical = recipe_bytes(recipe)
         try:
@@ -499,6 +524,7 @@ class RecipeService:
                 now=now,
                 recipe_digest=b64url_encode(recipe_digest(canonical)),
                 tokens=issuer.token_policy(),
+                task_configuration=configuration,
             )
         )
         return recipe
@@ -599,3 +625,8 @@ class RecipeService:
             "tree_size": head.tree_size,
             "proof": [b64url_encode(p) for p in inclusion_proof(hashes, leaf_index)],
         }
+
+
+def _vdaf_draft(draft: RecipeDraft) -> VdafVersion:
+    """The VDAF draft of the task a draft asks for (VDAF-20 for a dap-19 task)."""
+    return VDAF_OF_DAP[draft.task.dap or "dap-09"]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common.db import Database, Migration, Row, Tx
+from services.common.problems import InternalError
 from shared.b64url import b64url_encode
 from shared.recipe.log import SignedTreeHead, root_hash
 
@@ -57,7 +58,7 @@ MIGRATIONS = [
 ]
 
 
-class KeyConflictError(Exception):
+class KeyConflictError(InternalError):
     """The recipe id and version are taken by a different draft."""
 
 

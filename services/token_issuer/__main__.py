@@ -12,8 +12,12 @@ from services.token_issuer.settings import TokenIssuerSettings
 __all__ = ["main", "serve"]
 
 
+def serve(settings: TokenIssuerSettings) -> None:
+    """Serve in `settings.workers` processes."""
+    serve_app(create_app, settings, settings.workers)
+
+
 #: `sagg serve` runs `serve` with settings of its own; `main` reads them from the environment.
-serve = partial(serve_app, create_app)
 main = partial(service_main, TokenIssuerSettings, "token issuer", serve)
 
 if __name__ == "__main__":

@@ -13,12 +13,17 @@ Issuer routes (roles ``joint`` and ``issuer``):
 Attester routes (roles ``joint`` and ``attester``), for devices:
 
 - ``POST /attester/enroll``: ``{"certificate": "<PEM>"}`` -> 201 (200 if known)
-  ``{"device_id": "<base64url>"}``; 403 for a certificate no trusted manufacturer issued.
+  ``{"device_id": "<base64url>", "nonce": "…", "expires": t}`` (a challenge, as below, for the
+  device's first token request); 403 for a certificate no trusted manufacturer issued.
 - ``POST /attester/challenge``: ``{"device_id": "…"}`` -> ``{"nonce": "…", "expires": t}``.
 - ``POST /attester/token-request``: a TokenRequest body as above, plus the headers
   ``Sagg-Device-Id``, ``Sagg-Attester-Nonce`` and ``Sagg-Device-Signature`` (base64url; see
   `shared.privacypass.attestation`). 401 when authentication fails, 429 with
   Retry-After when the device's quota is used up, 422 when the issuer refuses the request.
+  With ``application/private-token-generic-batch-request`` instead, a batch of TokenRequests
+  under one nonce and signature (`shared.privacypass.batch`): the quota is charged for all of
+  them at once; 200 when every token was issued, 206 when some were (the others absent), 400
+  when none was.
 
 ``GET /healthz`` answers 200 when the stores answer, else 503. ``GET /metrics`` (Prometheus
 text, `services.token_issuer.metrics`) takes ``Authorization: Bearer <metrics token>``. Errors
@@ -78,9 +83,11 @@ from shared.privacypass.attestation import (
     NONCE_HEADER,
     SIGNATURE_HEADER,
 )
+from shared.privacypass.batch import MAX_BATCH, MEDIA_BATCH_REQUEST, MEDIA_BATCH_RESPONSE
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, MEDIA_ISSUER_DIRECTORY
 from shared.privacypass.headers import HeaderError, b64url_decode, b64url_encode
 from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
+from shared.privacypass.rsabssa import BLIND_RSA_NK
 
 __all__ = ["create_app", "load_trust_anchors"]
 
@@ -89,6 +96,9 @@ log = logging.getLogger(__name__)
 
 #: A TokenRequest is 259 bytes; anything much larger is refused before it is read whole.
 _MAX_BODY = 4096
+#: A full batch: per request its type twice, the key id and the blinded message, plus the
+#: vector's length prefix.
+_MAX_BATCH_BODY = MAX_BATCH * (2 + 2 + 1 + BLIND_RSA_NK) + 8
 
 
 def load_trust_anchors(paths: list[Path]) -> list[x509.Certificate]:
@@ -102,12 +112,12 @@ def _problem(status: int, title: str, headers: dict[str, str] | None = None) -> 
     return ServiceError(title, status=status, headers=headers).response()
 
 
-async def _read_body(request: Request) -> bytes | None:
-    """The body, or None if it is longer than `_MAX_BODY`."""
+async def _read_body(request: Request, limit: int = _MAX_BODY) -> bytes | None:
+    """The body, or None if it is longer than `limit`."""
     chunks = bytearray()
     async for chunk in request.stream():
         chunks += chunk
-        if len(chunks) > _MAX_BODY:
+        if len(chunks) > limit:
             return None
     return bytes(chunks)
 
@@ -120,7 +130,12 @@ class EnrollBody(BaseModel):
 
 
 class Enrolled(BaseModel):
+    """The device's id, and a first nonce for its first token request (saving the device the
+    challenge round trip that request would otherwise begin with)."""
+
     device_id: str
+    nonce: str
+    expires: int
 
 
 class ChallengeBody(BaseModel):
@@ -306,12 +321,17 @@ def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> 
             return bad_enrolment()
         try:
             result = await run_in_threadpool(attester.enroll, body.certificate.encode())
+            first = await run_in_threadpool(attester.challenge, result.device_id)
         except DeviceAuthError as exc:
             refusals.labels(reason=exc.reason).inc()
             return _problem(403, f"Enrollment refused: {exc}")
         metrics.enrolments.labels(outcome="created" if result.created else "known").inc()
         return JSONResponse(
-            {"device_id": b64url_encode(result.device_id)},
+            {
+                "device_id": b64url_encode(result.device_id),
+                "nonce": b64url_encode(first.nonce),
+                "expires": first.expires,
+            },
             status_code=201 if result.created else 200,
         )
 
@@ -348,8 +368,10 @@ def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> 
 
 
 async def _token_request(attester: AttesterService, request: Request) -> tuple[str, Response]:
-    """A device's token request: (its outcome label, the answer)."""
-    if request.headers.get("content-type") != MEDIA_TOKEN_REQUEST:
+    """A device's token request, single or batched: (its outcome label, the answer)."""
+    media = request.headers.get("content-type")
+    batched = media == MEDIA_BATCH_REQUEST
+    if not batched and media != MEDIA_TOKEN_REQUEST:
         return "bad_request", _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
     try:
         device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
@@ -357,11 +379,16 @@ async def _token_request(attester: AttesterService, request: Request) -> tuple[s
         signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
     except HeaderError:
         return "auth_failed", _problem(401, "Device authentication required")
-    body = await _read_body(request)
+    body = await (_read_body(request, _MAX_BATCH_BODY) if batched else _read_body(request))
     if body is None:
         return "bad_request", _problem(422, "token request too large")
     try:
-        out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
+        if batched:
+            batch = await run_in_threadpool(
+                attester.batch_token_request, device_id, nonce, signature, body
+            )
+        else:
+            out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
     except DeviceAuthError:
         return "auth_failed", _problem(401, "Device authentication failed")
     except QuotaExceededError as exc:
@@ -369,7 +396,13 @@ async def _token_request(attester: AttesterService, request: Request) -> tuple[s
             429, "Token quota exceeded", {"Retry-After": str(exc.retry_after)}
         )
     except IssuanceError:
+        if batched:
+            # The draft's answer when no token of the batch is issued.
+            return "issuer_refused", _problem(400, "No token of the batch could be issued")
         return "issuer_refused", _problem(422, "Unprocessable token request")
     except IssuerUnavailableError:
         return "issuer_unavailable", _problem(502, "Issuer unavailable")
+    if batched:
+        status = 206 if any(r is None for r in batch.responses) else 200
+        return "issued", Response(batch.encode(), status, media_type=MEDIA_BATCH_RESPONSE)
     return "issued", Response(out, media_type=MEDIA_TOKEN_RESPONSE)

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from services.common.clock import Clock
 from services.common.db import Database, Migration, Tx
+from services.common.problems import InternalError
 from services.token_issuer.devices import (
     NONCE_SIZE,
     DeviceAuthError,
@@ -42,9 +43,11 @@ from services.token_issuer.devices import (
     verify_device_signature,
 )
 from services.token_issuer.issuer import IssuerService
+from shared.codec import DecodeError
 from shared.privacypass.attestation import device_id_of
+from shared.privacypass.batch import BatchTokenRequest, BatchTokenResponse
 from shared.privacypass.issuance import IssuanceError
-from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE
+from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, MEDIA_TOKEN_RESPONSE, TokenResponse
 
 __all__ = [
     "MIGRATIONS",
@@ -100,7 +103,7 @@ MAX_OUTSTANDING_NONCES = 16
 _SWEEP_INTERVAL = 60
 
 
-class QuotaExceededError(Exception):
+class QuotaExceededError(InternalError):
     """The device has used its N tokens of this window (HTTP 429)."""
 
     def __init__(self, retry_after: int) -> None:
@@ -108,7 +111,7 @@ class QuotaExceededError(Exception):
         self.retry_after = retry_after
 
 
-class IssuerUnavailableError(Exception):
+class IssuerUnavailableError(InternalError):
     """The issuer could not be reached or answered unexpectedly (HTTP 502)."""
 
 
@@ -317,6 +320,55 @@ class AttesterService:
         Raises `DeviceAuthError` (401), `QuotaExceededError` (429), `IssuanceError` (422, from
         the issuer) or `IssuerUnavailableError` (502).
         """
+        period = self._authenticate_and_charge(device_id, nonce, signature, body, 1)
+        try:
+            return self._channel.issue(body)
+        except (IssuanceError, IssuerUnavailableError):
+            # No token was issued: the unit goes back to the device.
+            self._refund(device_id, period, 1)
+            raise
+
+    def batch_token_request(
+        self, device_id: bytes, nonce: bytes, signature: bytes, body: bytes
+    ) -> BatchTokenResponse:
+        """A GenericBatchTokenRequest (`shared.privacypass.batch`): one nonce and signature
+        over the whole body, the quota charged for every request at once (all or none), each
+        request relayed to the issuer unread as its own TokenRequest; a refused one is absent
+        from the answer and its unit goes back.
+
+        Raises `IssuanceError` for a malformed batch (before anything is charged) and as
+        `token_request` otherwise; `IssuerUnavailableError` only when nothing was issued.
+        """
+        try:
+            batch = BatchTokenRequest.decode(body)
+        except DecodeError as exc:
+            raise IssuanceError(str(exc), "malformed") from None
+        count = len(batch.requests)
+        period = self._authenticate_and_charge(device_id, nonce, signature, body, count)
+        responses: list[TokenResponse | None] = []
+        unavailable = False
+        for request in batch.requests:
+            try:
+                responses.append(TokenResponse.decode(self._channel.issue(request.encode())))
+            except IssuanceError:
+                responses.append(None)
+            except IssuerUnavailableError:
+                unavailable = True
+                responses.append(None)
+        refused = sum(r is None for r in responses)
+        if refused:
+            self._refund(device_id, period, refused)
+        if refused == count:
+            if unavailable:
+                raise IssuerUnavailableError("no token of the batch was issued")
+            raise IssuanceError("issuer refused every request of the batch", "issuer_refused")
+        return BatchTokenResponse(tuple(responses))
+
+    def _authenticate_and_charge(
+        self, device_id: bytes, nonce: bytes, signature: bytes, body: bytes, units: int
+    ) -> int:
+        """Check the device's signature over nonce and body, consume the nonce and charge
+        `units` tokens of the quota in one transaction; the quota period charged."""
         public_key = load_device_public_key(self._public_key(device_id))
         verify_device_signature(public_key, auth_message(device_id, nonce, body), signature)
         now = self._clock.now()
@@ -336,9 +388,9 @@ class AttesterService:
                 {"d": device_id, "p": period},
             )
             charged = tx.execute(
-                "UPDATE pp_attester_quota SET issued = issued + 1"
-                " WHERE device_id = :d AND period = :p AND issued < :n",
-                {"d": device_id, "p": period, "n": self._quota},
+                "UPDATE pp_attester_quota SET issued = issued + :k"
+                " WHERE device_id = :d AND period = :p AND issued + :k <= :n",
+                {"d": device_id, "p": period, "n": self._quota, "k": units},
             )
             # The nonce stays consumed either way: this transaction commits in both cases.
             return "ok" if charged == 1 else "over"
@@ -348,19 +400,18 @@ class AttesterService:
             raise DeviceAuthError("unknown, expired or already used nonce", "bad_nonce")
         if outcome == "over":
             raise QuotaExceededError(retry_after=(period + 1) * self._window - now)
-        try:
-            return self._channel.issue(body)
-        except (IssuanceError, IssuerUnavailableError):
-            # No token was issued: the unit goes back to the device.
-            self._db.run(
-                "attester.refund",
-                lambda tx: tx.execute(
-                    "UPDATE pp_attester_quota SET issued = issued - 1"
-                    " WHERE device_id = :d AND period = :p AND issued > 0",
-                    {"d": device_id, "p": period},
-                ),
-            )
-            raise
+        return period
+
+    def _refund(self, device_id: bytes, period: int, units: int) -> None:
+        self._db.run(
+            "attester.refund",
+            lambda tx: tx.execute(
+                "UPDATE pp_attester_quota"
+                " SET issued = CASE WHEN issued > :k THEN issued - :k ELSE 0 END"
+                " WHERE device_id = :d AND period = :p",
+                {"d": device_id, "p": period, "k": units},
+            ),
+        )
 
     def counts(self) -> AttesterCounts:
         """Totals for the metrics (no per-device figure leaves this method)."""

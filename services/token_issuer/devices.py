@@ -20,6 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from services.common.problems import InternalError
 from shared.privacypass import attestation
 from shared.privacypass.attestation import SIGNATURE_HASHES, DevicePublicKey
 
@@ -34,7 +35,7 @@ __all__ = [
 NONCE_SIZE: Final = attestation.NONCE_SIZE
 
 
-class DeviceAuthError(ValueError):
+class DeviceAuthError(InternalError, ValueError):
     """A certificate or a signature the attester does not accept; `reason` is a short fixed
     name of why, for counting refusals."""
 

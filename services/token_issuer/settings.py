@@ -32,6 +32,9 @@ class TokenIssuerSettings(ServiceSettings, TlsSettings, ServerLimits):
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
     log_level: str = "info"
+    #: Processes serving the port (`services.common.entry.serve_app`), on the same stores:
+    #: blind signing is CPU-bound. Each keeps its own ``/metrics`` counters.
+    workers: int = Field(default=1, ge=1, le=64)
     #: Bearer token of ``GET /metrics``; unset, the endpoint refuses every caller (403).
     metrics_token: ServiceToken | None = None
 
@@ -75,4 +78,12 @@ class TokenIssuerSettings(ServiceSettings, TlsSettings, ServerLimits):
             raise ValueError("role 'issuer' needs attester_secret")
         if self.role == "attester" and (self.issuer_url is None or self.attester_secret is None):
             raise ValueError("role 'attester' needs issuer_url and attester_secret")
+        memory = [
+            url
+            for url in (self.issuer_database_url, self.attester_database_url)
+            if url.startswith("sqlite:///") and (":memory:" in url or "mode=memory" in url)
+        ]
+        if self.workers > 1 and memory:
+            # Each worker would count quotas and spend nonces in a store of its own.
+            raise ValueError("several workers need stores shared between processes, not memory")
         return self

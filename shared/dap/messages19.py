@@ -88,6 +88,7 @@ from shared.dap.messages import (
     first_duplicate,
 )
 from shared.dap.messages import PlaintextInputShare as _PlaintextInputShare09
+from shared.vdaf import prio3_20
 
 #: Version tag of the HPKE info labels and of the VDAF application context (DAP §4.4.2).
 DAP_VERSION: Final = b"dap-19"
@@ -253,15 +254,18 @@ class VerifyRespType(IntEnum):
 class VdafType(IntEnum):
     """``uint32 VdafType``: the VDAF-20 §10 codepoints DAP App. B gives a configuration for.
 
-    The DAP-09 / VDAF-08 ids (Prio3Count = 0) are not valid here. 0 is reserved and
-    0xFFFF0000-0xFFFFFFFF private use: those stay plain ints in a TaskConfiguration.
+    The Prio3 ones are the algorithm identifiers `shared.vdaf.prio3_20` puts into its
+    domain-separation tags, defined there once. The DAP-09 / VDAF-08 ids (Prio3Count = 0) are
+    not valid here. 0 is reserved and 0xFFFF0000-0xFFFFFFFF private use: those stay plain ints
+    in a TaskConfiguration (`shared.dap.vdaf_codepoints` maps the one private VDAF sagg runs).
     """
 
-    PRIO3_COUNT = 0x00000001
-    PRIO3_SUM = 0x00000002
-    PRIO3_SUM_VEC = 0x00000003
-    PRIO3_HISTOGRAM = 0x00000004
-    PRIO3_MULTIHOT_COUNT_VEC = 0x00000005
+    PRIO3_COUNT = prio3_20.ALGO_PRIO3_COUNT
+    PRIO3_SUM = prio3_20.ALGO_PRIO3_SUM
+    PRIO3_SUM_VEC = prio3_20.ALGO_PRIO3_SUM_VEC
+    PRIO3_HISTOGRAM = prio3_20.ALGO_PRIO3_HISTOGRAM
+    PRIO3_MULTIHOT_COUNT_VEC = prio3_20.ALGO_PRIO3_MULTIHOT_COUNT_VEC
+    #: Poplar1 (VDAF-20 §8, §10): registered, but sagg runs no Poplar1.
     POPLAR1 = 0x00000006
 
 

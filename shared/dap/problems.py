@@ -1,4 +1,5 @@
-"""DAP-09 problem types (DAP-09 §3.2, digest §2).
+"""DAP problem types: DAP-09's (DAP-09 §3.2, digest §2) and the three DAP-19 adds (DAP-19 §3.6,
+dap-19.md digest §2). A DAP-19 task answers only with DAP-19's eleven.
 
 Errors are RFC 9457 problem documents whose `type` is ``urn:ietf:params:ppm:dap:error:`` plus
 one of the tokens below (exact casing, e.g. `missingTaskID`). "Abort with X" means HTTP 400;
@@ -23,7 +24,7 @@ _HTTP_FORBIDDEN = 403
 
 
 class ProblemType(Enum):
-    """Every problem type token DAP-09 defines; the value is the token."""
+    """Every problem type token DAP-09 and DAP-19 define; the value is the token."""
 
     INVALID_MESSAGE = "invalidMessage"
     UNRECOGNIZED_TASK = "unrecognizedTask"
@@ -39,6 +40,10 @@ class ProblemType(Enum):
     MISSING_TASK_ID = "missingTaskID"
     STEP_MISMATCH = "stepMismatch"
     BATCH_OVERLAP = "batchOverlap"
+    # DAP-19 only.
+    INVALID_AGGREGATION_PARAMETER = "invalidAggregationParameter"
+    UNSUPPORTED_EXTENSION = "unsupportedExtension"
+    INVALID_EXTENSION = "invalidExtension"
 
     @property
     def urn(self) -> str:
@@ -52,7 +57,7 @@ class ProblemType(Enum):
 
     @classmethod
     def from_urn(cls, urn: str) -> ProblemType | None:
-        """The problem type a peer's `type` member names, or None if it is not a DAP-09 one."""
+        """The problem type a peer's `type` member names, or None if it is not a DAP one."""
         if not urn.startswith(PROBLEM_URN_PREFIX):
             return None
         try:

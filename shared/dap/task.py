@@ -17,10 +17,16 @@ from shared.b64url import b64url_decode, b64url_encode
 from shared.codec import DecodeError
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, QueryType
+from shared.dap.messages19 import TaskConfiguration
+from shared.dap.task_configuration import check_against, task_configuration
 from shared.dp.gaussian import analytic_gaussian_sigma
-from shared.vdaf.spec import VdafSpec
+from shared.vdaf.spec import VdafSpec, VdafVersion
 
 Role = Literal["leader", "helper"]
+#: The DAP draft a task speaks, fixed when it is created; each pairs with one VDAF draft
+#: (DAP-09 with VDAF-08, DAP-19 with VDAF-20: dap-19.md digest, header).
+DapVersion = Literal["dap-09", "dap-19"]
+VDAF_OF_DAP: dict[DapVersion, VdafVersion] = {"dap-09": "VDAF-08", "dap-19": "VDAF-20"}
 
 
 #: Relative slack when checking a stated sigma against the analytic Gaussian calibration: the
@@ -143,6 +149,35 @@ class _TaskCommon(BaseModel):
     leader_endpoint: str = Field(min_length=1)
     query_type: QueryType
     vdaf: VdafSpec
+    dap: DapVersion = "dap-09"
+    #: A DAP-19 task's encoded TaskConfiguration (unpadded base64url; DAP-19 §4.2): the exact
+    #: bytes both HPKE AADs bind, kept as provisioned and never re-serialised (digest §3).
+    task_configuration: str | None = None
+
+    @model_validator(mode="after")
+    def _vdaf_matches_dap(self) -> _TaskCommon:
+        if self.vdaf.draft != VDAF_OF_DAP[self.dap]:
+            raise ValueError(
+                f"a {self.dap} task runs {VDAF_OF_DAP[self.dap]}, not {self.vdaf.draft}"
+            )
+        if self.task_configuration is not None and self.dap != "dap-19":
+            raise ValueError("task_configuration is for dap-19 tasks")
+        return self
+
+    @property
+    def configuration_bytes(self) -> bytes | None:
+        """The encoded TaskConfiguration, as provisioned (None: none was)."""
+        if self.task_configuration is None:
+            return None
+        return b64url_decode(self.task_configuration, "task_configuration")
+
+    @property
+    def configuration(self) -> TaskConfiguration:
+        """The TaskConfiguration (ValueError when none was provisioned)."""
+        raw = self.configuration_bytes
+        if raw is None:
+            raise ValueError(f"task {self.task_id} has no TaskConfiguration")
+        return TaskConfiguration.decode(raw)
 
     @field_validator("task_id")
     @classmethod
@@ -260,6 +295,21 @@ class TaskDefinition(_TaskCommon):
     rate_validation: RateValidation | None = None
 
     @model_validator(mode="after")
+    def _dap19_consistent(self) -> TaskDefinition:
+        """An aggregator's task without `task_configuration` derives it from its fields
+        (`shared.dap.task_configuration`); either way the bytes must say what it says."""
+        if self.dap != "dap-19":
+            return self
+        if self.max_batch_query_count != 1:
+            raise ValueError("a dap-19 task collects each batch once: max_batch_query_count 1")
+        try:
+            config, _ = task_configuration(self)
+        except DecodeError as exc:
+            raise ValueError(f"task_configuration: {exc}") from exc
+        check_against(config, self)
+        return self
+
+    @model_validator(mode="after")
     def _verify_key_is_valid(self) -> TaskDefinition:
         size = self.vdaf.verify_key_size
         if len(b64url_decode(self.vdaf_verify_key, "vdaf_verify_key")) != size:
@@ -308,6 +358,18 @@ class CollectorTaskInfo(_TaskCommon):
     #: The aggregators' noise setting (the same as in their `TaskDefinition`): the collector
     #: decodes the aggregate as signed integers and accounts for the noise when it is set.
     aggregator_noise: AggregatorNoise | None = None
+
+    @model_validator(mode="after")
+    def _configuration_agrees(self) -> CollectorTaskInfo:
+        """A DAP-19 task's configuration says what the collector's task says (the helper's
+        URL aside: the collector never talks to it)."""
+        if self.task_configuration is not None:
+            try:
+                config = self.configuration
+            except DecodeError as exc:
+                raise ValueError(f"task_configuration: {exc}") from exc
+            check_against(config, self)
+        return self
 
 
 class CollectorTask(CollectorTaskInfo):

@@ -58,16 +58,16 @@ def vdaf_shifts(vdaf: VdafSpec) -> tuple[int, ...] | None:
     the nonzero per-coordinate shifts (signs do not matter to symmetric noise); None for a VDAF
     this does not know. Valid is what the Prio3 proof enforces, so this holds for malicious
     clients too."""
-    top = (1 << vdaf.bits) - 1 if vdaf.bits is not None else 1
+    top = vdaf.max_value
     if vdaf.type == "Prio3Count":
         return (1,)
     if vdaf.type == "Prio3Sum":
         return (top,)
     if vdaf.type == "Prio3Histogram":
         return (1, -1)  # one-hot to another one-hot (004 §6.1.2: L2 sqrt(2))
-    if vdaf.type == "Prio3MultiHotHistogram":
-        assert vdaf.max_count is not None and vdaf.length is not None
-        return (1,) * min(2 * vdaf.max_count, vdaf.length)
+    if vdaf.max_ones is not None:  # the multi-hot vector of either draft
+        assert vdaf.length is not None
+        return (1,) * min(2 * vdaf.max_ones, vdaf.length)
     if vdaf.type in ("Prio3SumVec", "Prio3SumVecField64Multiproof"):
         assert vdaf.length is not None
         return (top,) * vdaf.length

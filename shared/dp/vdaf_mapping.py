@@ -1,4 +1,4 @@
-"""How each randomized report maps onto a Prio3 VDAF, and back (004 §6; VDAF-08 §7.4).
+"""How each randomized report maps onto a Prio3 VDAF, and back (004 §6; VDAF-08 §7.4, VDAF-20 §7.4).
 
 The aggregators only ever see secret shares; what the collector receives is the sum of the
 encoded measurements, from which each randomizer's server side rebuilds its statistic.
@@ -46,6 +46,13 @@ coordinate in the leader's input share):
 
 `chunk_length` defaults to about sqrt(measurement length), the VDAF-08 §7.4.4 recommendation.
 
+Each `*_spec` takes the VDAF draft of the task (`draft`, VDAF-08 for a DAP-09 task, VDAF-20 for
+a DAP-19 one). The encodings are the same in both: Prio3Histogram keeps its name and
+parameters, and VDAF-20's Prio3MultihotCountVec(length, max_weight) is VDAF-08's
+Prio3MultiHotHistogram(length, max_count) registered under a new name (VDAF-20 §7.4.5: at most
+max_weight ones, the weight range-checked on `max_weight.bit_length()` bits, as VDAF-08
+does), so a measurement, its aggregate and every estimator below are draft-independent.
+
 Aggregator noise (004 §5) adds independent noise of variance V to every aggregate coordinate.
 The sketch estimates are linear in the aggregate, so V reaches an estimate f~(d) scaled by the
 squared coefficients of the coordinates it reads (`cms_noise_variance`, `hcms_noise_variance`):
@@ -77,7 +84,7 @@ from shared.dp.randomizers.cms import (
 )
 from shared.dp.randomizers.onehot import OneHotRandomizer
 from shared.dp.randomizers.sfp import SequenceFragmentPuzzle, SfpReports, SfpSketches
-from shared.vdaf.spec import VdafSpec
+from shared.vdaf.spec import VdafSpec, VdafVersion
 
 #: Default honest false-rejection rate for multi-hot weight bounds.
 DEFAULT_P_FAIL = 2.0**-40
@@ -113,19 +120,22 @@ def one_hot_max_count(rand: OneHotRandomizer, p_fail: float = DEFAULT_P_FAIL) ->
     return smallest_bound(survival, p_fail, d)
 
 
-def histogram_spec(length: int) -> VdafSpec:
-    return VdafSpec(type="Prio3Histogram", length=length, chunk_length=chunk_length_for(length))
+def histogram_spec(length: int, draft: VdafVersion = "VDAF-08") -> VdafSpec:
+    return VdafSpec.of_histogram(length, chunk_length_for(length), draft)
 
 
-def one_hot_spec(rand: OneHotRandomizer, p_fail: float = DEFAULT_P_FAIL) -> VdafSpec:
-    m = one_hot_max_count(rand, p_fail)
-    meas_len = rand.length + m.bit_length()
-    return VdafSpec(
-        type="Prio3MultiHotHistogram",
-        length=rand.length,
-        max_count=m,
-        chunk_length=chunk_length_for(meas_len),
+def multihot_spec(length: int, max_ones: int, draft: VdafVersion = "VDAF-08") -> VdafSpec:
+    """The multi-hot vector of `draft`, chunked by the circuit's measurement length (the
+    bits, then the weight's bits)."""
+    return VdafSpec.of_multihot(
+        length, max_ones, chunk_length_for(length + max_ones.bit_length()), draft
     )
+
+
+def one_hot_spec(
+    rand: OneHotRandomizer, p_fail: float = DEFAULT_P_FAIL, draft: VdafVersion = "VDAF-08"
+) -> VdafSpec:
+    return multihot_spec(rand.length, one_hot_max_count(rand, p_fail), draft)
 
 
 def encode_one_hot(reports: npt.NDArray[np.uint8]) -> list[list[int]]:
@@ -144,15 +154,10 @@ def cms_max_count(cms: CountMeanSketch, p_fail: float = DEFAULT_P_FAIL) -> int:
     return smallest_bound(survival, p_fail, m + 1)
 
 
-def cms_spec(cms: CountMeanSketch, p_fail: float = DEFAULT_P_FAIL) -> VdafSpec:
-    length = cms.k * cms.m + cms.k
-    m = cms_max_count(cms, p_fail)
-    return VdafSpec(
-        type="Prio3MultiHotHistogram",
-        length=length,
-        max_count=m,
-        chunk_length=chunk_length_for(length + m.bit_length()),
-    )
+def cms_spec(
+    cms: CountMeanSketch, p_fail: float = DEFAULT_P_FAIL, draft: VdafVersion = "VDAF-08"
+) -> VdafSpec:
+    return multihot_spec(cms.k * cms.m + cms.k, cms_max_count(cms, p_fail), draft)
 
 
 def _cms_block(rows: int, m: int, j: IntArray, signs: npt.NDArray[np.int8]) -> IntArray:
@@ -228,15 +233,10 @@ def sfp_max_count(sfp: SequenceFragmentPuzzle, p_fail: float = DEFAULT_P_FAIL) -
     return smallest_bound(survival, p_fail, top)
 
 
-def sfp_spec(sfp: SequenceFragmentPuzzle, p_fail: float = DEFAULT_P_FAIL) -> VdafSpec:
-    length = sfp_length(sfp)
-    m = sfp_max_count(sfp, p_fail)
-    return VdafSpec(
-        type="Prio3MultiHotHistogram",
-        length=length,
-        max_count=m,
-        chunk_length=chunk_length_for(length + m.bit_length()),
-    )
+def sfp_spec(
+    sfp: SequenceFragmentPuzzle, p_fail: float = DEFAULT_P_FAIL, draft: VdafVersion = "VDAF-08"
+) -> VdafSpec:
+    return multihot_spec(sfp_length(sfp), sfp_max_count(sfp, p_fail), draft)
 
 
 def encode_sfp_array(sfp: SequenceFragmentPuzzle, reports: SfpReports) -> IntArray:
@@ -286,8 +286,8 @@ def cms_noise_variance(cms: CountMeanSketch, coordinate_variance: float) -> floa
     return (m / (m - 1)) ** 2 * cms.k * coordinate_variance * (c * c + (c - 1) ** 2 / 4)
 
 
-def hcms_spec(hcms: HadamardCountMeanSketch) -> VdafSpec:
-    return histogram_spec(2 * hcms.k * hcms.m)
+def hcms_spec(hcms: HadamardCountMeanSketch, draft: VdafVersion = "VDAF-08") -> VdafSpec:
+    return histogram_spec(2 * hcms.k * hcms.m, draft)
 
 
 def encode_hcms(hcms: HadamardCountMeanSketch, reports: HcmsReports) -> list[int]:
@@ -310,8 +310,8 @@ def hcms_noise_variance(hcms: HadamardCountMeanSketch, coordinate_variance: floa
     return (m / (m - 1)) ** 2 * 2 * hcms.k * m * c * c * coordinate_variance
 
 
-def bit_pushing_spec(bp: BitPushing) -> VdafSpec:
-    return histogram_spec(2 * bp.bits)
+def bit_pushing_spec(bp: BitPushing, draft: VdafVersion = "VDAF-08") -> VdafSpec:
+    return histogram_spec(2 * bp.bits, draft)
 
 
 def encode_bit_pushing(reports: BitReports) -> list[int]:

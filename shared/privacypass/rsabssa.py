@@ -11,11 +11,13 @@ The protocol of RFC 9474 §4::
 All four variants of §5 are offered (`Variant`); Privacy Pass token type 2 uses
 RSABSSA-SHA384-PSS-Deterministic (RFC 9578 §6).
 
-Arithmetic is on gmpy2 integers. The private exponentiation is CRT over ``gmpy2.powmod_sec``
-(GMP's ``mpz_powm_sec``, constant time in the exponent), because BlindSign is a remote oracle
-on the private key that anyone holding a token request can query (RFC 9474 §7.1). The
-result is checked with ``s^e == m`` before it leaves `blind_sign`, so a fault in the CRT
-computation never discloses a factor of n (RFC 9474 §4.3 step 3, §7.1).
+Arithmetic is on gmpy2 integers. The private exponentiation is OpenSSL's RSA private
+operation (`shared.privacypass.openssl_rsa`: CRT, constant-time, blinded; three times faster),
+else CRT over ``gmpy2.powmod_sec`` (GMP's ``mpz_powm_sec``, constant time in the exponent),
+because BlindSign is a remote oracle on the private key that anyone holding a token request
+can query (RFC 9474 §7.1). The result is checked with ``s^e == m`` before it leaves
+`blind_sign`, so a fault in the CRT computation never discloses a factor of n (RFC 9474 §4.3
+step 3, §7.1).
 
 EMSA-PSS encoding and verification (RFC 8017 §9.1) are written here because `cryptography`
 offers neither a chosen-salt encoding nor raw RSA; verification is this module's own code
@@ -35,8 +37,14 @@ from typing import Any, Final
 
 import gmpy2
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
 
 from shared.errors import SaggError
+from shared.privacypass.openssl_rsa import OpenSslRsaKey
 
 #: Issuer RSA modulus for token type 2, in bits (RFC 9578 §6: "Blind RSA (SHA-384, 2048-bit)").
 BLIND_RSA_MODULUS_BITS: Final = 2048
@@ -178,7 +186,17 @@ class RsaPrivateKey:
     The repr names the key size only; nothing secret is ever formatted.
     """
 
-    __slots__ = ("_d", "_dp", "_dq", "_p", "_q", "_qinv", "public_key")
+    __slots__ = (
+        "_d",
+        "_dp",
+        "_dq",
+        "_openssl",
+        "_openssl_tried",
+        "_p",
+        "_q",
+        "_qinv",
+        "public_key",
+    )
 
     public_key: RsaPublicKey
 
@@ -195,6 +213,8 @@ class RsaPrivateKey:
         self._dp = d_ % (p_ - 1)
         self._dq = d_ % (q_ - 1)
         self._qinv = gmpy2.invert(q_, p_)
+        self._openssl: OpenSslRsaKey | None = None
+        self._openssl_tried = False
 
     @classmethod
     def generate(cls, bits: int = 2048, public_exponent: int = 65537) -> RsaPrivateKey:
@@ -219,8 +239,22 @@ class RsaPrivateKey:
             pub,
         ).private_key()
 
+    def _openssl_key(self) -> OpenSslRsaKey | None:
+        # Loaded on first use (two threads racing load it twice; either copy serves).
+        if not self._openssl_tried:
+            der = self.to_cryptography().private_bytes(
+                Encoding.DER, PrivateFormat.TraditionalOpenSSL, NoEncryption()
+            )
+            self._openssl = OpenSslRsaKey.load(der, self.public_key.modulus_len)
+            self._openssl_tried = True
+        return self._openssl
+
     def _rsasp1(self, m: Any) -> Any:
-        """RSASP1 (RFC 8017 §5.2.1) by CRT, each half constant-time in the exponent."""
+        """RSASP1 (RFC 8017 §5.2.1): OpenSSL's private operation, else CRT here, each half
+        constant-time in the exponent."""
+        key = self._openssl_key()
+        if key is not None:
+            return _os2ip(key.rsasp1(_i2osp(m, self.public_key.modulus_len)))
         s1 = gmpy2.powmod_sec(m, self._dp, self._p)
         s2 = gmpy2.powmod_sec(m, self._dq, self._q)
         h = (self._qinv * (s1 - s2)) % self._p

@@ -49,7 +49,7 @@ from shared.recipe.model import (
     Recipe,
     SfpRandomizer,
 )
-from shared.vdaf.spec import VdafSpec
+from shared.vdaf.spec import VdafSpec, VdafVersion
 
 __all__ = [
     "MAX_AGGREGATION_DELTA",
@@ -191,23 +191,26 @@ def noise_problems(noise: AggregatorNoise, vdaf: VdafSpec, delta: float) -> list
     return []
 
 
-def expected_vdaf(randomizer: Randomizer, encoding: Encoding) -> VdafSpec:
-    """The Prio3 instance reports of this randomizer take (`shared.dp.vdaf_mapping`)."""
+def expected_vdaf(
+    randomizer: Randomizer, encoding: Encoding, draft: VdafVersion = "VDAF-08"
+) -> VdafSpec:
+    """The Prio3 instance of `draft` reports of this randomizer take
+    (`shared.dp.vdaf_mapping`)."""
     if isinstance(randomizer, OneHotRandomizer):
-        return one_hot_spec(DpOneHot(randomizer.eps0, encoding.dimension, randomizer.symmetric))
+        one_hot = DpOneHot(randomizer.eps0, encoding.dimension, randomizer.symmetric)
+        return one_hot_spec(one_hot, draft=draft)
     if isinstance(randomizer, CmsRandomizer):
         cms = CountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
-        return cms_spec(cms)
+        return cms_spec(cms, draft=draft)
     if isinstance(randomizer, HcmsRandomizer):
-        return hcms_spec(
-            HadamardCountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
-        )
+        hcms = HadamardCountMeanSketch(randomizer.eps0, randomizer.k, randomizer.m, randomizer.seed)
+        return hcms_spec(hcms, draft)
     if isinstance(randomizer, SfpRandomizer):
-        return sfp_spec(randomizer.puzzle())
+        return sfp_spec(randomizer.puzzle(), draft=draft)
     assert isinstance(randomizer, BitPushingRandomizer)
     feature = encoding.features[0]
     assert isinstance(feature, IntegerFeature)
-    return bit_pushing_spec(BitPushing(feature.bits, randomizer.eps0))
+    return bit_pushing_spec(BitPushing(feature.bits, randomizer.eps0), draft)
 
 
 def check_recipe_claims(recipe: Recipe) -> list[str]:
@@ -220,7 +223,7 @@ def check_recipe_claims(recipe: Recipe) -> list[str]:
     sampled at q, with that noise, meet the claimed (epsilon, delta).
     """
     problems: list[str] = []
-    expected = expected_vdaf(recipe.randomizer, recipe.encoding)
+    expected = expected_vdaf(recipe.randomizer, recipe.encoding, recipe.task.vdaf_draft)
     if recipe.task.vdaf != expected:
         problems.append(
             f"task VDAF {recipe.task.vdaf.describe()} is not the randomizer's {expected.describe()}"

@@ -49,13 +49,15 @@ from shared.codec import DecodeError
 from shared.dap.extensions import token_policy_for_issuer
 from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.dap.messages19 import TaskConfiguration
+from shared.dap.task import VDAF_OF_DAP, AggregatorNoise, DapVersion, RateValidation, TokenPolicy
+from shared.dap.vdaf_codepoints import vdaf_spec
 from shared.dp.amplification import Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
 from shared.dp.vdaf_mapping import sfp_length
 from shared.recipe.rate import expected_reports_per_bucket
-from shared.vdaf.spec import VdafSpec
+from shared.vdaf.spec import VdafSpec, VdafVersion
 
 #: The `format` member of every recipe; a device refuses formats it does not know.
 RECIPE_FORMAT: Final = "sagg-recipe/1"
@@ -546,14 +548,23 @@ class RecipeRateValidation(_Frozen):
 
 
 class RecipeTask(_Frozen):
-    """The DAP task the reports go to (DAP-09 §4.2), with the aggregators' HPKE configs
-    (`HpkeConfigList`, unpadded base64url) so that devices need not fetch them unauthenticated."""
+    """The DAP task the reports go to (DAP-09 §4.2, DAP-19 §4.2), with the aggregators' HPKE
+    configs (`HpkeConfigList`, unpadded base64url) so that devices need not fetch them
+    unauthenticated.
+
+    A DAP-19 task (`dap` "dap-19") also publishes its encoded TaskConfiguration (unpadded
+    base64url): devices bind those exact bytes into every input share's AAD (DAP-19 §4.4.2),
+    so they come signed and logged with the recipe, never from an aggregator. Both are left
+    out of a DAP-09 recipe's canonical bytes, so older recipes verify.
+    """
 
     task_id: str
     leader: HttpUrl
     helper: HttpUrl
     query_type: QueryTypeName = "time_interval"
     vdaf: VdafSpec
+    dap: DapVersion | None = None
+    task_configuration: str | None = None
     time_precision: int = Field(ge=1)
     task_expiration: int | None = Field(default=None, ge=0)
     leader_hpke_configs: str
@@ -571,6 +582,28 @@ class RecipeTask(_Frozen):
     def _configs(cls, value: str) -> str:
         return _check_config_list(value, "HPKE config list")
 
+    @model_validator(mode="after")
+    def _dap_19_configuration(self) -> RecipeTask:
+        if self.vdaf.draft != VDAF_OF_DAP[self.dap_version]:
+            raise ValueError(f"a {self.dap_version} task runs {VDAF_OF_DAP[self.dap_version]}")
+        if (self.dap_version == "dap-19") != (self.task_configuration is not None):
+            raise ValueError("task_configuration comes with a dap-19 task, and only with one")
+        if self.task_configuration is not None:
+            config = TaskConfiguration.decode(
+                b64url_decode(self.task_configuration, "task_configuration")
+            )
+            if vdaf_spec(config.vdaf_type, config.vdaf_configuration) != self.vdaf:
+                raise ValueError("task_configuration names another VDAF than task.vdaf")
+        return self
+
+    @property
+    def dap_version(self) -> DapVersion:
+        return self.dap or "dap-09"
+
+    @property
+    def vdaf_draft(self) -> VdafVersion:
+        return VDAF_OF_DAP[self.dap_version]
+
     def hpke_configs(self, role: Literal["leader", "helper"]) -> HpkeConfigList:
         raw = self.leader_hpke_configs if role == "leader" else self.helper_hpke_configs
         return HpkeConfigList.decode(b64url_decode(raw, f"{role}_hpke_configs"))
@@ -581,6 +614,8 @@ class DraftTask(_Frozen):
 
     task_id: str | None = None
     query_type: QueryTypeName = "time_interval"
+    #: The DAP draft of the task the server creates (None: dap-09); it fixes the VDAF draft.
+    dap: DapVersion | None = None
     #: If given, must equal the VDAF the randomizer maps to (`shared.dp.vdaf_mapping`).
     vdaf: VdafSpec | None = None
     time_precision: int = Field(default=3600, ge=1)

@@ -112,6 +112,52 @@ class VdafSpec(BaseModel):
         """The verify key's length in bytes: the draft's XOF seed size (16 for 08, 32 for 20)."""
         return prio3_20.VERIFY_KEY_SIZE if self.draft == "VDAF-20" else VERIFY_KEY_SIZE
 
+    @property
+    def max_value(self) -> int:
+        """The largest integer one coordinate of a measurement may take: 2^bits - 1 (VDAF-08)
+        or max_measurement (VDAF-20), 1 for the 0/1 circuits."""
+        if self.bits is not None:
+            return (1 << self.bits) - 1
+        return 1 if self.max_measurement is None else self.max_measurement
+
+    @property
+    def max_ones(self) -> int | None:
+        """The multi-hot bound, max_count (VDAF-08) or max_weight (VDAF-20); None otherwise."""
+        return self.max_count if self.max_count is not None else self.max_weight
+
+    @property
+    def multihot(self) -> bool:
+        """Whether this is the multi-hot vector (MultiHotHistogram, MultihotCountVec)."""
+        return self.max_ones is not None
+
+    @classmethod
+    def of_multihot(
+        cls, length: int, max_ones: int, chunk_length: int, draft: VdafVersion = "VDAF-08"
+    ) -> VdafSpec:
+        """The multi-hot vector of `draft`: at most `max_ones` of `length` bits set."""
+        if draft == "VDAF-20":
+            return cls(
+                version=draft,
+                type="Prio3MultihotCountVec",
+                length=length,
+                max_weight=max_ones,
+                chunk_length=chunk_length,
+            )
+        return cls(
+            type="Prio3MultiHotHistogram",
+            length=length,
+            max_count=max_ones,
+            chunk_length=chunk_length,
+        )
+
+    @classmethod
+    def of_histogram(
+        cls, length: int, chunk_length: int, draft: VdafVersion = "VDAF-08"
+    ) -> VdafSpec:
+        """Prio3Histogram of `draft` (its parameters are the same in both)."""
+        version = draft if draft == "VDAF-20" else None
+        return cls(version=version, type="Prio3Histogram", length=length, chunk_length=chunk_length)
+
     def instance(self) -> Prio3:
         """The Prio3 object for two aggregators (ValueError for unusable parameters)."""
         p: dict[str, Any] = self.model_dump(exclude_none=True, exclude={"type", "version"})

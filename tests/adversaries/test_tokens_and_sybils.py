@@ -33,7 +33,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
-from client_sdk.reports import ReportInput, build_reports
+from client_sdk.reports import ReportInput, ReportWire, build_reports
 from services.common.clock import TestClock
 from services.common.db import Database
 from services.token_issuer.app import create_app
@@ -154,12 +154,12 @@ class World:
         )
         (report,) = build_reports(
             dep.task.prio3,
-            dep.task.task_id,
-            PRECISION,
+            ReportWire(dep.task.task_id, PRECISION),
             [item],
             dep.leader_config,
             dep.helper_config,
         )
+        assert isinstance(report, Report)  # a DAP-09 task
         return report
 
 

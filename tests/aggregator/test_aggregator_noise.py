@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from scipy import stats
 
 from services.aggregator.datastore import TaskRecord
-from services.aggregator.service import Task, noised_share, task_from_record
+from services.aggregator.noise import noised_share
+from services.aggregator.service import Task, task_from_record
 from services.common.clock import TestClock
 from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE_REQ,
@@ -166,13 +167,13 @@ def test_laplace_noise_of_a_share_uses_the_given_source() -> None:
     params = noisy_params({"mechanism": "discrete_laplace", "scale": "2.5"}, 16)
     env_task = _task(params)
     share = env_task.vdaf.field.from_ints([7] * 16)
-    noised = noised_share(env_task, share, seeded("lap"))
+    noised = noised_share(env_task.noise, env_task.vdaf.field, share, seeded("lap"))
     noise = discrete_laplace_vector(Fraction("2.5"), 16, seeded("lap"))
     assert decode_signed(env_task.vdaf.field, env_task.vdaf.field.to_ints(noised)) == [
         7 + z for z in noise
     ]
     plain = _task(noisy_params(None, 16))
-    assert noised_share(plain, share, _no_randomness) is share
+    assert noised_share(plain.noise, plain.vdaf.field, share, _no_randomness) is share
 
 
 def _task(params: TaskParams) -> Task:

@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from services.aggregator.answer import Answer
 from services.aggregator.app import create_app
 from services.aggregator.datastore import Datastore, NewReport, TokenSpend
-from services.aggregator.service import Aggregator, Answer
+from services.aggregator.service import Aggregator
 from services.aggregator.tokens import IssuerKeyCache, IssuerUnavailableError, max_age
 from services.common.clock import TestClock
 from services.common.db import Database

@@ -15,8 +15,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from services.aggregator.answer import Answer
 from services.aggregator.app import create_app
-from services.aggregator.service import Aggregator, Answer
+from services.aggregator.service import Aggregator
 from services.common.clock import TestClock
 from services.common.problems import DapProblemError
 from shared import hpke

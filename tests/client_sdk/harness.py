@@ -20,6 +20,7 @@ from client_sdk.device import Device, DeviceConfig
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.recipes import VerifiedRecipe
+from client_sdk.reports import AnyReport
 from client_sdk.sampling import DonationSchedule
 from client_sdk.upload import Uploader
 from services.common.clock import TestClock
@@ -30,6 +31,7 @@ from services.token_issuer.app import create_app as issuer_app
 from services.token_issuer.settings import TokenIssuerSettings
 from shared import hpke
 from shared.b64url import b64url_encode
+from shared.dap import messages19 as m19
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_HPKE_CONFIG_LIST, HpkeConfig, HpkeConfigList, Report
 from shared.dap.problems import ProblemType
@@ -118,10 +120,11 @@ class Router(httpx.BaseTransport):
 
 @dataclass
 class FakeAggregator:
-    """Serves /hpke_config and records uploads; `outdated` config ids get outdatedConfig."""
+    """Serves /hpke_config and records uploads (a DAP-09 PUT or a DAP-19 UploadRequest);
+    `outdated` config ids get outdatedConfig (DAP-19: hpke_unknown_config_id)."""
 
     keys: list[hpke.HpkeKeyPair]
-    uploads: list[Report] = field(default_factory=list)
+    uploads: list[AnyReport] = field(default_factory=list)
     outdated: set[int] = field(default_factory=set)
     fail_next: int = 0
 
@@ -147,10 +150,13 @@ class FakeAggregator:
                 content=self.config_list().encode(),
                 headers={"Content-Type": MEDIA_HPKE_CONFIG_LIST},
             )
-        assert request.method == "PUT" and request.url.path.endswith("/reports")
+        assert request.url.path.endswith("/reports")
         if self.fail_next:
             self.fail_next -= 1
             return httpx.Response(503)
+        if request.method == "POST":
+            return self._upload_request(request)
+        assert request.method == "PUT"
         report = Report.decode(request.read())
         if report.leader_encrypted_input_share.config_id in self.outdated:
             return httpx.Response(
@@ -160,6 +166,20 @@ class FakeAggregator:
             )
         self.uploads.append(report)
         return httpx.Response(201)
+
+    def _upload_request(self, request: httpx.Request) -> httpx.Response:
+        assert m19.media_type_message(request.headers["Content-Type"]) == "upload-req"
+        refused = []
+        for report in m19.UploadRequest.decode(request.read()).reports:
+            if report.leader_encrypted_input_share.config_id in self.outdated:
+                error = m19.ReportError.HPKE_UNKNOWN_CONFIG_ID
+                refused.append(m19.ReportUploadStatus(report.report_metadata.report_id, error))
+            else:
+                self.uploads.append(report)
+        if not refused:
+            return httpx.Response(200)
+        body = m19.UploadErrors(tuple(refused)).encode()
+        return httpx.Response(200, content=body, headers={"Content-Type": m19.MEDIA_UPLOAD_ERRORS})
 
 
 class StaticProvisioner:

@@ -14,6 +14,7 @@ from client_sdk.device import Device, DeviceConfig
 from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.recipes import VerifiedRecipe
+from client_sdk.reports import AnyReport
 from client_sdk.tokens import TokenError
 from shared import hpke
 from shared.b64url import b64url_encode
@@ -38,7 +39,8 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path)
 
 
-def open_share(world: World, report: Report, role: Role) -> PlaintextInputShare:
+def open_share(world: World, report: AnyReport, role: Role) -> PlaintextInputShare:
+    assert isinstance(report, Report)  # the world's recipes name DAP-09 tasks
     agg = world.leader if role == Role.LEADER else world.helper
     ct = (
         report.leader_encrypted_input_share

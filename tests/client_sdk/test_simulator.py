@@ -14,6 +14,7 @@ from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
 from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
+from client_sdk.population import PopulationMix
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Progress, Simulator
 from shared.recipe.model import RecipeDraft
@@ -45,7 +46,7 @@ def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
     assert summary.uploaded == summary.sampled == len(world.leader.uploads)
     assert not summary.failed and not summary.refused
     # Not a terminal: one line per finished phase, no bar redrawn with carriage returns.
-    assert "uploading  " in out.getvalue() and "\r" not in out.getvalue()
+    assert "devices    60/60" in out.getvalue() and "\r" not in out.getvalue()
     times = {r.report_metadata.time for r in world.leader.uploads}
     assert len(times) >= 1
 
@@ -169,3 +170,30 @@ def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) 
     assert sum(again.refused.values()) == 12
     assert "has used its 1 report(s)" in next(iter(again.refused))
     assert len(world.leader.uploads) == 12
+
+
+def test_a_sybil_surge_answers_one_value_at_one_instant(tmp_path: Path) -> None:
+    """The Sybils are devices past the population's count: enrolled, budgeted and tokened like
+    the others, all answering `sybil_answer` at the simulation's start; offline devices do
+    nothing at all."""
+    world = World(tmp_path, tokens=False)
+    world.publish()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        use_tokens=False,
+        donation=DonationSchedule(1, 0),
+    )
+    mix = PopulationMix(offline=0.5, sybils=30, sybil_answer=3, window=3600)
+    simulator = Simulator(
+        config, trusted=TRUSTED, http=world.http, clock=world.clock.now, progress=None, mix=mix
+    )
+    summary = simulator.run("emoji.daily", 40, "emoji")
+    assert summary.devices == 70 and summary.sybils == 30
+    assert summary.offline == sum(mix.is_offline(0, i) for i in range(40)) > 0
+    assert summary.uploaded == len(world.leader.uploads) == 70 - summary.offline
+    assert summary.truth[3] >= 30
+    times = [r.report_metadata.time for r in world.leader.uploads]
+    # 30 reports at the start's time bucket: the Sybils'; the others spread over the hour before.
+    start_bucket = world.clock.now() - world.clock.now() % 3600
+    assert sum(t == start_bucket for t in times) == 30

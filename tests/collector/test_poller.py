@@ -11,26 +11,22 @@ from typing import Any
 import httpx
 import pytest
 
-from services.collector.collect import parse_query, query_json
-from services.collector.poller import CollectionPoller, PollerConfig
-from services.collector.store import JobRow, JobState, Store, open_store
-from services.common.clock import TestClock
-from shared.dap.ids import CollectionJobId
+from services.collector.store import JobState
 from shared.dap.problems import ProblemType
 from tests.collector.fakes import FakeLeader
-from tests.collector.helpers import AUTH, make_task, provision
+from tests.collector.helpers import AUTH, START, JobRig, make_task, provision
 
-START = 1_699_999_200  # a multiple of 3600
 HISTOGRAM = [0, 1, 3, 3, 2, 3, 0, 3]
 EXPECTED = [2, 1, 1, 4]
 
 
-class Rig:
-    """A store with one task and job, a fake leader and pollers sharing one fake clock."""
+class Rig(JobRig):
+    """One task and job of the DAP-09 fake leader."""
+
+    leader: FakeLeader
 
     def __init__(self, tmp_path: Path, *, query: dict[str, Any] | None = None, **leader: Any):
-        self.clock = TestClock(START + 7200)
-        self.store: Store = open_store(f"sqlite:///{tmp_path / 'c.sqlite3'}")
+        super().__init__(tmp_path)
         query = query or {"type": "time_interval", "start": START, "duration": 3600}
         self.task = make_task(
             query_type="fixed_size" if query["type"] != "time_interval" else "time_interval"
@@ -38,26 +34,7 @@ class Rig:
         config = provision(self.store, self.task, self.ms)
         vdaf = self.task.vdaf.instance()
         self.leader = FakeLeader(self.task.id, vdaf, AUTH, HISTOGRAM, config, **leader)
-        self.job_id = CollectionJobId.random().to_b64url()
-        self.store.create_job(
-            self.job_id, self.task.task_id, query_json(parse_query(query)), self.ms
-        )
-
-    @property
-    def ms(self) -> int:
-        return int(self.clock.now() * 1000)
-
-    def poller(self, owner: str = "p1", **config: Any) -> CollectionPoller:
-        http = httpx.AsyncClient(transport=httpx.MockTransport(self.leader))
-        return CollectionPoller(self.store, http, self.clock, PollerConfig(**config), owner)
-
-    def run(self, poller: CollectionPoller) -> int:
-        return asyncio.run(poller.run_once())
-
-    def job(self) -> JobRow:
-        job = self.store.get_job(self.job_id)
-        assert job is not None
-        return job
+        self.create_job(self.task.task_id, query)
 
 
 def test_pending_then_complete_honoring_retry_after(tmp_path: Path) -> None:

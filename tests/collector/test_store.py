@@ -21,7 +21,7 @@ def _same(expected: str):
 
 def test_migrations_are_idempotent(database_url: str) -> None:
     store = open_store(database_url)
-    assert store.migrate() == 2
+    assert store.migrate() == 3
     open_store(database_url).ping()
 
 

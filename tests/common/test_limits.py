@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import uvicorn
@@ -263,13 +262,19 @@ def test_a_prompt_keep_alive_client_is_served(slow_server: int) -> None:
 
 def test_entry_point_serves_with_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """`python -m services.<name>` passes the service's limits to uvicorn."""
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    seen: list[uvicorn.Config] = []
+
+    def served(self: uvicorn.Server, sockets: list[socket.socket] | None = None) -> None:
+        seen.append(self.config)
+        self.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", served)
     limits = ServerLimits(limit_concurrency=7, header_timeout_s=1.5, body_timeout_s=2.5)
     entry.run_service(object(), host="127.0.0.1", port=1, log_level="info", limits=limits)
-    assert seen["limit_concurrency"] == 7
-    protocol = seen["http"]
-    assert issubclass(protocol, TimedHttpToolsProtocol)
+    (config,) = seen
+    assert config.limit_concurrency == 7
+    protocol = config.http
+    assert isinstance(protocol, type) and issubclass(protocol, TimedHttpToolsProtocol)
     assert (protocol.header_timeout_s, protocol.body_timeout_s) == (1.5, 2.5)
 
 

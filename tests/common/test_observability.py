@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, Counter
@@ -16,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from services.common.auth import hash_token
+from services.common.db import TransientDbError
 from services.common.health import install_healthz
 from services.common.logs import JsonFormatter
 from services.common.metrics import install_metrics
@@ -160,3 +162,28 @@ def test_json_log_lines() -> None:
     # The type and the frames, not the message: it may quote request data or a secret.
     assert "RuntimeError: (message withheld)" in exc and "boom" not in exc
     assert f'File "{__file__}", line' in exc and "test_json_log_lines" in exc
+
+
+def test_an_escaped_internal_error_is_a_bare_500(caplog: pytest.LogCaptureFixture) -> None:
+    """An internal signal that nothing caught answers the generic 500 problem, and neither the
+    response nor the log carries its message (it may quote request or database data)."""
+    app = FastAPI()
+    install_problem_handlers(app)
+    secret = "row 17 of reports: 5f3c-secret-share"
+
+    @app.get("/tasks/{task_id}/boom")
+    async def boom(task_id: str) -> None:
+        raise TransientDbError(secret)
+
+    with caplog.at_level(logging.INFO), TestClient(app) as client:
+        response = client.get("/tasks/AAAA/boom")
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json() == {
+        "type": "about:blank",
+        "title": "Internal Server Error",
+        "status": 500,
+        "taskid": "AAAA",
+    }
+    assert "TransientDbError" in caplog.text
+    assert secret not in caplog.text and secret not in response.text

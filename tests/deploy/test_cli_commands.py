@@ -214,6 +214,10 @@ def test_keys_init_writes_owner_only_files_once(
     assert not any(token in out for token in tokens.values())  # no secret printed
     for path in target.rglob("*"):
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
+    # The summary line names every file it wrote (attester.secret included).
+    listed = set(out.splitlines()[0].split(": ", 1)[1].split(" (")[0].split(", "))
+    on_disk = {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()}
+    assert listed == on_disk
     first = Deployment.model_validate_json((target / "deployment.json").read_text())
     assert first.recipe_server == "http://recipe-server:8086"
     assert first.admin_tokens == {

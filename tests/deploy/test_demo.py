@@ -58,6 +58,8 @@ def test_small_demo_runs_every_analysis_and_each_passes(tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-4000:]
     assert f"demo: {len(ANALYSES)} of {len(ANALYSES)} analyses pass" in out, out[-4000:]
+    # The emoji analysis runs on a DAP-19 task beside the DAP-09 ones (issue #15.5).
+    assert re.search(r"recipe demo\.\w+\.emoji v1: .* dap-19 task ", out), out[-4000:]
     for name in ANALYSES:
         section = out.split(f"[{name}]\n", 1)
         assert len(section) == 2, f"no report for {name}"

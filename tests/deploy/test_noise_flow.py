@@ -68,17 +68,22 @@ def _collect(up: Up, task_id: str, start: int, duration: int, *extra: str) -> An
 
 
 @pytest.mark.slow
-def test_noisy_task_and_noisy_recipe_through_sagg_collect(up: Up, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dap", ["09", "19"])
+def test_noisy_task_and_noisy_recipe_through_sagg_collect(up: Up, tmp_path: Path, dap: str) -> None:
     unknown = TaskId.random().to_b64url()
     missing = up.sagg("collect", "--task", unknown, "--current-batch", "--wait", "1")
     assert missing.returncode == 1
     assert missing.stderr.strip() == f"sagg: unknown task {unknown}: the collector has no such task"
 
     noise = {"mechanism": "discrete_gaussian", "sigma": SIGMA}
-    vdaf = {"type": "Prio3Histogram", "length": BUCKETS, "chunk_length": 2}
+    vdaf: dict[str, Any] = {"type": "Prio3Histogram", "length": BUCKETS, "chunk_length": 2}
+    if dap == "19":
+        vdaf["version"] = "VDAF-20"
     created = up.sagg(
         "task",
         "create",
+        "--dap",
+        dap,
         "--vdaf",
         json.dumps(vdaf),
         "--min-batch-size",
@@ -118,9 +123,11 @@ def test_noisy_task_and_noisy_recipe_through_sagg_collect(up: Up, tmp_path: Path
     assert f"epsilon={want.eps:.4g}" in table and "no guarantee" in table
 
     # A recipe whose claim rests on its aggregator noise.
-    draft = RecipeDraft.model_validate(_recipe_draft())
+    document = _recipe_draft()
+    document["task"]["dap"] = f"dap-{dap}"
+    draft = RecipeDraft.model_validate(document)
     draft_file = tmp_path / "noisy.json"
-    draft_file.write_text(json.dumps(_recipe_draft()))
+    draft_file.write_text(json.dumps(document))
     published = up.sagg("recipe", "publish", str(draft_file))
     assert published.returncode == 0, published.stderr
     task_id = json.loads(published.stdout)["task_id"]
@@ -137,7 +144,7 @@ def test_noisy_task_and_noisy_recipe_through_sagg_collect(up: Up, tmp_path: Path
     analysis = json.loads(done.stdout)
     assert analysis["report_count"] == DEVICES
     privacy = analysis["privacy"]
-    spec = expected_vdaf(draft.randomizer, draft.encoding)
+    spec = expected_vdaf(draft.randomizer, draft.encoding, "VDAF-20" if dap == "19" else "VDAF-08")
     assert draft.aggregator_noise is not None
     central = noise_guarantee(draft.aggregator_noise, spec, draft.privacy.delta)
     assert central is not None and central.eps < draft.privacy.epsilon

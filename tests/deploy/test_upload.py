@@ -1,4 +1,5 @@
-"""The DAP upload client (deploy/upload.py) against aggregators that really decrypt (DAP-09 §4.4).
+"""The DAP upload client (`client_sdk.upload`) against aggregators that really decrypt (DAP-09
+§4.4).
 
 The fake aggregators serve their HPKE configs, the fake leader stores each Report; the test then
 opens both input shares with the aggregators' private keys, prepares them with Prio3 and checks
@@ -17,7 +18,7 @@ import pytest
 
 from client_sdk.upload import ClientTask, UploadError, upload_reports
 from deploy.collect import format_result
-from deploy.upload import expected_aggregate, random_measurements
+from deploy.measurements import expected_aggregate, random_measurements
 from shared import hpke
 from shared.dap.hpke_context import input_share_aad, input_share_info
 from shared.dap.ids import TaskId
@@ -188,6 +189,29 @@ def test_result_formats() -> None:
         {"type": "Prio3Histogram", "length": 4, "chunk_length": 2},
         {"type": "Prio3SumVec", "length": 3, "bits": 2, "chunk_length": 2},
         {"type": "Prio3MultiHotHistogram", "length": 5, "max_count": 2, "chunk_length": 2},
+        {"version": "VDAF-20", "type": "Prio3Sum", "max_measurement": 5},
+        {
+            "version": "VDAF-20",
+            "type": "Prio3SumVec",
+            "length": 3,
+            "max_measurement": 6,
+            "chunk_length": 2,
+        },
+        {
+            "version": "VDAF-20",
+            "type": "Prio3MultihotCountVec",
+            "length": 5,
+            "max_weight": 2,
+            "chunk_length": 2,
+        },
+        {
+            "version": "VDAF-20",
+            "type": "Prio3SumVecField64Multiproof",
+            "length": 3,
+            "max_measurement": 3,
+            "chunk_length": 2,
+            "proofs": 3,
+        },
     ],
 )
 def test_random_measurements_are_valid_and_expected_matches_the_vdaf(vdaf: dict[str, Any]) -> None:
@@ -198,7 +222,7 @@ def test_random_measurements_are_valid_and_expected_matches_the_vdaf(vdaf: dict[
     nonces = [secrets.token_bytes(16) for _ in measurements]
     rands = [secrets.token_bytes(prio3.RAND_SIZE) for _ in measurements]
     sharded = prio3.shard_batch(measurements, nonces, rands)  # ValueError if any is invalid
-    verify_key = secrets.token_bytes(16)
+    verify_key = secrets.token_bytes(spec.verify_key_size)
     publics = [p for p, _ in sharded]
     leader, out = ping_pong.leader_init(
         prio3, verify_key, nonces, publics, [s[1][0] for s in sharded]

@@ -1,6 +1,6 @@
 """Independent oracles for the DP accounting tests: exact privacy curves evaluated by brute force
-from their definitions, with `math` alone (no shared.dp code, no scipy), so that a test compares
-the accountant with something it did not compute itself.
+from their definitions, with `math` alone (numpy only to sum outer products; no shared.dp code,
+no scipy), so that a test compares the accountant with something it did not compute itself.
 
 * `rr_sum_delta`: the exact hockey-stick divergence of the sum of n binary randomized responses
   (keep w.p. e^eps0/(e^eps0+1)) when one client's bit flips; by FMT 2022 binary RR is the worst
@@ -10,6 +10,10 @@ the accountant with something it did not compute itself.
 * `sym_rappor_delta`: the exact divergence of the aggregate of symmetric-RAPPOR reports for two
   given neighbouring datasets, by convolving every client's full report distribution over the
   vector of bucket sums.
+* `sym_rappor_worst_split_delta`: the same divergence maximised over every split of the other
+  clients between the two moving buckets, from one-coordinate sums built bit by bit.
+* `sym_rappor_crowded_delta`: the same at large n for one split, every other client on the new
+  bucket, from binomial pmfs.
 * `balle_wang_delta`: the analytic Gaussian mechanism's delta(eps) (Balle, Wang 2018 Theorem 8)
   with the normal CDF from `math.erfc`.
 """
@@ -19,6 +23,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 Pmf = dict[tuple[int, ...], float]
 
@@ -136,3 +142,60 @@ def balle_wang_delta(sigma: float, eps: float, sensitivity: float) -> float:
     a = sensitivity / (2 * sigma)
     b = eps * sigma / sensitivity
     return _normal_cdf(a - b) - math.exp(eps) * _normal_cdf(-a - b)
+
+
+def _rr_sum_pmf(ones: int, zeros: int, flip: float) -> list[float]:
+    """The sum of `ones` + `zeros` binary RR bits (true bit 1 / 0, flipped w.p. `flip`)."""
+    pmf = [1.0]
+    for bit in [1] * ones + [0] * zeros:
+        p1 = 1 - flip if bit else flip
+        pmf = [
+            (pmf[s] if s < len(pmf) else 0.0) * (1 - p1) + (pmf[s - 1] if s else 0.0) * p1
+            for s in range(len(pmf) + 1)
+        ]
+    return pmf
+
+
+def sym_rappor_worst_split_delta(eps0: float, n: int, eps: float) -> float:
+    """max over every split of the others of the exact replacement divergence, one coordinate
+    pair at a time: a others hold the old bucket i and b the new one j (a + b <= n - 1), the
+    sums on i and j are independent, and all other buckets are identical under both datasets.
+    Coordinate i is (client 1 + a others holding it) vs (a others), j the reverse with b."""
+    flip = 1 / (math.exp(eps0) + 1)
+    ee = math.exp(eps)
+    with_1 = [_rr_sum_pmf(k + 1, n - 1 - k, flip) for k in range(n)]
+    without = [_rr_sum_pmf(k, n - k, flip) for k in range(n)]
+    worst = 0.0
+    for a in range(n):
+        pa, qa = np.array(with_1[a]), np.array(without[a])
+        for b in range(n - a):
+            pb, qb = np.array(with_1[b]), np.array(without[b])
+            # Both directions: D -> D' and D' -> D, over the grid of (sum on i, sum on j).
+            forward = np.maximum(np.outer(pa, qb) - ee * np.outer(qa, pb), 0.0).sum()
+            backward = np.maximum(np.outer(qa, pb) - ee * np.outer(pa, qb), 0.0).sum()
+            worst = max(worst, float(forward), float(backward))
+    return worst
+
+
+def sym_rappor_crowded_delta(eps0: float, n: int, eps: float) -> tuple[float, float]:
+    """(lower, upper) bounds on the exact replacement divergence when every other client holds
+    the new bucket j, the split where both coordinates' losses align (for large n and small
+    delta the worst one). Sums i: Bern(1-q) + Bin(n-1, q) vs Bern(q) + Bin(n-1, q); sums j:
+    Bern(q) + Bin(n-1, 1-q) vs Bern(1-q) + Bin(n-1, 1-q). Binomial points below 1e-30 are
+    left out (at most 2 l of each product's mass, l = the binomial mass left out); the interval is
+    the divergence over the rest, minus e^eps 2 l and plus 2 l."""
+    flip = 1 / (math.exp(eps0) + 1)
+    ee = math.exp(eps)
+    noise = [_binom_pmf(k, n - 1, flip) for k in range(n)]
+    kept = [k for k, v in enumerate(noise) if v >= 1e-30]
+    lo, hi = kept[0], kept[-1]
+    left_out = math.fsum(noise[:lo]) + math.fsum(noise[hi + 1 :])
+    window = np.array([0.0, *noise[lo : hi + 1], 0.0])
+    # Sum on i minus lo (client 1 contributes the shift by one).
+    with_1 = (1 - flip) * window[:-1] + flip * window[1:]
+    without = flip * window[:-1] + (1 - flip) * window[1:]
+    # n - (sum on j) has the law of sum i with the roles of D and D' exchanged.
+    forward = np.maximum(np.outer(with_1, with_1) - ee * np.outer(without, without), 0.0).sum()
+    backward = np.maximum(np.outer(without, without) - ee * np.outer(with_1, with_1), 0.0).sum()
+    value = max(float(forward), float(backward))
+    return value - ee * 2 * left_out, value + 2 * left_out

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from deploy import warmup
 from deploy.demo.new_words import sfp_randomizer
 from shared.dp import api
 from shared.dp import vdaf_mapping as vm
+from shared.dp.aggregator_noise import vdaf_shifts
 from shared.dp.policy import (
     DpPolicy,
     TrustModel,
@@ -21,6 +23,7 @@ from shared.dp.randomizers.bitpushing import BitPushing, weighted_probabilities
 from shared.dp.randomizers.cms import CountMeanSketch, HadamardCountMeanSketch, item_keys
 from shared.dp.randomizers.onehot import asymmetric_one_hot, symmetric_rappor
 from shared.dp.randomizers.sfp import SequenceFragmentPuzzle
+from shared.vdaf.spec import VdafSpec
 from tests.dp import oracles
 
 
@@ -243,3 +246,73 @@ def test_sfp_lengths_stated_in_the_docstring():
     spec = vm.sfp_spec(puzzle)
     assert (spec.length, spec.max_count, vm.report_size(spec).total) == (2624, 46, 45_840)
     assert spec.max_count == _full_convolution_bound(puzzle, vm.DEFAULT_P_FAIL)
+
+
+def test_vdaf_20_specs_are_the_vdaf_08_shapes_under_their_new_names():
+    # VDAF-20 §7.4.5: MultihotCountVec(length, max_weight) is VDAF-08's MultiHotHistogram
+    # (length, max_count); Histogram keeps its parameters. Same bound, same chunking.
+    rand = symmetric_rappor(3.0, 40)
+    old, new = vm.one_hot_spec(rand), vm.one_hot_spec(rand, draft="VDAF-20")
+    assert (new.version, new.type) == ("VDAF-20", "Prio3MultihotCountVec")
+    assert (new.length, new.max_weight, new.chunk_length) == (
+        old.length,
+        old.max_count,
+        old.chunk_length,
+    )
+    assert new.instance().flp.MEAS_LEN == old.instance().flp.MEAS_LEN
+    bp = vm.bit_pushing_spec(BitPushing(4, 1.0), "VDAF-20")
+    assert bp.describe() == "Prio3Histogram(length=8, chunk_length=2) [VDAF-20]"
+    cms = CountMeanSketch(2.0, 4, 8, 7)
+    assert vm.cms_spec(cms, draft="VDAF-20").max_weight == vm.cms_spec(cms).max_count
+    reports = rand.randomize(np.random.default_rng(2).integers(0, 40, 20), np.random.default_rng(3))
+    vdaf = new.instance()
+    for meas in vm.encode_one_hot(reports):
+        assert len(vdaf.valid.encode(meas)) == vdaf.flp.MEAS_LEN
+
+
+@pytest.mark.parametrize(
+    ("vdaf", "shifts"),
+    [
+        ({"type": "Prio3Sum", "bits": 3}, (7,)),
+        ({"version": "VDAF-20", "type": "Prio3Sum", "max_measurement": 100}, (100,)),
+        (
+            {
+                "version": "VDAF-20",
+                "type": "Prio3SumVec",
+                "length": 2,
+                "max_measurement": 9,
+                "chunk_length": 1,
+            },
+            (9, 9),
+        ),
+        (
+            {
+                "version": "VDAF-20",
+                "type": "Prio3MultihotCountVec",
+                "length": 10,
+                "max_weight": 3,
+                "chunk_length": 3,
+            },
+            (1,) * 6,
+        ),
+        ({"version": "VDAF-20", "type": "Prio3Histogram", "length": 4, "chunk_length": 2}, (1, -1)),
+    ],
+)
+def test_sensitivity_shifts_of_both_drafts(vdaf, shifts):
+    # The largest valid change of one report: the bound by hand, 2^bits - 1 or max_measurement
+    # per coordinate, 2 x the weight bound of moved ones, one bucket moved for a histogram.
+    assert vdaf_shifts(VdafSpec.model_validate(vdaf)) == shifts
+
+
+def test_warm_up_runs_every_vdaf_20_circuit():
+    drafts = {(spec.draft, spec.type) for spec in warmup.SPECS}
+    assert {t for d, t in drafts if d == "VDAF-20"} == {
+        "Prio3Count",
+        "Prio3Sum",
+        "Prio3Histogram",
+        "Prio3SumVec",
+        "Prio3MultihotCountVec",
+    }
+    for spec in warmup.SPECS:
+        if spec.draft == "VDAF-20":
+            warmup.warm(spec)  # raises unless unshard gives a result

@@ -43,11 +43,12 @@ import httpx
 import psycopg
 from psycopg import sql
 
+from client_sdk.reports import AnyReport
 from client_sdk.upload import ClientTask, fetch_hpke_config
-from deploy.upload import expected_aggregate
+from deploy.measurements import expected_aggregate
 from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
-from shared.dap.messages import MEDIA_REPORT, Report
+from shared.dap.messages import MEDIA_REPORT
 from shared.vdaf.spec import VdafSpec
 from tests import pg
 
@@ -264,7 +265,8 @@ Hook = Callable[[Crossing], Action | None]
 
 
 def _faultable(path: str) -> bool:
-    return "/aggregation_jobs/" in path or path.endswith("/aggregate_shares")
+    # DAP-09 jobs are PUT at .../aggregation_jobs/{id}; DAP-19 ones POSTed to .../aggregation_jobs.
+    return "/aggregation_jobs" in path or path.endswith("/aggregate_shares")
 
 
 class FaultProxy:
@@ -422,7 +424,7 @@ class Outcome(Enum):
 @dataclass
 class ClientReport:
     measurement: Any
-    report: Report
+    report: AnyReport
     body: bytes
     outcomes: list[Outcome] = field(default_factory=list)
 

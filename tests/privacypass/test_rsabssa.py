@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import gmpy2
 import pytest
 from cryptography.hazmat.primitives import hashes
@@ -58,6 +60,9 @@ def test_blind_sign_refuses_on_fault(
     sk: rsabssa.RsaPrivateKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A CRT fault (wrong dP) gives s with s^e != m; BlindSign must refuse, not return s."""
+    # The CRT computed here (OpenSSL's is out of reach of a patch; the next test covers it).
+    monkeypatch.setattr(sk, "_openssl", None)
+    monkeypatch.setattr(sk, "_openssl_tried", True)
     blinded, _ = rsabssa.blind(sk.public_key, b"m", rsabssa.PSS_DETERMINISTIC)
     rsabssa.blind_sign(sk, blinded)  # fine before the fault
     monkeypatch.setattr(sk, "_dp", sk._dp + 2)
@@ -74,6 +79,20 @@ def test_blind_sign_refuses_on_flipped_result(
     monkeypatch.setattr(rsabssa.RsaPrivateKey, "_rsasp1", lambda self, m: original(self, m) ^ 1)
     with pytest.raises(rsabssa.SigningFailureError):
         rsabssa.blind_sign(sk, blinded)
+
+
+def test_openssl_private_operation_is_textbook_rsa(sk: rsabssa.RsaPrivateKey) -> None:
+    """OpenSSL's RSASP1 and the CRT here both give m^d mod n, computed by Python's pow."""
+    key = sk._openssl_key()
+    if key is None:
+        pytest.skip("no OpenSSL 3 libcrypto to load")
+    n, d = int(sk.public_key.n), int(sk._d)
+    plain = rsabssa.RsaPrivateKey(int(sk._p), int(sk._q), d, int(sk.public_key.e))
+    plain._openssl_tried = True  # its own CRT
+    for m in (0, 1, 2, n - 1, secrets.randbelow(n), secrets.randbelow(n)):
+        expected = pow(m, d, n)
+        assert int.from_bytes(key.rsasp1(m.to_bytes(sk.public_key.modulus_len, "big"))) == expected
+        assert int(plain._rsasp1(gmpy2.mpz(m))) == expected
 
 
 def test_blind_sign_refuses_bad_input(sk: rsabssa.RsaPrivateKey) -> None:

@@ -55,6 +55,7 @@ def test_main_serves_with_valid_settings(monkeypatch: pytest.MonkeyPatch) -> Non
         "log_level": "info",
         "tls_cert_file": None,
         "tls_key_file": None,
+        "sock": None,
     }
     assert isinstance(limits, ServerLimits) and limits.limit_concurrency == 1024
 

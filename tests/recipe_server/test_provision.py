@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -369,3 +370,27 @@ def test_aggregator_noise_is_provisioned_and_accounted(
         other["task"] = {"task_id": quiet}
         r = server.post("/recipes", json=other, headers=auth())
         assert r.status_code == 422 and "aggregator_noise" in r.json()["errors"][0]["message"]
+
+
+def test_a_dap_19_recipe_publishes_the_configuration_every_party_holds(
+    tmp_path: Path, parties: dict[str, TestClient]
+) -> None:
+    doc = draft_json()
+    doc["task"] = {**doc.get("task", {}), "dap": "dap-19"}
+    with _server(tmp_path, parties) as server:
+        r = server.post("/recipes", json=doc, headers=auth())
+        assert r.status_code == 201, r.text
+        task = r.json()["signed_recipe"]["recipe"]["task"]
+        # A DAP-19 task cannot be bound by a draft of the DAP-09 kind, nor the other way.
+        other = draft_json(version=2)
+        other["task"] = {"task_id": task["task_id"]}
+        refused = server.post("/recipes", json=other, headers=auth())
+        assert refused.status_code == 422, refused.text
+    raw = b64url_decode(task["task_configuration"], "c")
+    assert task["dap"] == "dap-19" and task["vdaf"]["type"] == "Prio3MultihotCountVec"
+    label = hashlib.sha256(b"dap-taskprov task id").digest()
+    assert task["task_id"] == b64url_encode(hashlib.sha256(label + raw).digest())
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    for host in ("leader.test", "helper.test", "collector.test"):
+        held = parties[host].get(f"/internal/tasks/{task['task_id']}", headers=admin).json()
+        assert held["dap"] == "dap-19" and held["task_configuration"] == task["task_configuration"]

@@ -734,6 +734,10 @@ DIGEST_PROBLEM_TOKENS = [
     "missingTaskID",
     "stepMismatch",
     "batchOverlap",
+    # DAP-19 adds these three (dap-19.md digest §2).
+    "invalidAggregationParameter",
+    "unsupportedExtension",
+    "invalidExtension",
 ]
 
 

@@ -290,6 +290,7 @@ def test_task_verify_key_follows_the_draft(version: str | None, size: int) -> No
         "helper_endpoint": "https://helper.test",
         "query_type": "time_interval",
         "vdaf": {"type": "Prio3Count", **({"version": version} if version else {})},
+        "dap": "dap-19" if version == "VDAF-20" else "dap-09",
         "min_batch_size": 10,
         "time_precision": 3600,
         "collector_hpke_config": b64url_encode(config),
@@ -304,6 +305,11 @@ def test_task_verify_key_follows_the_draft(version: str | None, size: int) -> No
         else:
             with pytest.raises(ValidationError, match=f"must be {size} bytes"):
                 TaskDefinition.model_validate({**doc, "vdaf_verify_key": key})
+    # Each DAP draft pairs with one VDAF draft (DAP-09 with VDAF-08, DAP-19 with VDAF-20).
+    other = {**doc, "vdaf_verify_key": b64url_encode(bytes(size))}
+    other["dap"] = "dap-09" if doc["dap"] == "dap-19" else "dap-19"
+    with pytest.raises(ValidationError, match=f"a {other['dap']} task runs"):
+        TaskDefinition.model_validate(other)
 
 
 def test_ping_pong_runs_vdaf20_under_a_context() -> None:

@@ -32,6 +32,7 @@ def post_request(
     *,
     nonce_value: bytes | None = None,
     signature: bytes | None = None,
+    media_type: str = MEDIA_TOKEN_REQUEST,
 ) -> Response:
     n = nonce_value if nonce_value is not None else nonce(client, device)
     sig = signature if signature is not None else device.sign(n, body)
@@ -39,7 +40,7 @@ def post_request(
         "/attester/token-request",
         content=body,
         headers={
-            "Content-Type": MEDIA_TOKEN_REQUEST,
+            "Content-Type": media_type,
             DEVICE_ID_HEADER: b64url_encode(device.device_id),
             NONCE_HEADER: b64url_encode(n),
             SIGNATURE_HEADER: b64url_encode(sig),

@@ -31,6 +31,7 @@ from shared.privacypass.client import create_token_request, select_challenge
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.headers import (
     PrivateTokenChallenge,
+    b64url_decode,
     format_authorization,
     format_www_authenticate,
 )
@@ -475,3 +476,21 @@ def test_full_redemption_flow(
     assert verified.token_key_id == key.token_key_id
     with pytest.raises(InvalidTokenError):
         verify_authorization(authorization, directory_keys, CHALLENGE.digest())
+
+
+def test_enrollment_answer_carries_a_single_use_nonce(
+    client: TestClient, clock: TestClock, device: SimulatedDevice
+) -> None:
+    """The nonce in the enrollment answer authenticates the device's first token request,
+    once, until it expires, as a challenge's does."""
+    answer = enroll(client, device).json()
+    assert answer["expires"] > clock.now()
+    first = b64url_decode(answer["nonce"])
+    key = current_key(client, clock.now())
+    body = create_token_request(CHALLENGE, key)[0].encode()
+    assert post_request(client, device, body, nonce_value=first).status_code == 200
+    assert post_request(client, device, body, nonce_value=first).status_code == 401
+    # Enrolling again (a known device) hands out another; expired, it is refused.
+    again = b64url_decode(enroll(client, device).json()["nonce"])
+    clock.advance(TokenIssuerSettings().nonce_ttl_seconds + 1)
+    assert post_request(client, device, body, nonce_value=again).status_code == 401

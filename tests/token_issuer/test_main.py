@@ -59,7 +59,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_python_m_serves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_python_m_serves(tmp_path: Path, workers: int) -> None:
+    """One process, or several on one port and one store: every connection, whichever
+    process accepts it, sees the same key directory (a key generated once, in the store)."""
     ca = ManufacturerCA.generate()
     ca_file = tmp_path / "ca.pem"
     ca_file.write_text(ca.certificate_pem())
@@ -72,6 +75,7 @@ def test_python_m_serves(tmp_path: Path) -> None:
             "SAGG_TOKEN_ISSUER_ATTESTER_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}",
             "SAGG_TOKEN_ISSUER_MANUFACTURER_CA_FILES": f'["{ca_file}"]',
             "SAGG_TOKEN_ISSUER_LOG_LEVEL": "warning",
+            "SAGG_TOKEN_ISSUER_WORKERS": str(workers),
         }
     )
     proc = subprocess.Popen([sys.executable, "-m", "services.token_issuer"], cwd=REPO_ROOT, env=env)
@@ -90,6 +94,29 @@ def test_python_m_serves(tmp_path: Path) -> None:
         r = httpx.get(base + ISSUER_DIRECTORY_PATH, timeout=10)
         assert r.headers["content-type"] == MEDIA_ISSUER_DIRECTORY
         assert len(IssuerDirectory.decode(r.content).token_keys) >= 1
+        # A fresh connection each time, so the kernel spreads them over the workers.
+        bodies = {httpx.get(base + ISSUER_DIRECTORY_PATH, timeout=10).content for _ in range(20)}
+        assert bodies == {r.content}
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == workers - 1
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    # The workers end with the process that started them (after their graceful shutdown).
+    deadline = time.monotonic() + 15
+    while any(_alive(int(c)) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(int(c)) for c in children)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_refuse_memory_stores() -> None:
+    with pytest.raises(ValidationError, match="shared between processes"):
+        TokenIssuerSettings(workers=2, attester_database_url="sqlite:///:memory:")

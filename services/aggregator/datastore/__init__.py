@@ -3,8 +3,9 @@
 `Datastore` is one object over one `Database`; each public method is a unit of work run as one
 named, retried transaction (`Database.run`, with its metrics). The methods take computed
 values: the aggregator adds shares up, draws noise and decides rate validation
-(`services.aggregator.aggregate`, `noise`, `rate_policy`); where such a computation depends on
+(`services.aggregator.aggregate`, `.noise`, `.rate_policy`); where such a computation depends on
 rows read in the same transaction, it comes in as a pure callable (`ShareSum`, `RatePolicy`,
+`BatchRules`,
 the noise draw), so the decision and the write stay atomic.
 
 Parts, one module each: `schema` (migrations as .sql files, the table list), `states` (the
@@ -24,8 +25,10 @@ from services.aggregator.datastore.keys import KeyStore
 from services.aggregator.datastore.leader_jobs import LeaderJobStore
 from services.aggregator.datastore.leases import LeaseStore
 from services.aggregator.datastore.records import (
+    BatchRules,
     BatchTotals,
     BucketCount,
+    EarlierQueries,
     Garbage,
     HpkeKeyRecord,
     LeaderReport,
@@ -56,10 +59,12 @@ __all__ = [
     "MIGRATIONS",
     "REFUSAL_RATE_EXCEEDED",
     "TASK_TABLES",
+    "BatchRules",
     "BatchTotals",
     "BucketCount",
     "CollectionState",
     "Datastore",
+    "EarlierQueries",
     "Garbage",
     "HpkeKeyRecord",
     "JobState",

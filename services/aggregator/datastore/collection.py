@@ -20,7 +20,9 @@ from services.aggregator.datastore.batch_aggregations import (
 )
 from services.aggregator.datastore.leases import check_lease, leased_row
 from services.aggregator.datastore.records import (
+    BatchRules,
     BatchTotals,
+    EarlierQueries,
     Lease,
     RatePolicy,
     ShareSum,
@@ -42,7 +44,7 @@ class CollectionStore(StoreBase):
         agg_param: bytes,
         batch_key: bytes | None,
         interval: tuple[int, int] | None,
-        max_batch_query_count: int,
+        rules: BatchRules,
         now: int,
     ) -> tuple[str, ProblemType | None]:
         """Create a collection job after the checks DAP-09 §4.6.5 allows up front.
@@ -78,32 +80,35 @@ class CollectionStore(StoreBase):
                         "refused": ProblemType.INVALID_BATCH_SIZE.value,
                     },
                 )
-                if any(
-                    (int(p["interval_start"]), int(p["interval_duration"])) != interval
-                    for p in previous
-                ):
-                    return "rejected", ProblemType.BATCH_OVERLAP
-                params = {bytes(p["agg_param"]) for p in previous}
+                earlier = EarlierQueries(
+                    other_batch=any(
+                        (int(p["interval_start"]), int(p["interval_duration"])) != interval
+                        for p in previous
+                    ),
+                    agg_params=frozenset(bytes(p["agg_param"]) for p in previous),
+                )
             elif batch_key is not None:
                 if not tx.query_one(
                     "SELECT 1 AS known FROM batches WHERE task_id = :t AND batch_key = :k",
                     {"t": task_id, "k": batch_key},
                 ):
                     return "rejected", ProblemType.BATCH_INVALID
-                params = {
-                    bytes(p["agg_param"])
-                    for p in tx.query(
-                        "SELECT agg_param FROM collection_jobs WHERE task_id = :t"
-                        " AND batch_key = :k",
-                        {"t": task_id, "k": batch_key},
-                    )
-                }
+                earlier = EarlierQueries(
+                    other_batch=False,
+                    agg_params=frozenset(
+                        bytes(p["agg_param"])
+                        for p in tx.query(
+                            "SELECT agg_param FROM collection_jobs WHERE task_id = :t"
+                            " AND batch_key = :k",
+                            {"t": task_id, "k": batch_key},
+                        )
+                    ),
+                )
             else:
-                params = set()
-            if agg_param not in params and len(params) >= max_batch_query_count:
-                return "rejected", ProblemType.BATCH_QUERIED_TOO_MANY_TIMES
-            if agg_param != b"":
-                return "rejected", ProblemType.INVALID_MESSAGE
+                earlier = EarlierQueries(other_batch=False, agg_params=frozenset())
+            refused = rules.query_refusal(earlier, agg_param)
+            if refused is not None:
+                return "rejected", refused
             tx.execute(
                 "INSERT INTO collection_jobs (task_id, job_id, request_hash, query_type,"
                 " current_batch, agg_param, batch_key, interval_start, interval_duration, state,"
@@ -130,6 +135,18 @@ class CollectionStore(StoreBase):
     def collection_job(self, task_id: bytes, job_id: bytes) -> Row | None:
         return self._job_row("collection_job", "collection_jobs", task_id, job_id)
 
+    def collection_jobs_of_request(self, task_id: bytes, request: bytes) -> list[Row]:
+        """The task's collection jobs created by this exact request (its hash): their ids and
+        states."""
+        return self.db.run(
+            "collection_jobs_of_request",
+            lambda tx: tx.query(
+                "SELECT job_id, state FROM collection_jobs WHERE task_id = :t"
+                " AND request_hash = :rh",
+                {"t": task_id, "rh": hashlib.sha256(request).digest()},
+            ),
+        )
+
     def delete_collection_job(self, task_id: bytes, job_id: bytes) -> bool:
         return (
             self.db.run(
@@ -152,7 +169,7 @@ class CollectionStore(StoreBase):
     def start_collection(
         self,
         lease: Lease,
-        min_batch_size: int,
+        rules: BatchRules,
         now: int,
         shares: ShareSum,
         noise: Callable[[bytes], bytes] | None = None,
@@ -180,7 +197,7 @@ class CollectionStore(StoreBase):
             t = lease.task_id
             key = opt_bytes(job["batch_key"])
             if job["current_batch"] and key is None:
-                key = _pick_current_batch(tx, t, min_batch_size)
+                key = _pick_current_batch(tx, t, rules)
                 if key is None:
                     return "no_batch"
                 tx.execute(
@@ -211,7 +228,7 @@ class CollectionStore(StoreBase):
             if busy:
                 return "waiting"
             totals = batch_totals(tx, t, lo, hi)
-            if totals.report_count < min_batch_size:
+            if not rules.size_ok(totals.report_count):
                 return "waiting"
             if rate_refusal(tx, t, lo, hi, key is not None, rate) is not None:
                 tx.execute(
@@ -337,8 +354,8 @@ def _noised_leader_share(
     return noised
 
 
-def _pick_current_batch(tx: Tx, task_id: bytes, min_batch_size: int) -> bytes | None:
-    """A fixed_size batch with enough aggregated reports, tied to no collection job yet
+def _pick_current_batch(tx: Tx, task_id: bytes, rules: BatchRules) -> bytes | None:
+    """A fixed_size batch of a size `rules` allow, tied to no collection job yet
     (DAP-09 §4.6.1: current_batch never returns a batch already collected)."""
     rows = tx.query(
         "SELECT b.batch_key, SUM(ba.report_count) AS n FROM batches b"
@@ -349,6 +366,6 @@ def _pick_current_batch(tx: Tx, task_id: bytes, min_batch_size: int) -> bytes | 
         {"t": task_id},
     )
     for r in rows:
-        if int(r["n"]) >= min_batch_size:
+        if rules.size_ok(int(r["n"])):
             return bytes(r["batch_key"])
     return None

@@ -21,7 +21,14 @@ from services.aggregator.datastore.batch_aggregations import (
     mark_collected,
     rate_refusal,
 )
-from services.aggregator.datastore.records import RatePolicy, Refusal, ReportOutcome, ShareSum
+from services.aggregator.datastore.records import (
+    BatchRules,
+    EarlierQueries,
+    RatePolicy,
+    Refusal,
+    ReportOutcome,
+    ShareSum,
+)
 from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
 from services.aggregator.datastore.uploads import (
@@ -164,6 +171,78 @@ class HelperJobStore(StoreBase):
 
         return self.db.run("helper_init_job", body)
 
+    def defer_helper_job(self, task_id: bytes, job_id: bytes, request: bytes, now: int) -> None:
+        """Keep a DAP-19 init request to prepare when the leader polls (DAP-19 §3.1); a
+        re-sent identical request (same content-derived id) changes nothing."""
+        self.db.run(
+            "defer_helper_job",
+            lambda tx: tx.execute(
+                "INSERT INTO deferred_aggregation_jobs (task_id, job_id, request, created_at)"
+                " VALUES (:t, :j, :r, :now) ON CONFLICT (task_id, job_id) DO NOTHING",
+                {"t": task_id, "j": job_id, "r": request, "now": now},
+            ),
+        )
+
+    def deferred_helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, int] | None:
+        """The deferred request of a job and when it was deferred, if it is still waiting."""
+        row = self.db.run(
+            "deferred_helper_job",
+            lambda tx: tx.query_one(
+                "SELECT request, created_at FROM deferred_aggregation_jobs"
+                " WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+        return None if row is None else (bytes(row["request"]), int(row["created_at"]))
+
+    def forget_deferred_job(self, task_id: bytes, job_id: bytes) -> None:
+        """The deferred request is prepared (its job row holds the response)."""
+        self.db.run(
+            "forget_deferred_job",
+            lambda tx: tx.execute(
+                "DELETE FROM deferred_aggregation_jobs WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
+            ),
+        )
+
+    def name_aggregate_share(
+        self, task_id: bytes, share_id: bytes, selector: bytes, agg_param: bytes
+    ) -> None:
+        """Record the id a DAP-19 aggregate share answered under (DAP-19 §4.6.4: GET and
+        DELETE name it); a re-sent request names the same one."""
+        self.db.run(
+            "name_aggregate_share",
+            lambda tx: tx.execute(
+                "INSERT INTO aggregate_share_resources (task_id, share_id, batch_selector,"
+                " agg_param) VALUES (:t, :s, :bs, :ap) ON CONFLICT (task_id, share_id) DO NOTHING",
+                {"t": task_id, "s": share_id, "bs": selector, "ap": agg_param},
+            ),
+        )
+
+    def named_aggregate_share(self, task_id: bytes, share_id: bytes) -> bytes | None:
+        """The stored AggregateShare of a DAP-19 aggregate-share resource, if it exists."""
+        row = self.db.run(
+            "named_aggregate_share",
+            lambda tx: tx.query_one(
+                "SELECT j.response FROM aggregate_share_resources r JOIN aggregate_share_jobs j"
+                " ON j.task_id = r.task_id AND j.batch_selector = r.batch_selector"
+                " AND j.agg_param = r.agg_param WHERE r.task_id = :t AND r.share_id = :s",
+                {"t": task_id, "s": share_id},
+            ),
+        )
+        return None if row is None else bytes(row["response"])
+
+    def forget_aggregate_share(self, task_id: bytes, share_id: bytes) -> None:
+        """DELETE of a DAP-19 aggregate-share resource: the name goes, the answer and the
+        batch's collected state stay (an identical request still gets the same share)."""
+        self.db.run(
+            "forget_aggregate_share",
+            lambda tx: tx.execute(
+                "DELETE FROM aggregate_share_resources WHERE task_id = :t AND share_id = :s",
+                {"t": task_id, "s": share_id},
+            ),
+        )
+
     def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:
         """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests.
 
@@ -191,9 +270,7 @@ class HelperJobStore(StoreBase):
         is_fixed_size: bool,
         report_count: int,
         checksum: bytes,
-        min_batch_size: int,
-        max_batch_size: int | None,
-        max_batch_query_count: int,
+        rules: BatchRules,
         shares: ShareSum,
         build_response: Callable[[bytes], bytes],
         now: int,
@@ -226,18 +303,15 @@ class HelperJobStore(StoreBase):
                 " WHERE task_id = :t AND key_lo < :hi AND key_hi > :lo",
                 {"t": task_id, "lo": key_lo, "hi": key_hi},
             )
-            if any(bytes(p["batch_selector"]) != selector for p in previous):
-                return Refusal(ProblemType.BATCH_OVERLAP), None
-            if len({bytes(p["agg_param"]) for p in previous}) >= max_batch_query_count:
-                return Refusal(ProblemType.BATCH_QUERIED_TOO_MANY_TIMES), None
-            if agg_param != b"":
-                # The batch checks come first (DAP-09 §4.6.5); then the VDAF's own: Prio3 has
-                # no aggregation parameter.
-                return Refusal(ProblemType.INVALID_MESSAGE), None
+            earlier = EarlierQueries(
+                other_batch=any(bytes(p["batch_selector"]) != selector for p in previous),
+                agg_params=frozenset(bytes(p["agg_param"]) for p in previous),
+            )
+            problem = rules.query_refusal(earlier, agg_param)
+            if problem is not None:
+                return Refusal(problem), None
             totals = batch_totals(tx, task_id, key_lo, key_hi)
-            if totals.report_count < min_batch_size or (
-                max_batch_size is not None and totals.report_count > max_batch_size
-            ):
+            if not rules.size_ok(totals.report_count):
                 return Refusal(ProblemType.INVALID_BATCH_SIZE), None
             refused = rate_refusal(tx, task_id, key_lo, key_hi, is_fixed_size, rate)
             if refused is not None:

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.aggregator.datastore.states import KeyState
+from services.common.problems import InternalError
 from shared import hpke
 from shared.dap.messages import PrepareError
 from shared.dap.problems import ProblemType
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(InternalError):
     """The job's lease expired and was taken by another worker; drop the work."""
 
 
@@ -37,6 +38,29 @@ class Refusal:
 
     problem: ProblemType
     detail: str = "batch check failed"
+
+
+@dataclass(frozen=True)
+class EarlierQueries:
+    """What the store holds of a task's earlier queries that overlap the batch asked for."""
+
+    #: One of them names another batch that overlaps this one.
+    other_batch: bool
+    #: The aggregation parameters this batch was queried with.
+    agg_params: frozenset[bytes]
+
+
+class BatchRules(Protocol):
+    """Batch validation (DAP-09 §4.6.5), decided in the transaction that records a query or
+    releases a batch (`services.aggregator.batch_validation`)."""
+
+    def query_refusal(self, earlier: EarlierQueries, agg_param: bytes) -> ProblemType | None:
+        """The problem with querying the batch again with `agg_param`, or None."""
+        ...
+
+    def size_ok(self, report_count: int) -> bool:
+        """Whether a batch of `report_count` reports may be released."""
+        ...
 
 
 class RatePolicy(Protocol):

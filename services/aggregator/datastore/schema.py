@@ -58,6 +58,8 @@ TASK_TABLES: Final = (
     "rejection_counts",
     "batch_refusals",
     "batch_bucket_counts",
+    "deferred_aggregation_jobs",
+    "aggregate_share_resources",
 )
 
 _FILE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")

@@ -11,22 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key
-from services.aggregator.datastore import Lease, LeaseLostError, ReportOutcome
+from services.aggregator.datastore import LeaderReport, Lease, LeaseLostError, ReportOutcome
 from services.aggregator.drivers.common import (
     HelperError,
+    HelperPendingError,
     HelperUnavailableError,
     backoff,
     check_response,
     helper_url,
+    retry_after,
 )
 from services.aggregator.service import Aggregator, Task
+from services.aggregator.wire import PREPARE_ERROR_OF, VERIFICATION_KEY_ID, Wire19
 from services.common.auth import auth_headers
 from shared.codec import DecodeError
+from shared.dap import messages19 as m19
 from shared.dap.ids import AggregationJobId, BatchId, ReportId
 from shared.dap.messages import (
     MEDIA_AGGREGATION_JOB_INIT_REQ,
@@ -37,7 +45,6 @@ from shared.dap.messages import (
     PrepareError,
     PrepareInit,
     PrepareRespState,
-    QueryType,
     ReportMetadata,
     ReportShare,
 )
@@ -140,14 +147,13 @@ class AggregationJobDriver:
             [reports[i].report_id for i in usable],
             [reports[i].public_share or b"" for i in usable],
             [reports[i].leader_input_share or b"" for i in usable],
+            task.wire.ctx,
         )
         sent: list[int] = []
-        inits: list[PrepareInit] = []
         for j, i in enumerate(usable):
-            message = outbound[j]
             r = reports[i]
             outcomes[i].out_index = j
-            if message is None or r.helper_encrypted_share is None:
+            if outbound[j] is None or r.helper_encrypted_share is None:
                 outcomes[i].error = (
                     PrepareError.INVALID_MESSAGE
                     if batch.status[j] == PrepStatus.DECODE_ERROR
@@ -155,27 +161,25 @@ class AggregationJobDriver:
                 )
                 continue
             sent.append(i)
-            inits.append(
-                PrepareInit(
-                    ReportShare(
-                        ReportMetadata(ReportId(r.report_id), r.client_time),
-                        r.public_share or b"",
-                        HpkeCiphertext.decode(r.helper_encrypted_share),
-                    ),
-                    message,
-                )
-            )
 
         inbound: list[bytes | None] = [None] * len(usable)
-        if inits:
-            selector = (
-                PartialBatchSelector.fixed_size(BatchId(bytes(job["batch_id"])))
-                if task.query_type == QueryType.FIXED_SIZE
-                else PartialBatchSelector.time_interval()
+        if sent:
+            batch_id = None if job["batch_id"] is None else BatchId(bytes(job["batch_id"]))
+            shares = [(reports[i], outbound[outcomes[i].out_index or 0] or b"") for i in sent]
+            wire = task.wire
+            exchange = (
+                _init19(task, wire, batch_id, shares)
+                if isinstance(wire, Wire19)
+                else _init09(task, batch_id, lease.job_id, shares)
             )
-            request = AggregationJobInitReq(b"", selector, tuple(inits))
             try:
-                response = self._send(task, lease.job_id, request.encode())
+                resps, job_url = self._send(task, exchange)
+            except HelperPendingError as pending:
+                # DAP-19 §3.1: still pending after the polling budget; the identical request
+                # after Retry-After finds the job and its state (DAP-19 §4.5.3.2 idempotency).
+                delay = max(1, math.ceil(pending.retry_after_s))
+                self.agg.ds.release_aggregation_job(lease, self.agg.clock.now() + delay)
+                return
             except HelperUnavailableError as exc:
                 self._retry_or_abandon(task, lease, outcomes, batch.out_shares, str(exc))
                 return
@@ -185,18 +189,20 @@ class AggregationJobDriver:
                     exc.status,
                     exc.problem.value if exc.problem else "-",
                 )
-                self._abandon(task, lease, outcomes, batch.out_shares)
+                # A DAP-09 job has its URL before the helper answers; a refused DAP-19
+                # creation made none, an unusable answer names its job.
+                refused = exc.job_url or (exchange.url if exchange.method == "PUT" else None)
+                self._abandon(task, lease, outcomes, batch.out_shares, refused)
                 return
-            resps = response.prepare_resps
-            if [p.report_id.value for p in resps] != [reports[i].report_id for i in sent]:
+            if [rr.report_id for rr in resps] != [reports[i].report_id for i in sent]:
                 log.warning("helper answered with other report ids; abandoning the job")
-                self._abandon(task, lease, outcomes, batch.out_shares)
+                self._abandon(task, lease, outcomes, batch.out_shares, job_url)
                 return
             for i, resp in zip(sent, resps, strict=True):
-                if resp.prepare_resp_state == PrepareRespState.CONTINUE:
+                if resp.payload is not None:
                     inbound[outcomes[i].out_index or 0] = resp.payload
-                elif resp.prepare_resp_state == PrepareRespState.REJECT:
-                    outcomes[i].error = resp.prepare_error
+                elif resp.error is not None:
+                    outcomes[i].error, outcomes[i].reason = resp.error, resp.reason
                 else:
                     # A one-round VDAF cannot be finished by the helper alone: the leader still
                     # needs the prep message.
@@ -222,22 +228,38 @@ class AggregationJobDriver:
             len(final),
         )
 
-    def _send(self, task: Task, job_id: bytes, body: bytes) -> AggregationJobResp:
-        url = helper_url(
-            task.helper_endpoint,
-            f"tasks/{task.b64}/aggregation_jobs/{AggregationJobId(job_id).to_b64url()}",
-        )
-        headers = {"Content-Type": MEDIA_AGGREGATION_JOB_INIT_REQ}
+    def _send(self, task: Task, exchange: _InitExchange) -> tuple[list[_Resp], str]:
+        """Send the init request; DAP-19's helper may defer (an empty 2xx with Location): poll
+        GET Location after each Retry-After, for at most `helper_poll_s` in all. The answers
+        and the job's URL (DAP-19: its Location, resolved against the request's URL)."""
+        headers = {"Content-Type": exchange.media_type}
         headers.update(auth_headers(task.record.helper_token or ""))
         try:
-            response = self.http.put(url, content=body, headers=headers)
+            send = self.http.post if exchange.method == "POST" else self.http.put
+            response = send(exchange.url, content=exchange.body, headers=headers)
+            check_response(response)
+            waited = 0.0
+            budget = self.agg.settings.helper_poll_s
+            while not response.content and "location" in response.headers:
+                delay = retry_after(response)
+                if waited + delay > budget:
+                    raise HelperPendingError(delay)
+                time.sleep(delay)
+                waited += delay
+                poll = httpx.URL(exchange.url).join(response.headers["location"])
+                response = self.http.get(poll, headers=auth_headers(task.record.helper_token or ""))
+                check_response(response)
         except httpx.HTTPError as exc:
             raise HelperUnavailableError(type(exc).__name__) from exc
-        check_response(response)
+        job_url = exchange.url
+        if "location" in response.headers:
+            job_url = str(
+                httpx.URL(exchange.url).join(response.headers["location"]).copy_with(query=None)
+            )
         try:
-            return AggregationJobResp.decode(response.content)
+            return exchange.decode(response.content), job_url
         except DecodeError:
-            raise HelperError(response.status_code, None) from None
+            raise HelperError(response.status_code, None, job_url) from None
 
     def _retry_or_abandon(
         self,
@@ -250,7 +272,7 @@ class AggregationJobDriver:
         s = self.agg.settings
         if lease.attempts >= s.max_job_attempts:
             log.warning("aggregation job failed %d times (%s); abandoning", lease.attempts, reason)
-            self._abandon(task, lease, outcomes, out_shares, notify=False)
+            self._abandon(task, lease, outcomes, out_shares, None)
             return
         delay = backoff(s, lease.attempts)
         log.info("helper unavailable (%s); retrying the job in %ds", reason, delay)
@@ -262,24 +284,129 @@ class AggregationJobDriver:
         lease: Lease,
         outcomes: list[ReportOutcome],
         out_shares: FieldArray,
-        *,
-        notify: bool = True,
+        job_url: str | None,
     ) -> None:
+        """Drop the job's reports; DELETE the helper's job at `job_url` if there is one
+        (DAP-09 §4.5.2.2, DAP-19 §4.5.5: it may discard it; best effort)."""
         for o in outcomes:
             if o.error is None:
                 o.error = PrepareError.REPORT_DROPPED
         self.agg.ds.finish_leader_job(
             lease, outcomes, ShareAdder(task.vdaf, out_shares), abandoned=True
         )
-        if notify:
-            # DAP-09 §4.5.2.2: tell the helper it may discard the job; best effort.
-            url = helper_url(
-                task.helper_endpoint,
-                f"tasks/{task.b64}/aggregation_jobs/{AggregationJobId(lease.job_id).to_b64url()}",
-            )
+        if job_url is not None:
             with contextlib.suppress(httpx.HTTPError):
-                self.http.delete(url, headers=auth_headers(task.record.helper_token or ""))
+                self.http.delete(job_url, headers=auth_headers(task.record.helper_token or ""))
 
 
 def _bucket(task: Task, time: int) -> bytes:
     return bucket_key(time, task.time_precision)
+
+
+@dataclass(frozen=True)
+class _Resp:
+    """One report's answer from the helper, whatever the version: its continuation payload,
+    or its error in sagg's stored vocabulary (DAP-09's PrepareError, `wire`)."""
+
+    report_id: bytes
+    payload: bytes | None = None
+    error: PrepareError | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _InitExchange:
+    """One version's aggregation-job creation: method, URL, body, media type, and the decoder
+    of the helper's answer."""
+
+    method: str
+    url: str
+    body: bytes
+    media_type: str
+    decode: Callable[[bytes], list[_Resp]]
+
+
+def _init09(
+    task: Task, batch_id: BatchId | None, job_id: bytes, shares: list[tuple[LeaderReport, bytes]]
+) -> _InitExchange:
+    """PUT {helper}/tasks/{id}/aggregation_jobs/{job id} (DAP-09 §4.5.1.1)."""
+    inits = tuple(
+        PrepareInit(
+            ReportShare(
+                ReportMetadata(ReportId(r.report_id), r.client_time),
+                r.public_share or b"",
+                HpkeCiphertext.decode(r.helper_encrypted_share or b""),
+            ),
+            message,
+        )
+        for r, message in shares
+    )
+    selector = (
+        PartialBatchSelector.fixed_size(batch_id)
+        if batch_id is not None
+        else PartialBatchSelector.time_interval()
+    )
+
+    def decode(body: bytes) -> list[_Resp]:
+        return [
+            _Resp(p.report_id.value, p.payload, None)
+            if p.prepare_resp_state == PrepareRespState.CONTINUE
+            else _Resp(p.report_id.value, None, p.prepare_error)
+            for p in AggregationJobResp.decode(body).prepare_resps
+        ]
+
+    path = f"tasks/{task.b64}/aggregation_jobs/{AggregationJobId(job_id).to_b64url()}"
+    return _InitExchange(
+        "PUT",
+        helper_url(task.helper_endpoint, path),
+        AggregationJobInitReq(b"", selector, inits).encode(),
+        MEDIA_AGGREGATION_JOB_INIT_REQ,
+        decode,
+    )
+
+
+def _init19(
+    task: Task, wire: Wire19, batch_id: BatchId | None, shares: list[tuple[LeaderReport, bytes]]
+) -> _InitExchange:
+    """POST {helper}/tasks/{id}/aggregation_jobs (DAP-19 §4.5.3.1): the task's one key id,
+    times in units, the batch id of a leader-selected job in its extension."""
+    inits = tuple(
+        m19.VerifyInit(
+            m19.ReportShare(
+                m19.ReportMetadata(ReportId(r.report_id), wire.units(r.client_time)),
+                r.public_share or b"",
+                HpkeCiphertext.decode(r.helper_encrypted_share or b""),
+            ),
+            message,
+        )
+        for r, message in shares
+    )
+    extensions = (
+        ()
+        if batch_id is None
+        else (m19.AggregationJobExtension.leader_selected_batch_id(batch_id),)
+    )
+    request = m19.AggregationJobInitReq(VERIFICATION_KEY_ID, b"", extensions, inits)
+
+    def decode(body: bytes) -> list[_Resp]:
+        resps = []
+        for v in m19.AggregationJobResp.decode(body).verify_resps:
+            if v.state == m19.VerifyRespType.CONTINUE:
+                resps.append(_Resp(v.report_id.value, v.payload))
+            elif v.state == m19.VerifyRespType.REJECT and v.error is not None:
+                # Every reject is a drop (digest §16 item 6); the counter keeps -19's name.
+                resps.append(
+                    _Resp(v.report_id.value, None, PREPARE_ERROR_OF[v.error], v.error.name.lower())
+                )
+            else:
+                # DAP-19 §4.5.3.1: `finish` at initialization makes the leader abandon the job.
+                raise DecodeError("a VerifyResp finished at initialization")
+        return resps
+
+    return _InitExchange(
+        "POST",
+        helper_url(task.helper_endpoint, f"tasks/{task.b64}/aggregation_jobs"),
+        request.encode(),
+        m19.MEDIA_AGGREGATION_JOB_INIT_REQ,
+        decode,
+    )

@@ -13,22 +13,31 @@ anything is frozen or sent, and stays uncollected.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import covering_interval
+from services.aggregator.dap19_collection import collection_job_req
 from services.aggregator.datastore import CollectionState, Lease, LeaseLostError
 from services.aggregator.drivers.common import (
     HelperError,
+    HelperPendingError,
     HelperUnavailableError,
     backoff,
     check_response,
     helper_url,
 )
-from services.aggregator.service import Aggregator, Task, noised_share, seal_aggregate_share
+from services.aggregator.noise import noised_share
+from services.aggregator.service import Aggregator, Task, seal_aggregate_share
+from services.aggregator.wire import Wire19
 from services.common.auth import auth_headers
+from services.common.db import Row
 from shared.codec import DecodeError
+from shared.dap import messages19 as m19
+from shared.dap.hpke_context import aggregate_share_aad
 from shared.dap.ids import BatchId
 from shared.dap.messages import (
     MEDIA_AGGREGATE_SHARE_REQ,
@@ -36,6 +45,7 @@ from shared.dap.messages import (
     AggregateShareReq,
     BatchSelector,
     Collection,
+    HpkeCiphertext,
     Interval,
     PartialBatchSelector,
     Role,
@@ -77,10 +87,12 @@ class CollectionJobDriver:
         noise = (
             None
             if task.noise is None
-            else adder.encoded(lambda share: noised_share(task, share, agg.noise_randbits))
+            else adder.encoded(
+                lambda share: noised_share(task.noise, task.vdaf.field, share, agg.noise_randbits)
+            )
         )
         state = agg.ds.start_collection(
-            lease, task.min_batch_size, agg.clock.now(), adder, noise, task.rate_limit
+            lease, task.batch_rules, agg.clock.now(), adder, noise, task.rate_limit
         )
         if state == "refused":
             log.warning("refused a collection: a time bucket is above the rate limit")
@@ -93,20 +105,17 @@ class CollectionJobDriver:
         job = agg.ds.leased_collection_job(lease)
         if job["state"] != CollectionState.COLLECTING:
             return
-        if job["batch_key"] is not None:
-            batch_id = BatchId(bytes(job["batch_key"]))
-            selector = BatchSelector.fixed_size(batch_id)
-            partial = PartialBatchSelector.fixed_size(batch_id)
-        else:
-            selector = BatchSelector.time_interval(
-                Interval(int(job["interval_start"]), int(job["interval_duration"]))
-            )
-            partial = PartialBatchSelector.time_interval()
-        request = AggregateShareReq(
-            selector, bytes(job["agg_param"]), int(job["report_count"]), bytes(job["checksum"])
+        exchange = (
+            _exchange19(task, job) if isinstance(task.wire, Wire19) else _exchange09(task, job)
         )
         try:
-            helper_share = self._send(task, request.encode())
+            helper_share = self._send(task, exchange.request, exchange.media_type)
+        except HelperPendingError:
+            # DAP-19 §3.1: the helper deferred; an identical request later gets its state.
+            agg.ds.release_collection_job(
+                lease, agg.clock.now() + s.collection_retry_s, count_attempt=False
+            )
+            return
         except HelperUnavailableError as exc:
             if lease.attempts >= s.max_job_attempts:
                 agg.ds.fail_collection(lease, HELPER_UNAVAILABLE)
@@ -121,25 +130,104 @@ class CollectionJobDriver:
             agg.ds.fail_collection(lease, problem.value)
             return
         leader_share = task.vdaf.decode_agg_share(bytes(job["leader_share"]))
-        collection = Collection(
-            partial,
-            int(job["report_count"]),
-            covering_interval(int(job["time_min"]), int(job["time_max"]), task.time_precision),
-            seal_aggregate_share(task, Role.LEADER, selector, leader_share),
-            helper_share.encrypted_aggregate_share,
+        sealed = seal_aggregate_share(task, Role.LEADER, exchange.leader_aad, leader_share)
+        covering = covering_interval(
+            int(job["time_min"]), int(job["time_max"]), task.time_precision
         )
-        agg.ds.finish_collection(lease, collection.encode())
+        result = exchange.result(
+            int(job["report_count"]), covering, sealed, helper_share.encrypted_aggregate_share
+        )
+        agg.ds.finish_collection(lease, result)
 
-    def _send(self, task: Task, body: bytes) -> AggregateShare:
+    def _send(self, task: Task, body: bytes, media_type: str) -> AggregateShare:
         url = helper_url(task.helper_endpoint, f"tasks/{task.b64}/aggregate_shares")
-        headers = {"Content-Type": MEDIA_AGGREGATE_SHARE_REQ}
+        headers = {"Content-Type": media_type}
         headers.update(auth_headers(task.record.helper_token or ""))
         try:
             response = self.http.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             raise HelperUnavailableError(type(exc).__name__) from exc
         check_response(response)
+        if not response.content:
+            raise HelperPendingError
         try:
             return AggregateShare.decode(response.content)
         except DecodeError:
             raise HelperError(response.status_code, None) from None
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """One version's aggregate-share request and collection result (DAP-09 §4.6.1-§4.6.4,
+    DAP-19 §4.6.1, §4.6.4): the request body and its media type, the AAD of both aggregate
+    shares, and the encoding of the result."""
+
+    request: bytes
+    media_type: str
+    leader_aad: bytes
+    result: Callable[[int, Interval, HpkeCiphertext, HpkeCiphertext], bytes]
+
+
+def _exchange09(task: Task, job: Row) -> _Exchange:
+    if job["batch_key"] is not None:
+        batch_id = BatchId(bytes(job["batch_key"]))
+        selector = BatchSelector.fixed_size(batch_id)
+        partial = PartialBatchSelector.fixed_size(batch_id)
+    else:
+        selector = BatchSelector.time_interval(
+            Interval(int(job["interval_start"]), int(job["interval_duration"]))
+        )
+        partial = PartialBatchSelector.time_interval()
+    request = AggregateShareReq(
+        selector, bytes(job["agg_param"]), int(job["report_count"]), bytes(job["checksum"])
+    )
+
+    def result(
+        count: int, interval: Interval, leader: HpkeCiphertext, helper: HpkeCiphertext
+    ) -> bytes:
+        return Collection(partial, count, interval, leader, helper).encode()
+
+    return _Exchange(
+        request.encode(),
+        MEDIA_AGGREGATE_SHARE_REQ,
+        aggregate_share_aad(task.id, b"", selector),
+        result,
+    )
+
+
+def _exchange19(task: Task, job: Row) -> _Exchange:
+    wire = task.wire
+    assert isinstance(wire, Wire19)
+    interval = (
+        None
+        if job["interval_start"] is None
+        else (int(job["interval_start"]), int(job["interval_duration"]))
+    )
+    collection_req = collection_job_req(task, interval)
+    if job["batch_key"] is not None:
+        selector = m19.BatchSelector.leader_selected(BatchId(bytes(job["batch_key"])))
+    else:
+        assert interval is not None
+        selector = m19.BatchSelector.time_interval(
+            Interval(wire.units(interval[0]), wire.units(interval[1]))
+        )
+    request = m19.AggregateShareReq(
+        m19.CollectionJobReq.decode(collection_req),
+        selector,
+        int(job["report_count"]),
+        bytes(job["checksum"]),
+    )
+
+    def result(
+        count: int, interval: Interval, leader: HpkeCiphertext, helper: HpkeCiphertext
+    ) -> bytes:
+        # DAP-19 §4.6.1: the covering interval in time_precision units, no batch selector.
+        units = Interval(wire.units(interval.start), wire.units(interval.duration))
+        return m19.CollectionJobResp(count, units, leader, helper).encode()
+
+    return _Exchange(
+        request.encode(),
+        m19.MEDIA_AGGREGATE_SHARE_REQ,
+        wire.aggregate_share_aad(collection_req),
+        result,
+    )

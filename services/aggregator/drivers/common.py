@@ -17,10 +17,21 @@ class HelperError(Exception):
 
     status: int
     problem: ProblemType | None
+    #: The job the refused answer came with (DAP-19: its Location), to DELETE.
+    job_url: str | None = None
 
 
 class HelperUnavailableError(Exception):
     """Network failure or 5xx: worth retrying later."""
+
+
+class HelperPendingError(Exception):
+    """DAP-19 §3.1: the helper deferred the work (a 2xx with an empty body); ask again after
+    `retry_after_s`, with the identical request or a GET of its Location."""
+
+    def __init__(self, retry_after_s: float = 1.0) -> None:
+        super().__init__(f"pending; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
 
 
 def helper_url(endpoint: str, path: str) -> str:
@@ -40,6 +51,14 @@ def check_response(response: httpx.Response) -> None:
         except ValueError:
             pass
         raise HelperError(response.status_code, problem)
+
+
+def retry_after(response: httpx.Response, default: float = 1.0) -> float:
+    """The seconds a deferring server asks to wait (RFC 9110 §10.2.3; delay-seconds only)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after", default)))
+    except ValueError:
+        return default
 
 
 def backoff(settings: AggregatorSettings, attempts: int) -> int:

@@ -1,4 +1,4 @@
-"""What ``sagg upload`` adds to the SDK's upload client (`client_sdk.upload`): measurements.
+"""Measurements for ``sagg upload`` (the upload itself is the SDK's client, `client_sdk.upload`).
 
 `random_measurements` draws valid measurements for any VDAF (``sagg upload --random N``, demos
 and load tests), and `expected_aggregate` is what collecting exactly those must give, the
@@ -21,17 +21,16 @@ def random_measurements(vdaf: VdafSpec, count: int, rng: random.Random) -> list[
     if vdaf.type == "Prio3Count":
         return [rng.randrange(2) for _ in range(count)]
     if vdaf.type == "Prio3Sum":
-        assert vdaf.bits is not None
-        return [rng.randrange(2**vdaf.bits) for _ in range(count)]
+        return [rng.randint(0, vdaf.max_value) for _ in range(count)]
     if vdaf.type == "Prio3Histogram":
         assert vdaf.length is not None
         return [rng.randrange(vdaf.length) for _ in range(count)]
     if vdaf.type in ("Prio3SumVec", "Prio3SumVecField64Multiproof"):
-        assert vdaf.length is not None and vdaf.bits is not None
-        bits, length = vdaf.bits, vdaf.length
-        return [[rng.randrange(2**bits) for _ in range(length)] for _ in range(count)]
-    assert vdaf.length is not None and vdaf.max_count is not None  # MultiHotHistogram
-    length, max_count = vdaf.length, vdaf.max_count
+        assert vdaf.length is not None
+        top, length = vdaf.max_value, vdaf.length
+        return [[rng.randint(0, top) for _ in range(length)] for _ in range(count)]
+    assert vdaf.length is not None and vdaf.max_ones is not None  # the multi-hot vector
+    length, max_count = vdaf.length, vdaf.max_ones
     out = []
     for _ in range(count):
         hot = set(rng.sample(range(length), rng.randint(0, max_count)))

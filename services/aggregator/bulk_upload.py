@@ -1,0 +1,154 @@
+"""The leader's DAP-19 upload: many reports per request, per-report errors (DAP-19 §4.4.2.2;
+digest §5.4).
+
+The body is an `UploadRequest`, the reports one after the other. A body that does not parse is
+refused as a whole (`invalidMessage`); otherwise every report is checked as a DAP-09 upload is
+(`Aggregator.validate_report`: the helper share's size, then `report_checks` on the leader's
+own share, the same checks for both versions) and every accepted one goes to the group-commit
+writer, which finds replays, collected batches and spent tokens. The answer waits until every
+report of the request is committed or counted, then is 200 with an empty body when all were
+accepted, else 200 with `UploadErrors`: the refused reports in request order, each with its
+DAP-19 ReportError (`Refusal.report_error`).
+
+Decided here: a report id listed twice in one request is stored once and the later copy is
+answered `report_replayed` (dap-ts does the same); a store failure (an exception) answers the
+whole request with it, so the client retries and the reports stored meanwhile come back as
+`report_replayed`, which DAP-19 allows (idempotent upload, RFC 9110 §9.2.2).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from services.aggregator.answer import Answer
+from services.aggregator.datastore import NewReport, UploadOutcome
+from services.aggregator.report_checks import Refusal
+from services.aggregator.tokens import (
+    IssuerKeysPendingError,
+    IssuerUnavailableError,
+    issuer_answer,
+)
+from services.aggregator.uploads import QueueFullError
+from services.common.problems import HttpProblemError
+from shared.codec import DecodeError
+from shared.dap.ids import ReportId
+from shared.dap.messages19 import (
+    MEDIA_UPLOAD_ERRORS,
+    ReportError,
+    ReportUploadStatus,
+    UploadErrors,
+    UploadRequest,
+)
+from shared.dap.problems import ProblemType
+
+if TYPE_CHECKING:
+    from services.aggregator.service import Aggregator, Task
+
+Done = Callable[[Answer | Exception], None]
+
+_STORE_ERRORS: dict[str, Refusal] = {
+    UploadOutcome.REPLAYED: Refusal.REPLAYED,
+    UploadOutcome.COLLECTED: Refusal.BATCH_COLLECTED,
+    UploadOutcome.TOKEN_SPENT: Refusal.TOKEN_SPENT,
+}
+
+
+class _Request:
+    """The outcomes of one request's reports as the writer commits them; answers once all
+    `expected` are in."""
+
+    def __init__(self, ids: list[ReportId], done: Done) -> None:
+        self.ids = ids
+        self.errors: list[ReportError | None] = [None] * len(ids)
+        self.failure: Exception | None = None
+        self.expected = len(ids)
+        self.arrived = 0
+        self.done = done
+        self.lock = threading.Lock()
+
+    def settle(self, index: int, outcome: str | Exception | Refusal) -> None:
+        with self.lock:
+            if isinstance(outcome, Refusal):
+                self.errors[index] = outcome.report_error
+            elif isinstance(outcome, Exception):
+                self.failure = self.failure or outcome
+            elif outcome != UploadOutcome.STORED:
+                self.errors[index] = _STORE_ERRORS[outcome].report_error
+            self.arrived += 1
+            finished = self.arrived == self.expected
+        if finished:
+            self.done(self.failure or self.answer())
+
+    def stop_at(self, submitted: int, failure: Exception) -> None:
+        """Only the first `submitted` reports reached the writer; answer `failure` after them."""
+        with self.lock:
+            self.failure = failure
+            self.expected = submitted
+            finished = self.arrived == self.expected
+        if finished:
+            self.done(failure)
+
+    def answer(self) -> Answer:
+        refused = tuple(
+            ReportUploadStatus(rid, error)
+            for rid, error in zip(self.ids, self.errors, strict=True)
+            if error is not None
+        )
+        if not refused:
+            return Answer(200)
+        return Answer(200, UploadErrors(refused).encode(), MEDIA_UPLOAD_ERRORS)
+
+
+def bulk_upload(
+    agg: Aggregator, task: Task, body: bytes, done: Done, *, wait: bool, fetch: bool
+) -> None:
+    """Validate every report of an UploadRequest, then store them (module docstring).
+
+    Nothing is stored before every report is validated, so an `IssuerKeysPendingError` (the
+    caller validates again once the issuer answered) leaves no trace."""
+    try:
+        request = UploadRequest.decode(body)
+    except DecodeError:
+        done(task.problem(ProblemType.INVALID_MESSAGE, "malformed UploadRequest"))
+        return
+    now = agg.clock.now()
+    seen: set[bytes] = set()
+    verdicts: list[NewReport | Refusal] = []
+    try:
+        for report in request.reports:
+            rid = report.report_metadata.report_id.value
+            if rid in seen:
+                verdicts.append(Refusal.REPLAYED)
+                continue
+            seen.add(rid)
+            verdicts.append(agg.validate_report(task, report, now, wait=wait, fetch=fetch))
+    except (IssuerKeysPendingError, IssuerUnavailableError) as exc:
+        done(issuer_answer(task.b64, exc))
+        return
+    pending = _Request([r.report_metadata.report_id for r in request.reports], done)
+    for i, verdict in enumerate(verdicts):
+        try:
+            if isinstance(verdict, Refusal):
+                # The refusal stands whether or not its count could be stored.
+                settle_refusal = functools.partial(_settle_refusal, pending, i, verdict)
+                agg.uploads.count_refusal(task.id.value, verdict.reason, settle_refusal)
+            else:
+                agg.uploads.store(verdict, functools.partial(pending.settle, i))
+        except QueueFullError:
+            full = HttpProblemError(
+                503,
+                "the upload queue is full",
+                task_id=task.b64,
+                retry_after=agg.settings.upload_retry_after_s,
+            )
+            pending.stop_at(i, full)
+            return
+
+
+def _settle_refusal(
+    pending: _Request, index: int, refusal: Refusal, _counted: str | Exception
+) -> None:
+    pending.settle(index, refusal)

@@ -1,0 +1,375 @@
+"""DAP-19 reports and uploads from the SDK, checked against the digest's byte layouts (dap-19.md
+§5.2, §5.3, §10) parsed and decrypted by hand here, and a device answering a DAP-19 recipe."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from client_sdk.device import DeviceConfig
+from client_sdk.manufacturer import SimulatedDevice
+from client_sdk.reports import ReportInput, ReportWire, build_reports
+from client_sdk.sampling import DonationSchedule
+from client_sdk.simulator import Simulator
+from client_sdk.upload import ClientTask, Uploader, upload_reports
+from shared import hpke
+from shared.b64url import b64url_decode, b64url_encode
+from shared.dap import messages19 as m19
+from shared.dap.extensions import EXTENSION_PRIVACY_PASS_TOKEN, EXTENSION_RECIPE_BINDING
+from shared.dap.ids import TaskId
+from shared.dap.messages import HpkeConfig, HpkeConfigList, Url
+from shared.vdaf import ping_pong
+from shared.vdaf.spec import VdafSpec
+from tests.client_sdk.harness import NOW, RECIPES, TRUSTED, World, verified
+
+TP = 3600
+HIST = VdafSpec(version="VDAF-20", type="Prio3Histogram", length=4, chunk_length=2)
+
+
+def _configuration(vdaf_type: int = 4, config: bytes = bytes.fromhex("0000000400000002")) -> bytes:
+    return m19.TaskConfiguration(
+        b"info", Url(b"http://l.test"), Url(b"http://h.test"), TP, 2, 1, b"", vdaf_type, config
+    ).encode()
+
+
+def _keys() -> tuple[hpke.HpkeKeyPair, hpke.HpkeKeyPair]:
+    return hpke.generate_keypair(7), hpke.generate_keypair(9)
+
+
+def _config(key: hpke.HpkeKeyPair) -> HpkeConfig:
+    return HpkeConfig(key.config_id, key.kem_id, key.kdf_id, key.aead_id, key.public_key)
+
+
+class _Reader:
+    """Big-endian TLS fields read off by hand (the oracle for the codec under test)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, n: int) -> bytes:
+        out = self.data[self.at : self.at + n]
+        assert len(out) == n
+        self.at += n
+        return out
+
+    def u(self, n: int) -> int:
+        return int.from_bytes(self.take(n), "big")
+
+    def opaque(self, n: int) -> bytes:
+        return self.take(self.u(n))
+
+
+def _open_by_hand(
+    body: bytes, task_id: bytes, configuration: bytes, keys: dict[int, hpke.HpkeKeyPair]
+) -> tuple[int, bytes, list[tuple[int, list[tuple[int, bytes]], bytes]]]:
+    """Parse one Report (digest §5.2), decrypt both shares with the -19 info and AAD (§5.3).
+    Returns (time, public_share, [(config_id, private extensions, payload)] per aggregator)."""
+    r = _Reader(body)
+    report_id, time = r.take(16), r.u(8)
+    assert r.opaque(2) == b""  # no public extensions
+    metadata = report_id + struct.pack(">Q", time) + b"\x00\x00"
+    public = r.opaque(4)
+    aad = task_id + configuration + metadata + struct.pack(">I", len(public)) + public
+    shares = []
+    for role in (2, 3):
+        config_id, enc, payload = r.u(1), r.opaque(2), r.opaque(4)
+        info = b"dap-19 input share" + bytes([1, role])
+        plain = _Reader(hpke.open(keys[config_id], enc, info, aad, payload))
+        ext_bytes = _Reader(plain.opaque(2))
+        extensions = []
+        while ext_bytes.at < len(ext_bytes.data):
+            extensions.append((ext_bytes.u(2), ext_bytes.opaque(2)))
+        shares.append((config_id, extensions, plain.opaque(4)))
+        assert plain.at == len(plain.data)
+    assert r.at == len(body)
+    return time, public, shares
+
+
+def test_a_report_decrypts_and_verifies_by_the_digest() -> None:
+    leader, helper = _keys()
+    raw = _configuration()
+    task_id = TaskId.random()
+    wire = ReportWire(task_id, TP, raw)
+    token_ext = m19.Extension(EXTENSION_PRIVACY_PASS_TOKEN, b"tok")
+    binding_ext = m19.Extension(EXTENSION_RECIPE_BINDING, b"bind")
+    t = 1_700_000_123
+    (report,) = build_reports(
+        HIST.instance(),
+        wire,
+        [ReportInput(2, t, (token_ext, binding_ext), (binding_ext,))],
+        _config(leader),
+        _config(helper),
+    )
+    time, public, shares = _open_by_hand(
+        report.encode(), task_id.value, raw, {7: leader, 9: helper}
+    )
+    assert time == t // TP  # time_precision units, not seconds (§1)
+    assert [s[0] for s in shares] == [7, 9]
+    assert shares[0][1] == [(0xFE00, b"tok"), (0xFE01, b"bind")]  # strictly increasing
+    assert shares[1][1] == [(0xFE01, b"bind")]
+    # VDAF-20 with ctx "dap-19" || task_id (§10): preparing the decrypted shares gives 2.
+    vdaf, ctx = HIST.instance(), b"dap-19" + task_id.value
+    nonce = report.report_metadata.report_id.value
+    key = bytes(range(32))
+    state, out = ping_pong.leader_init(vdaf, key, [nonce], [public], [shares[0][2]], ctx)
+    back_state, back = ping_pong.helper_init(
+        vdaf, key, [nonce], [public], [shares[1][2]], [m or b"" for m in out], ctx
+    )
+    assert ping_pong.leader_continued(vdaf, state, back).all()
+    aggs = [vdaf.encode_agg_share(vdaf.aggregate(s.out_shares)) for s in (state, back_state)]
+    assert vdaf.unshard(aggs, 1) == [0, 0, 1, 0]
+    # Another context (DAP-09's none, or another task) does not verify.
+    other = b"dap-19" + TaskId.random().value
+    state2, out2 = ping_pong.leader_init(vdaf, key, [nonce], [public], [shares[0][2]], other)
+    _, back2 = ping_pong.helper_init(
+        vdaf, key, [nonce], [public], [shares[1][2]], [m or b"" for m in out2], other
+    )
+    assert back2 == [None]  # the helper's verification fails
+    assert not ping_pong.leader_continued(vdaf, state2, back2).any()
+
+
+def test_the_aad_binds_the_configuration_bytes() -> None:
+    leader, helper = _keys()
+    raw = _configuration()
+    task_id = TaskId.random()
+    (report,) = build_reports(
+        HIST.instance(),
+        ReportWire(task_id, TP, raw),
+        [ReportInput(0, NOW)],
+        _config(leader),
+        _config(helper),
+    )
+    other = _configuration(4, bytes.fromhex("0000000400000001"))  # one byte differs
+    with pytest.raises(hpke.HpkeError):
+        _open_by_hand(report.encode(), task_id.value, other, {7: leader, 9: helper})
+
+
+class _Leader:
+    """A leader that records each request and answers with the next scripted response."""
+
+    def __init__(self, *answers: httpx.Response) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return self.answers.pop(0)
+
+
+def _reports(n: int) -> tuple[list[bytes], list[bytes]]:
+    """n DAP-19 reports' bytes and their report ids."""
+    task_id = TaskId.random()
+    built = build_reports(
+        HIST.instance(),
+        ReportWire(task_id, TP, _configuration()),
+        [ReportInput(i % 4, NOW) for i in range(n)],
+        *(_config(k) for k in _keys()),
+    )
+    return [r.encode() for r in built], [r.report_metadata.report_id.value for r in built]
+
+
+def _uploader(leader: _Leader) -> Uploader:
+    http = httpx.Client(transport=httpx.MockTransport(leader))
+    return Uploader(http, retries=1, sleep=lambda _: None)
+
+
+ERRORS = "application/ppm-dap;message=upload-errors"
+
+
+def test_bulk_upload_reads_upload_errors_per_report() -> None:
+    bodies, ids = _reports(4)
+    # UploadErrors by hand (digest §5.2): 17 bytes per refused report, no prefix; report 1 is
+    # sealed to an unknown config (4), report 3 replayed (2).
+    errors = ids[1] + b"\x04" + ids[3] + b"\x02"
+    leader = _Leader(httpx.Response(200, content=errors, headers={"Content-Type": ERRORS}))
+    results = _uploader(leader).post("http://l.test", "T", bodies)
+    (request,) = leader.requests
+    assert request.method == "POST" and request.url.path == "/tasks/T/reports"
+    assert request.headers["Content-Type"] == "application/ppm-dap;message=upload-req"
+    assert request.content == b"".join(bodies)  # UploadRequest: the reports, no prefix
+    assert [r.status for r in results] == ["sent", "outdated_config", "sent", "rejected"]
+    assert results[3].detail == "leader refused the report: report_replayed"
+
+
+@pytest.mark.parametrize(
+    ("answer", "statuses"),
+    [
+        (httpx.Response(200), ["sent", "sent"]),
+        (httpx.Response(201, content=b""), ["sent", "sent"]),
+        (
+            httpx.Response(
+                400,
+                json={"type": "urn:ietf:params:ppm:dap:error:invalidMessage"},
+                headers={"Content-Type": "application/problem+json"},
+            ),
+            ["rejected", "rejected"],
+        ),
+        # A truncated entry, an unknown code (0 is reserved), a report not sent, no media type.
+        (httpx.Response(200, content=b"\x01" * 16, headers={"Content-Type": ERRORS}), None),
+        (
+            httpx.Response(200, content=b"\x01" * 16 + b"\x00", headers={"Content-Type": ERRORS}),
+            None,
+        ),
+        (
+            httpx.Response(200, content=b"\x01" * 16 + b"\x02", headers={"Content-Type": ERRORS}),
+            None,
+        ),
+        (httpx.Response(200, content=b"\x01" * 17), None),
+    ],
+)
+def test_whole_request_answers(answer: httpx.Response, statuses: list[str] | None) -> None:
+    bodies, _ = _reports(2)
+    results = _uploader(_Leader(answer)).post("http://l.test", "T", bodies)
+    assert [r.status for r in results] == (statuses or ["failed", "failed"])
+
+
+def test_server_errors_are_retried_then_given_up() -> None:
+    bodies, _ = _reports(1)
+    leader = _Leader(httpx.Response(503), httpx.Response(200))
+    assert [r.status for r in _uploader(leader).post("http://l", "T", bodies)] == ["sent"]
+    assert len(leader.requests) == 2
+    leader = _Leader(httpx.Response(503), httpx.Response(502))
+    (result,) = _uploader(leader).post("http://l", "T", bodies)
+    assert (result.status, result.detail) == ("failed", "leader answered 502")
+
+
+def test_upload_reports_sends_per_request_reports_per_upload_request() -> None:
+    leader_key, helper_key = _keys()
+    lists = {
+        "l.test": HpkeConfigList((_config(leader_key),)),
+        "h.test": HpkeConfigList((_config(helper_key),)),
+    }
+    raw = _configuration()
+    task = ClientTask(
+        task_id=TaskId.random().to_b64url(),
+        leader="http://l.test",
+        helper="http://h.test",
+        vdaf=HIST,
+        time_precision=TP,
+        dap="dap-19",
+        task_configuration=b64url_encode(raw),
+    )
+    seen: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/hpke_config":
+            assert "task_id" not in request.url.params  # DAP-19: no per-task configs
+            return httpx.Response(
+                200,
+                content=lists[request.url.host].encode(),
+                headers={"Content-Type": "application/ppm-dap;message=hpke-config-list"},
+            )
+        return httpx.Response(200)
+
+    with httpx.Client(transport=httpx.MockTransport(serve)) as http:
+        summary = upload_reports(task, [0, 1, 2, 3, 1, 2, 3], http=http, per_request=3)
+    assert (summary.uploaded, summary.rejected) == (7, [])
+    posts = [r for r in seen if r.method == "POST"]
+    sizes = [len(m19.UploadRequest.decode(r.content).reports) for r in posts]
+    assert sorted(sizes) == [1, 3, 3]
+    key = {7: leader_key, 9: helper_key}
+    for request in posts:
+        for report in m19.UploadRequest.decode(request.content).reports:
+            _open_by_hand(report.encode(), b64url_decode(task.task_id, "id"), raw, key)
+
+
+def test_client_task_refuses_a_dap_19_task_without_its_configuration() -> None:
+    base: dict[str, Any] = {
+        "task_id": TaskId.random().to_b64url(),
+        "leader": "http://l",
+        "helper": "http://h",
+        "vdaf": HIST.model_dump(),
+        "time_precision": TP,
+    }
+    with pytest.raises(ValueError, match="task_configuration"):
+        ClientTask.model_validate({**base, "dap": "dap-19"})
+    with pytest.raises(ValueError, match="time_precision"):
+        ClientTask.model_validate(
+            {
+                **base,
+                "dap": "dap-19",
+                "time_precision": 60,
+                "task_configuration": b64url_encode(_configuration()),
+            }
+        )
+
+
+def test_a_device_answers_a_dap_19_recipe(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.publish(task={"time_precision": 3600, "dap": "dap-19"})
+    device = world.device(tmp_path / "d")
+    device.events.add("emoji", {"emoji": "fire"}, NOW - 60)
+    found = verified(world, device)
+    task = found.recipe.task
+    assert task.dap == "dap-19" and task.vdaf.type == "Prio3MultihotCountVec"
+    raw = b64url_decode(task.task_configuration or "", "configuration")
+    # The recipe's task id is taskprov's, from the published bytes (digest §11).
+    label = hashlib.sha256(b"dap-taskprov task id").digest()
+    assert task.task_id == TaskId(hashlib.sha256(label + raw).digest()).to_b64url()
+    # The task the recipe server provisions is made of the very bytes it published.
+    created = world.provisioners["recipes.sqlite3"].created
+    assert (created.task_id, created.task_configuration) == (task.task_id, raw)
+    assert device.answer(found).status == "queued"
+    assert [r.status for r in device.run_due()] == ["sent"]
+    (report,) = world.leader.uploads
+    assert isinstance(report, m19.Report)
+    keys = {k.config_id: k for k in world.leader.keys + world.helper.keys}
+    time, _, shares = _open_by_hand(report.encode(), b64url_decode(task.task_id, "id"), raw, keys)
+    (sent,) = device.audit.entries("sent")
+    assert sent.detail["report_time"] == time * 3600  # the audit speaks seconds
+    for _, extensions, _ in shares:
+        assert [kind for kind, _ in extensions] == [
+            EXTENSION_PRIVACY_PASS_TOKEN,
+            EXTENSION_RECIPE_BINDING,
+        ]
+
+
+def test_hpke_unknown_config_id_takes_the_outdated_config_path(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.publish(task={"time_precision": 3600, "dap": "dap-19"})
+    device = world.device(tmp_path / "d")
+    device.events.add("emoji", {"emoji": "fire"}, NOW - 60)
+    device.answer(verified(world, device))
+    world.leader.outdated.add(1)  # the recipe's only leader config: nothing new to seal to
+    (result,) = device.run_due()
+    assert result.status == "rejected" and "still lists leader config 1" in result.detail
+
+
+def test_the_simulator_sends_a_chunk_of_dap_19_reports_in_one_upload_request(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path)
+    world.publish(task={"time_precision": 3600, "dap": "dap-19"}, min_batch_size=2000)
+    requests: list[int] = []
+    leader = world.leader
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            requests.append(len(m19.UploadRequest.decode(request.read()).reports))
+        return leader(request)
+
+    world.router.apps["leader.test"] = counting
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(1, 0),
+    )
+    simulator = Simulator(
+        config,
+        trusted=TRUSTED,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        clock=world.clock.now,
+        progress=None,
+    )
+    summary = simulator.run("emoji.daily", 70, "emoji")
+    assert summary.uploaded == summary.sampled == 70 == len(leader.uploads)
+    assert not summary.failed
+    assert sorted(requests) == [6, 64]  # one UploadRequest per chunk of 64 devices
+    assert all(isinstance(r, m19.Report) for r in leader.uploads)
