@@ -171,7 +171,11 @@ class CollectionPoller:
                 log.warning("collection job %s: lease lost; result discarded", job.job_id)
                 continue
             if update.location is not None and update.state in _ENDED:
-                await self._delete_at_leader(job, update.location)
+                try:
+                    await self._delete_at_leader(job, update.location)
+                except Exception:
+                    # The job's outcome is stored; a cleanup failure must not end the pass.
+                    log.exception("collection job %s: DELETE at the leader failed", job.job_id)
             if update.state != job.state:
                 log.info(
                     "collection job %s: %s -> %s%s",
