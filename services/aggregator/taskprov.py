@@ -4,9 +4,9 @@ use them.
 
 Where the header is read and what follows (`Taskprov.task`; the header itself:
 `shared.dap.taskprov`):
-- a header that must be ignored (no Byte Sequence, no TaskConfiguration) is: the request is
-  answered as without one, so an unknown task is `unrecognizedTask` (the leader's answer to a
-  client that skipped the announcement, which then retries with it);
+- a header that must be ignored (no Byte Sequence, no TaskConfiguration, several field lines)
+  is: the request is answered as without one, so an unknown task is `unrecognizedTask` (the
+  leader's answer to a client that skipped the announcement, which then retries with it);
 - the task id taskprov derives from the header must be the URL's, else `unrecognizedTask`;
 - a known task is taken when its TaskConfiguration is the announced one (a task this aggregator
   opted into stays opted into: nothing here refuses it later), else `invalidTask`;
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import ValidationError
+from starlette.datastructures import Headers
 
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.wire import Wire19
@@ -47,7 +48,7 @@ from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.messages19 import BatchMode, TaskConfiguration, seconds_from_time
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
-from shared.dap.taskprov import must_opt_out, parse_header, task_id_of, verify_key
+from shared.dap.taskprov import HEADER, must_opt_out, parse_header, task_id_of, verify_key
 from shared.dap.vdaf_codepoints import vdaf_spec
 
 if TYPE_CHECKING:
@@ -108,6 +109,10 @@ class Taskprov:
     ) -> Task:
         """The task a request in `role` names, opted into first when its header announces an
         unknown one and `opt_in` (module docstring)."""
+        if isinstance(headers, Headers) and len(headers.getlist(HEADER)) > 1:
+            # Several field lines make one value joined by ", " (RFC 9110 §5.3), which is no
+            # Item (RFC 9651 §4.2): ignored like any other value that does not parse.
+            return agg.task(task_id, role)
         raw = parse_header(headers)
         if raw is None:
             return agg.task(task_id, role)

@@ -86,11 +86,18 @@ def _content_type(scope: Scope) -> str:
     return _header(scope, b"content-type") or ""
 
 
+def _announcement(scope: Scope) -> str | None:
+    """The DAP-Taskprov header's one field line; None for none or several (several make a
+    List, no Item: ignored, `services.aggregator.taskprov`)."""
+    lines = [value for name, value in scope["headers"] if name == _TASKPROV_HEADER]
+    return str(lines[0].decode("latin-1")) if len(lines) == 1 else None
+
+
 async def _leader_task(agg: Aggregator, task_id: str, scope: Scope) -> Task:
     """The upload's task; with taskprov on, the one its DAP-Taskprov header announces, opted
     into if new (`services.aggregator.taskprov`). A task the caches know, announced by its own
     header or by none, costs no thread hop."""
-    announced = _header(scope, _TASKPROV_HEADER) if agg.taskprov is not None else None
+    announced = _announcement(scope) if agg.taskprov is not None else None
     if announced is None:
         task = agg.cached_task(task_id, "leader")
     else:

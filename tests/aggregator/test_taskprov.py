@@ -328,3 +328,43 @@ def test_ignored_headers_are_absent_ones(
     env = taskprov_env(db_factory, clock, task)
     report = c19.make_report(task, env.leader_config, env.helper_config, 1, clock.now())
     problem(upload(env, task, [report], **{HEADER: value}), "unrecognizedTask", env.tid)
+
+
+def test_several_header_lines_are_ignored(db_factory: DbFactory, clock: TestClock) -> None:
+    """Two DAP-Taskprov lines make one List value (RFC 9110 §5.3), no Item: ignored, at the
+    leader's upload and at the helper alike."""
+    task = taskprov_task(COUNT)
+    env = taskprov_env(db_factory, clock, task)
+    report = c19.make_report(task, env.leader_config, env.helper_config, 1, clock.now())
+    (value,) = header(task).values()
+    twice = [("Content-Type", c19.UPLOAD_REQ), (HEADER, value), (HEADER, value)]
+    response = env.leader.post(f"/tasks/{env.tid}/reports", content=report.encode(), headers=twice)
+    problem(response, "unrecognizedTask", env.tid)
+    vinit = c19.verify_init(task, env.helper_config, 1, clock.now())
+    body = AggregationJobInitReq(0, b"", (), (vinit,)).encode()
+    ((auth_name, auth_value),) = aggregator_auth().items()
+    lines = [
+        ("Content-Type", c19.INIT_REQ),
+        (auth_name, auth_value),
+        (HEADER, value),
+        (HEADER, value),
+    ]
+    response = env.helper.post(f"/tasks/{env.tid}/aggregation_jobs", content=body, headers=lines)
+    problem(response, "unrecognizedTask", env.tid)
+    # One line is the announcement.
+    assert upload(env, task, [report], **header(task)).status_code == 200
+
+
+def test_a_leader_selected_taskprov_task(db_factory: DbFactory, clock: TestClock) -> None:
+    task = taskprov_task(COUNT, query_type="fixed_size", min_batch_size=3)
+    env = taskprov_env(db_factory, clock, task)
+    now = clock.now()
+    reports = [
+        c19.make_report(task, env.leader_config, env.helper_config, 1, now) for _ in range(3)
+    ]
+    assert upload(env, task, reports, **header(task)).content == b""
+    env.drive()
+    assert env.helper_agg.task(env.tid, "helper").query_type == 2  # leader_selected
+    request = CollectionJobReq(Query.leader_selected(), b"")
+    _, resp = collect(env, task, request)
+    assert (resp.report_count, c19.unshard(task, request, resp)) == (3, 3)
