@@ -156,6 +156,10 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     taskprov_max_task_lifetime_s: int | None = Field(default=None, ge=1)
     #: Copied into every taskprov task as its `report_expiry_age` (bounds the replay state).
     taskprov_report_expiry_age_s: int | None = Field(default=None, ge=1)
+    #: Opt out of new taskprov tasks while this aggregator holds this many tasks: uploads are
+    #: unauthenticated, so anyone may announce tasks (taskprov §"Security Considerations"
+    #: bounds the storage they take); unset, no bound.
+    taskprov_max_tasks: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _taskprov_complete(self) -> AggregatorSettings:

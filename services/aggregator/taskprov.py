@@ -21,7 +21,9 @@ Opt-out (`invalidTask`, with the reasons in the detail): what every party MUST r
 extension) and this operator's policy, taskprov's MAY reasons: the peer's endpoint is not
 `taskprov_peer_endpoint` (requests and the aggregator token go only to the configured peer),
 min_batch_size below `taskprov_min_batch_size`, a lifetime above
-`taskprov_max_task_lifetime_s`, and leading without a `taskprov_collector_auth_token`.
+`taskprov_max_task_lifetime_s`, leading without a `taskprov_collector_auth_token`, and
+holding `taskprov_max_tasks` tasks already (the leader's uploads are unauthenticated, so
+anyone can announce tasks: taskprov §"Security Considerations" has aggregators bound them).
 
 An opted-in task is an ordinary stored task (`TaskDefinition` with ``taskprov`` set): the
 announced bytes as its `task_configuration`, the derived id and verify key (key id 0, digest
@@ -81,6 +83,7 @@ class Taskprov:
     min_batch_size: int
     max_lifetime_s: int | None
     report_expiry_age: int | None
+    max_tasks: int | None
 
     @classmethod
     def of(cls, settings: AggregatorSettings) -> Self | None:
@@ -102,6 +105,7 @@ class Taskprov:
             min_batch_size=settings.taskprov_min_batch_size,
             max_lifetime_s=settings.taskprov_max_task_lifetime_s,
             report_expiry_age=settings.taskprov_report_expiry_age_s,
+            max_tasks=settings.taskprov_max_tasks,
         )
 
     def task(
@@ -141,6 +145,8 @@ class Taskprov:
         config = TaskConfiguration.decode(raw)
         now = agg.clock.now()
         reasons = must_opt_out(config, now) + self.policy_reasons(config, role)
+        if self.max_tasks is not None and len(agg.ds.task_ids()) >= self.max_tasks:
+            reasons.append(f"this aggregator holds its most tasks ({self.max_tasks})")
         if reasons:
             raise _invalid_task(task_id, reasons)
         try:

@@ -275,6 +275,24 @@ def test_may_opt_out_by_policy(db_factory: DbFactory, clock: TestClock) -> None:
     )
 
 
+def test_a_bounded_number_of_tasks(db_factory: DbFactory, clock: TestClock) -> None:
+    """`taskprov_max_tasks`: anyone may announce tasks to the leader's unauthenticated upload,
+    so it stops opting in at the bound; a task already in goes on."""
+    first = taskprov_task(COUNT)
+    env = taskprov_env(db_factory, clock, first, leader={"taskprov_max_tasks": 1})
+    now = clock.now()
+    report = c19.make_report(first, env.leader_config, env.helper_config, 1, now)
+    assert upload(env, first, [report], **header(first)).content == b""
+    second = taskprov_task(COUNT)
+    other = replace(env, params=second.params)
+    report = c19.make_report(second, env.leader_config, env.helper_config, 1, now)
+    response = upload(other, second, [report], **header(second))
+    problem(response, "invalidTask", other.tid)
+    assert "most tasks (1)" in response.json()["detail"]
+    again = c19.make_report(first, env.leader_config, env.helper_config, 1, now)
+    assert upload(env, first, [again], **header(first)).content == b""
+
+
 def test_never_opts_out_after_opting_in(db_factory: DbFactory, clock: TestClock) -> None:
     """Once in, a task stays in: after its end the header is still taken (its reports are
     dropped one by one, report_dropped), never answered invalidTask."""
