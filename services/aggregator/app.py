@@ -32,6 +32,9 @@ for the route). The provisioning token (the recipe server's) may only call the f
                                      0.0.4 (admin token too: task ids are not public)
 - GET    /healthz                    {"status": "ok"} once the store is migrated, else 503
 
+With taskprov on (`services.aggregator.taskprov`), a request whose DAP-Taskprov header announces
+a task this aggregator does not know yet goes to the DAP-19 route, which opts in or refuses.
+
 Request bodies must carry their version's DAP media type (415 `invalidMessage` otherwise).
 Blocking work (database, HPKE, VDAF) runs in the thread pool, never on the event loop. Uploads
 bypass FastAPI (`upload_route`) and are stored in groups (`uploads`).

@@ -90,7 +90,7 @@ _BARE_ITEM: Final = (
     r"|:[A-Za-z0-9+/=]*:"  # byte sequence (§3.3.5)
     r"|\?[01]"  # boolean (§3.3.6)
     r"|@-?[0-9]{1,15}"  # date (§3.3.7)
-    r'|%"(?:[\x20-\x21\x23-\x24\x26-\x5b\x5d-\x7e]|%[0-9a-f]{2}|\\["\\])*")'  # display string
+    r'|%"(?:[\x20-\x21\x23-\x24\x26-\x7e]|%[0-9a-f]{2})*")'  # display string
 )
 _PARAMETERS: Final = rf"(?:; *[a-z*][a-z0-9_\-.*]*(?:={_BARE_ITEM})?)*"
 _BYTE_SEQUENCE_ITEM: Final = re.compile(rf" *:([A-Za-z0-9+/=]*):{_PARAMETERS} *")

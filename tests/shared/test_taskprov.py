@@ -61,6 +61,7 @@ def test_header_names_are_case_insensitive_as_received() -> None:
     "value",
     [
         DRAFT_HEADER + ";a=1",
+        DRAFT_HEADER + ';a=%"back\\slash"',
         DRAFT_HEADER + ';a="x";b;c=?0;d=tok;e=:AA==:;f=1.5;g=@17;h=%"%c3%a9"',
         "  " + DRAFT_HEADER + " ",
         DRAFT_HEADER.rstrip(":").rstrip("=") + ":",  # unpadded base64: SHOULD NOT fail
@@ -82,6 +83,8 @@ def test_parameters_and_padding_are_ignored(value: str) -> None:
         ":not base64!:",
         ":" + base64.b64encode(b"not a task configuration").decode() + ":",
         DRAFT_HEADER + ";Upper=1",  # a parameter key is lowercase
+        DRAFT_HEADER + " ;a=1",  # no space before a parameter
+        DRAFT_HEADER + ';a=%"%C3"',  # a display string's escapes are lowercase hex
         DRAFT_HEADER + ", " + DRAFT_HEADER,  # a List, not an Item
         DRAFT_HEADER + "x",
         ":====:",
