@@ -58,12 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.common import Result, print_table
 from bench.deployment import tree_cpu_seconds
 from client_sdk.device import DeviceConfig
-from client_sdk.http import http_client
+from client_sdk.http import http_client, pooled_client
 from client_sdk.policy import TrustedParties
 from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
@@ -270,8 +268,7 @@ def _tokenless(deployment: Deployment, count: int, seed: int) -> tuple[int, floa
     trusted = TrustedParties(
         leaders=(deployment.leader,), helpers=(deployment.helper,), token_issuers=(issuer,)
     )
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
-    with http_client(TransportPolicy(), timeout=30.0, limits=limits) as pooled:
+    with pooled_client(TransportPolicy(), timeout=30.0, max_idle=32) as pooled:
         simulator = Simulator(
             DeviceConfig(use_tokens=False, donation=DonationSchedule(1, 0)),
             trusted=trusted,

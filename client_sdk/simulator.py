@@ -15,7 +15,8 @@ not share:
   the OS CSPRNG for a kept population (`devices`, `answer`);
 - Prio3 sharding: `shard_batch` over a chunk of reports (fresh report ids and randomness per
   report); HPKE sealing stays per report (`client_sdk.reports`);
-- uploads: one thread pool (started once per simulator) over one pooled `httpx.Client`; a
+- requests: one thread pool (started once per simulator) over one keep-alive client
+  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request); a
   DAP-19 task's reports of a chunk go in one UploadRequest (DAP-19 §4.4.2, as a relay
   forwarding many devices' reports would send them), each report's outcome read from
   UploadErrors and recorded by its own device; a report sealed to an outdated config then
@@ -61,7 +62,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TextIO
 
-import httpx
 import numpy as np
 import rich.progress
 from rich.console import Console
@@ -69,7 +69,7 @@ from rich.console import Console
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
 from client_sdk.events import EventStore
-from client_sdk.http import http_client
+from client_sdk.http import HttpClient, pooled_client
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.population import (
     CHUNK,
@@ -223,7 +223,7 @@ class Simulator:
         *,
         policy: DevicePolicy | None = None,
         trusted: TrustedParties | None = None,
-        http: httpx.Client | None = None,
+        http: HttpClient | None = None,
         identities: Callable[[], DeviceIdentity] | None = None,
         directory: Path | None = None,
         concurrency: int = 16,
@@ -242,8 +242,7 @@ class Simulator:
         self.config = config
         self.policy = policy
         self.trusted = policy.trusted if policy is not None else trusted
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.http = http or http_client(config.transport, timeout=30.0, limits=limits)
+        self.http = http or pooled_client(config.transport, timeout=30.0, max_idle=concurrency)
         self.uploader = uploader or Uploader(self.http)
         self.identities = identities
         self.directory = directory
