@@ -106,6 +106,7 @@ class DevicesRun:
     dummy_rate: float = 0.0
     ca_file: str | None = None
     allow_insecure_http: bool = False
+    relay: bool = False
 
 
 def _shard(text: str) -> Shard:
@@ -204,6 +205,13 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
         ] = 0.0,
         sybils: Annotated[int, typer.Option(min=0, help="extra devices answering together")] = 0,
         sybil_answer: Annotated[int, typer.Option(min=0, help="the Sybils' answer (index)")] = 0,
+        relay: Annotated[
+            bool,
+            typer.Option(
+                "--relay",
+                help="send a chunk's DAP-19 reports in one UploadRequest, as an upload relay would",
+            ),
+        ] = False,
     ) -> int:
         """Drive N devices answering one recipe."""
         options = DevicesRun(
@@ -242,6 +250,7 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
             dummy_rate=dummy_rate,
             ca_file=ca_file,
             allow_insecure_http=allow_insecure_http,
+            relay=relay,
         )
         if defaults is not None:
             defaults(options)
@@ -347,6 +356,7 @@ def run_shard(options: DevicesRun, shard: Shard) -> SimulationSummary:
             time_scale=options.time_scale,
             progress=sys.stderr if first else None,
             mix=options.mix,
+            relay=options.relay,
         )
         return simulator.run(
             options.recipe, options.count, options.data, version=options.version, shard=shard
