@@ -9,9 +9,9 @@ stack, with what the stack gave the route kept:
 
 - its request latency in the app's ``sagg_http_request_duration_seconds`` under its template;
 - the app's body cap (`services.common.limits`): a declared length past it is answered 413
-  unread, a chunked body as soon as it passes it; a body past the route's own `max_body` gets
-  the route's own answer (`RawRoute.too_long`) without the rest being read; an answer given
-  with body unread carries ``Connection: close``;
+  unread, a chunked body as soon as it passes it; a declared body past the route's own
+  `max_body` gets the route's own answer (`RawRoute.too_long`) without the rest being read; an
+  answer given with body unread carries ``Connection: close``;
 - problem documents: 405 with ``Allow`` for another method on the path, a 500 problem for an
   unhandled exception (logged by type and route only: the text may quote request data);
 - its OpenAPI operation (`RawRoute.operation`, request body and answers with their models),
@@ -172,11 +172,13 @@ class RawRoutesApp(FastAPI):
             refusal.headers = {"Allow": route.method}
             await _send(refusal.response(), scope, receive, send, complete=False)
             return
-        length, _ = declared_length(scope)
+        length, chunked = declared_length(scope)
         if length is not None and length > self.raw_body_cap:
             await content_too_large(scope, self.raw_body_cap, dap=False)(scope, receive, send)
             return
-        read = await _read_body(receive, max(route.max_body, 0))
+        # A chunked body is read up to the app's cap, as `BodyLimitMiddleware` reads it ahead,
+        # so one past the cap is answered 413 on these routes too.
+        read = await _read_body(receive, self.raw_body_cap if chunked else route.max_body)
         if read is None:
             return
         body, complete = read
