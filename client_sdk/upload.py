@@ -81,10 +81,10 @@ __all__ = [
 #: DAP-19 reports per UploadRequest by default (the bulk upload of the issue's benchmark).
 DEFAULT_REPORTS_PER_REQUEST = 100
 
-#: The DAP-19 per-report errors after which a fresh report may still get through: a report
-#: sealed to an unknown config (after new configs) or one from the future (later).
 Status = Literal["sent", "outdated_config", "rejected", "failed"]
 
+#: The DAP-19 per-report errors after which a fresh report may still get through: a report
+#: sealed to an unknown config (after new configs) or one from the future (later).
 _RETRYABLE_19: dict[m19.ReportError, Status] = {
     m19.ReportError.HPKE_UNKNOWN_CONFIG_ID: "outdated_config",
     m19.ReportError.REPORT_TOO_EARLY: "failed",
