@@ -350,6 +350,15 @@ class TaskDefinition(_TaskCommon):
             raise ValueError("the helper must not hold the collector's token")
         if self.tokens is not None and not self.tokens.key_ids:
             raise ValueError("tokens.key_ids: a task that requires tokens must pin issuer keys")
+        # A device's token names the window of its report's time, the aggregators check the
+        # window of that time truncated to time_precision: the two agree for every report only
+        # when windows start on time_precision boundaries.
+        if self.tokens is not None and self.tokens.window_seconds % self.time_precision:
+            raise ValueError(
+                f"tokens.window_seconds ({self.tokens.window_seconds}) must be a multiple of "
+                f"time_precision ({self.time_precision}): a report's truncated time must stay "
+                "in its token's window"
+            )
         return self
 
     @property

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from services.aggregator.answer import Answer
 from services.aggregator.app import create_app
@@ -45,6 +46,7 @@ from shared.dap.messages import (
     Query,
     Role,
 )
+from shared.dap.task import TaskDefinition
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryKey, IssuerDirectory
 from shared.privacypass.issuance import IssuerKey
 from shared.privacypass.messages import Token
@@ -548,3 +550,21 @@ def test_stats_and_metrics(db_factory: DbFactory, clock: TestClock) -> None:
     batch = stats["open_batches"][0]["batch"]
     assert value(samples, "sagg_batch_reports", **task, batch=batch) == 2
     assert value(samples, "sagg_batch_progress_ratio", **task, batch=batch) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(("time_precision", "window"), [(7 * 86_400, 86_400), (5_400, 3_600)])
+def test_a_token_window_across_time_precision_buckets_is_refused(
+    issuer: Issuer, time_precision: int, window: int
+) -> None:
+    """A report at `t` carries tokens of t's window, the aggregators check the window of t
+    truncated to time_precision: with these settings some reports would spend their tokens
+    and budget and then be refused, so the task is refused instead."""
+    policy = issuer.policy(window_seconds=window)
+    params = helpers.TaskParams(tokens=policy, time_precision=time_precision)
+    t = time_precision + window  # a report time whose truncation leaves its window
+    assert (t - t % time_precision) // window != t // window
+    with pytest.raises(ValidationError, match="multiple of time_precision"):
+        TaskDefinition.model_validate(params.definition("leader"))
+    fitting = dataclasses.replace(params, time_precision=window)
+    accepted = TaskDefinition.model_validate(fitting.definition("leader")).tokens
+    assert accepted is not None and accepted.window_seconds == window
