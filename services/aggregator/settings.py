@@ -158,8 +158,8 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     taskprov_report_expiry_age_s: int | None = Field(default=None, ge=1)
     #: Opt out of new taskprov tasks while this aggregator holds this many tasks: uploads are
     #: unauthenticated, so anyone may announce tasks (taskprov §"Security Considerations"
-    #: bounds the storage they take); unset, no bound.
-    taskprov_max_tasks: int | None = Field(default=None, ge=1)
+    #: bounds the storage they take). Always bounded: an operator may raise it, not remove it.
+    taskprov_max_tasks: int = Field(default=1_000, ge=1)
 
     @model_validator(mode="after")
     def _taskprov_complete(self) -> AggregatorSettings:

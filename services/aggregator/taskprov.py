@@ -83,7 +83,7 @@ class Taskprov:
     min_batch_size: int
     max_lifetime_s: int | None
     report_expiry_age: int | None
-    max_tasks: int | None
+    max_tasks: int
 
     @classmethod
     def of(cls, settings: AggregatorSettings) -> Self | None:
@@ -145,7 +145,7 @@ class Taskprov:
         config = TaskConfiguration.decode(raw)
         now = agg.clock.now()
         reasons = must_opt_out(config, now) + self.policy_reasons(config, role)
-        if self.max_tasks is not None and len(agg.ds.task_ids()) >= self.max_tasks:
+        if len(agg.ds.task_ids()) >= self.max_tasks:
             reasons.append(f"this aggregator holds its most tasks ({self.max_tasks})")
         if reasons:
             raise _invalid_task(task_id, reasons)
