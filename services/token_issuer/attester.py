@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from services.common.clock import Clock
 from services.common.db import Database, Migration, Tx
-from services.common.problems import InternalError
+from services.common.problems import HttpProblemError, InternalError
 from services.token_issuer.devices import (
     NONCE_SIZE,
     DeviceAuthError,
@@ -103,11 +103,12 @@ MAX_OUTSTANDING_NONCES = 16
 _SWEEP_INTERVAL = 60
 
 
-class QuotaExceededError(InternalError):
-    """The device has used its N tokens of this window (HTTP 429)."""
+class QuotaExceededError(HttpProblemError):
+    """The device has used its N tokens of this window: 429 with `Retry-After` (the request's
+    doing, so a refusal, not an `InternalError`)."""
 
     def __init__(self, retry_after: int) -> None:
-        super().__init__("token quota exceeded")
+        super().__init__(429, "Token quota exceeded", retry_after=retry_after)
         self.retry_after = retry_after
 
 

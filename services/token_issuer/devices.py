@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from services.common.problems import InternalError
+from services.common.problems import ServiceError
 from shared.privacypass import attestation
 from shared.privacypass.attestation import SIGNATURE_HASHES, DevicePublicKey
 
@@ -35,12 +35,15 @@ __all__ = [
 NONCE_SIZE: Final = attestation.NONCE_SIZE
 
 
-class DeviceAuthError(InternalError, ValueError):
-    """A certificate or a signature the attester does not accept; `reason` is a short fixed
-    name of why, for counting refusals."""
+class DeviceAuthError(ServiceError, ValueError):
+    """A certificate or a signature the attester does not accept (401: the request's doing, so
+    a refusal, not an `InternalError`); `reason` is a short fixed name of why, for counting
+    refusals."""
+
+    status = 401
 
     def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
+        super().__init__("Device authentication failed", detail=message)
         self.reason = reason
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -17,10 +18,12 @@ from fastapi.testclient import TestClient
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from services.common.clock import Clock, TestClock
 from services.common.db import Database
+from services.common.problems import InternalError
 from services.token_issuer.app import create_app
 from services.token_issuer.attester import (
     MAX_OUTSTANDING_NONCES,
     AttesterService,
+    DeviceAuthError,
     HttpIssuerChannel,
     QuotaExceededError,
 )
@@ -494,3 +497,17 @@ def test_enrollment_answer_carries_a_single_use_nonce(
     again = b64url_decode(enroll(client, device).json()["nonce"])
     clock.advance(TokenIssuerSettings().nonce_ttl_seconds + 1)
     assert post_request(client, device, body, nonce_value=again).status_code == 401
+
+
+def test_the_attesters_refusals_answer_as_refusals_wherever_they_surface() -> None:
+    """A device's over-quota or unauthenticated request is its own doing: should one escape
+    its route, it answers 429 with Retry-After or 401, never the bare 500 of an
+    `InternalError` (which neither sends nor logs its message)."""
+    quota = QuotaExceededError(retry_after=17)
+    auth = DeviceAuthError("unknown device", "unknown_device")
+    assert not isinstance(quota, InternalError) and not isinstance(auth, InternalError)
+    answer = quota.response()
+    assert (answer.status_code, answer.headers["retry-after"]) == (429, "17")
+    answer = auth.response()
+    assert answer.status_code == 401
+    assert json.loads(bytes(answer.body))["detail"] == "unknown device"
