@@ -64,9 +64,11 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """The encoded `Collection` (200)."""
+    """The encoded `Collection` (200); a DAP-19 job answered by its creating POST carries the
+    `location` it was created at (to DELETE it there once the outcome is stored)."""
 
     body: bytes
+    location: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +243,7 @@ class LeaderClient19:
         if not self._owns(task_id, resolved):
             return Permanent(f"leader named the job at {location!r}", "foreign_location")
         if response.content:
-            return self._result(response)
+            return self._result(response, resolved)
         return Started(resolved, parse_retry_after(response.headers.get("Retry-After")))
 
     def _owns(self, task_id: TaskId, url: str) -> bool:
@@ -264,13 +266,13 @@ class LeaderClient19:
         return self._result(response)
 
     @staticmethod
-    def _result(response: httpx.Response) -> Outcome:
+    def _result(response: httpx.Response, location: str | None = None) -> Outcome:
         content_type = response.headers.get("Content-Type", "")
         if m19.media_type_message(content_type) != "collection-job-resp":
             return Permanent(
                 f"leader answered with Content-Type {content_type!r}", "unexpected_media_type"
             )
-        return Ready(response.content)
+        return Ready(response.content, location)
 
     async def delete(self, location: str) -> bool:
         """Tell the leader it may discard the job (DAP-19 §4.6.1 "Collection Job Deletion":

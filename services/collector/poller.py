@@ -218,6 +218,9 @@ class CollectionPoller:
         if location is None:
             outcome = await leader.create(task.id, request)
             self._count(job, "start", outcome)
+            if isinstance(outcome, Ready):
+                # Answered at once: the job still exists at the leader until it is deleted.
+                return replace(self._settle(job, outcome, stored, task), location=outcome.location)
             if not isinstance(outcome, Started):
                 return self._settle(job, outcome, stored, task)
             assert outcome.location is not None

@@ -140,6 +140,8 @@ class FakeLeader19:
     posted: list[bytes] = field(default_factory=list)
     announced: str | None = None
     on_delete: Callable[[], None] | None = None
+    #: POST answers with the result at once (DAP-19 §4.6.1 allows it), still at `location`.
+    immediate: bool = False
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append((request.method, request.url.path))
@@ -157,17 +159,22 @@ class FakeLeader19:
                 request.headers["Content-Type"] == "application/ppm-dap;message=collection-job-req"
             )
             self.posted.append(request.content)
-            location = self.location.format(task=self.task.task_id)
-            return httpx.Response(200, headers={"Location": location})
+            location = {"Location": self.location.format(task=self.task.task_id)}
+            if self.immediate:
+                return self._result(location)
+            return httpx.Response(200, headers=location)
         assert request.method == "GET" and request.url.path == f"{jobs}/job-1"
         if self.pending:
             self.pending -= 1
             headers = {"Retry-After": self.retry_after} if self.retry_after else {}
             return httpx.Response(200, headers=headers)
+        return self._result({})
+
+    def _result(self, headers: dict[str, str]) -> httpx.Response:
         assert self.config is not None
         body = _sealed(self.config, self.task, self.posted[-1], (1, 1), 2)
-        media = "application/ppm-dap;message=collection-job-resp"
-        return httpx.Response(200, content=body, headers={"Content-Type": media})
+        media = {"Content-Type": "application/ppm-dap;message=collection-job-resp"}
+        return httpx.Response(200, content=body, headers={**headers, **media})
 
 
 class Rig(JobRig):
@@ -254,6 +261,20 @@ def test_an_ended_job_is_deleted_after_its_outcome_is_stored(tmp_path: Path) -> 
     rig.clock.advance(60)
     assert rig.run(poller) == 0
     assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
+
+
+def test_a_job_answered_at_once_is_deleted_at_the_leader_too(tmp_path: Path) -> None:
+    """A leader may answer the creating POST with the result; the job still exists at its
+    Location until the collector, having stored the outcome, deletes it."""
+    rig = Rig(tmp_path, immediate=True)
+    seen: list[JobState] = []
+    rig.leader.on_delete = lambda: seen.append(rig.job().state)
+    assert rig.run(rig.poller()) == 1
+    job = rig.job()
+    assert job.state is JobState.COMPLETE and json.loads(job.result or "") == 2
+    assert seen == [JobState.COMPLETE]
+    jobs = f"/dap/tasks/{rig.task.task_id}/collection_jobs"
+    assert rig.leader.requests == [("POST", jobs), ("DELETE", f"{jobs}/job-1")]
 
 
 @dataclass
