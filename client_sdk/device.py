@@ -21,10 +21,13 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
 7. at the donation time: take the tokens, shard and seal the report with the recipe-binding
    extension in both shares and each aggregator's token in its own share
    (`client_sdk.reports`), store the sealed report in the pending row (same transaction as
-   marking the tokens used), then upload (`client_sdk.upload`); on ``outdatedConfig`` fetch
-   and verify the recipe again and send one fresh report sealed to the configs it now lists,
-   if they changed (never to a bare ``/hpke_config`` answer); on success mark the row sent
-   and audit what left the device.
+   marking the tokens used), then upload (`client_sdk.upload`): every report due for one
+   DAP-19 task goes in one UploadRequest (DAP-19 §4.4.2: a request may carry many), with the
+   task's DAP-Taskprov announcement if it is a taskprov task (digest §11); a DAP-09 report
+   goes alone. On ``outdatedConfig`` fetch and verify the recipe again and send one fresh
+   report for each refused one, sealed to the configs the recipe now lists, if they changed
+   (never to a bare ``/hpke_config`` answer); on success mark the row sent and audit what
+   left the device.
 
 Crash safety: a pending row exists iff its budget was consumed (step 5 is one transaction), so
 no report ever leaves without budget and no budget is consumed twice for one report. After a
@@ -38,7 +41,7 @@ import json
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -563,26 +566,70 @@ class Device:
         )
         return self.store_report(item, report)
 
+    @staticmethod
+    def announcement(recipe: Recipe) -> bytes | None:
+        """What uploads for the recipe's task announce: a taskprov task's TaskConfiguration
+        (digest §11), else nothing."""
+        return Device.wire(recipe).configuration if recipe.task.taskprov else None
+
     def send(self, item: PendingUpload, now: int) -> UploadResult:
-        """Upload a stored report; on outdatedConfig one fresh report sealed to the configs
-        the signed recipe authenticates (`_follow_recipe`), if they changed; audit the
-        outcome."""
-        assert item.report is not None
-        recipe = self.recipe(item.recipe_id, item.version)
-        wire = self.wire(recipe)
-        (result,) = self.uploader.upload(wire.dap, recipe.task.leader, item.task_id, [item.report])
-        if result.status == "outdated_config":
-            refusal = self._follow_recipe(recipe, wire.decode_report(item.report))
-            if refusal is not None:
-                result = refusal
-            else:
-                item = self.seal(item, now)
-                assert item.report is not None
-                (result,) = self.uploader.upload(
-                    wire.dap, recipe.task.leader, item.task_id, [item.report]
-                )
-        self.finish(item, recipe, result, now)
+        """Upload one stored report (`send_many`)."""
+        (result,) = self.send_many([item], now)
         return result
+
+    def send_many(self, items: Sequence[PendingUpload], now: int) -> list[UploadResult]:
+        """Upload stored reports, one result each in order: the reports of one recipe (one
+        task) together (`_send_group`)."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault((item.recipe_id, item.version), []).append(index)
+        results: list[UploadResult | None] = [None] * len(items)
+        for (recipe_id, version), indices in groups.items():
+            recipe = self.recipe(recipe_id, version)
+            sent = self._send_group([items[i] for i in indices], recipe, now)
+            for index, result in zip(indices, sent, strict=True):
+                results[index] = result
+        assert all(result is not None for result in results)
+        return [result for result in results if result is not None]
+
+    def _send_group(
+        self, items: list[PendingUpload], recipe: Recipe, now: int
+    ) -> list[UploadResult]:
+        """Upload stored reports of one task (DAP-19: in one UploadRequest of up to
+        `client_sdk.upload.DEFAULT_REPORTS_PER_REQUEST`); on outdatedConfig
+        one fresh report for each refused one, sealed to the configs the signed recipe
+        authenticates (`_follow_recipe`), if they changed; audit the outcomes."""
+        wire = self.wire(recipe)
+        announce = self.announcement(recipe)
+
+        def upload(batch: list[PendingUpload]) -> list[UploadResult]:
+            reports = [item.report for item in batch if item.report is not None]
+            assert len(reports) == len(batch)
+            return self.uploader.upload(
+                wire.dap,
+                recipe.task.leader,
+                recipe.task.task_id,
+                reports,
+                announce=announce,
+            )
+
+        results = upload(items)
+        stale = [i for i, result in enumerate(results) if result.status == "outdated_config"]
+        if stale:
+            first = items[stale[0]].report
+            assert first is not None
+            refusal = self._follow_recipe(recipe, wire.decode_report(first))
+            if refusal is not None:
+                for i in stale:
+                    results[i] = refusal
+            else:
+                for i in stale:
+                    items[i] = self.seal(items[i], now)
+                for i, result in zip(stale, upload([items[i] for i in stale]), strict=True):
+                    results[i] = result
+        for item, result in zip(items, results, strict=True):
+            self.finish(item, recipe, result, now)
+        return results
 
     def finish(self, item: PendingUpload, recipe: Recipe, result: UploadResult, now: int) -> None:
         """Record the outcome of a stored report's upload (sent, or one more failed round)."""
@@ -624,20 +671,22 @@ class Device:
                 AuditLog.write(conn, self.db.device, now, "failed", reason=result.detail, **common)
 
     def run_due(self, now: int | None = None) -> list[UploadResult]:
-        """Steps 6-7 for everything due (also resumes uploads interrupted by a crash)."""
+        """Steps 6-7 for everything due (also resumes uploads interrupted by a crash); one
+        result per due upload, in order."""
         now = self.clock() if now is None else now
         self.prefetch_tokens(now)
-        out: list[UploadResult] = []
-        for item in self.pending(due=now):
+        due = self.pending(due=now)
+        results: dict[int, UploadResult] = {}
+        sealed: list[PendingUpload] = []
+        for item in due:
             try:
-                if item.report is None:
-                    item = self.seal(item, now)
+                sealed.append(item if item.report is not None else self.seal(item, now))
             except (TokenError, ValueError) as exc:
                 self._give_up_later(item, str(exc), now)
-                out.append(UploadResult("failed", str(exc)))
-                continue
-            out.append(self.send(item, now))
-        return out
+                results[item.id] = UploadResult("failed", str(exc))
+        for item, result in zip(sealed, self.send_many(sealed, now), strict=True):
+            results[item.id] = result
+        return [results[item.id] for item in due]
 
     def _give_up_later(self, item: PendingUpload, reason: str, now: int) -> None:
         attempts = item.attempts + 1

@@ -579,7 +579,13 @@ class Simulator:
     ) -> None:
         """One UploadRequest for the chunk's DAP-19 reports (module docstring)."""
         reports = [item.report or b"" for _, item in stored]
-        results = self.uploader.upload("dap-19", recipe.task.leader, recipe.task.task_id, reports)
+        results = self.uploader.upload(
+            "dap-19",
+            recipe.task.leader,
+            recipe.task.task_id,
+            reports,
+            announce=Device.announcement(recipe),
+        )
         for (device, item), result in zip(stored, results, strict=True):
             if result.status == "outdated_config":
                 result = device.send(item, now)

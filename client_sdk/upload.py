@@ -14,6 +14,9 @@ simulator, ``sagg upload`` (`deploy.cli`) and the interop client role (`deploy.i
   outdatedConfig), a problem document refuses the whole request.
 - `Uploader.upload` sends reports of either version: one request per report for DAP-09,
   `per_request` reports per request for DAP-19; one `UploadResult` per report, in order.
+- A taskprov task's reports (digest §11) go with its announcement, the ``DAP-Taskprov``
+  header of its encoded TaskConfiguration (`announce`): the leader opts into the task on the
+  first of them (`ClientTask.taskprov`, `RecipeTask.taskprov`).
 
 Network errors and 5xx answers are retried a bounded number of times with exponential backoff
 and jitter (so that thousands of simulated devices do not retry in lockstep); a 4xx is final.
@@ -51,6 +54,7 @@ from client_sdk.reports import (
 )
 from shared.codec import DecodeError
 from shared.dap import messages19 as m19
+from shared.dap import taskprov
 from shared.dap.ids import ReportId, TaskId
 from shared.dap.messages import (
     MEDIA_HPKE_CONFIG_LIST,
@@ -128,15 +132,17 @@ class Uploader:
         self._jitter = random.Random()  # timing only; nothing private depends on it
 
     def _send(
-        self, method: str, url: str, body: bytes, media: str
+        self, method: str, url: str, body: bytes, media: str, announce: bytes | None = None
     ) -> tuple[httpx.Response | None, str, int]:
-        """The leader's answer below 500 (None after the retries, with the last failure)."""
+        """The leader's answer below 500 (None after the retries, with the last failure);
+        `announce` is a taskprov task's configuration, sent in its DAP-Taskprov header."""
         detail = ""
+        headers = {"Content-Type": media}
+        if announce is not None:
+            headers[taskprov.HEADER] = taskprov.encode_header(announce)
         for attempt in range(1, self.retries + 2):
             try:
-                response = self.http.request(
-                    method, url, content=body, headers={"Content-Type": media}
-                )
+                response = self.http.request(method, url, content=body, headers=headers)
             except httpx.HTTPError as exc:
                 detail = f"cannot reach the leader: {http_failure(exc)}"
             else:
@@ -167,11 +173,22 @@ class Uploader:
         name = token or str(response.status_code)
         return UploadResult("rejected", f"leader refused the report: {name}", attempts)
 
-    def post(self, leader: str, task_id: str, reports: Sequence[bytes]) -> list[UploadResult]:
-        """DAP-19 reports in one UploadRequest; one result per report, in order."""
+    def post(
+        self,
+        leader: str,
+        task_id: str,
+        reports: Sequence[bytes],
+        announce: bytes | None = None,
+    ) -> list[UploadResult]:
+        """DAP-19 reports in one UploadRequest; one result per report, in order. `announce`:
+        the encoded TaskConfiguration of a taskprov task (module docstring)."""
         ids = [m19.Report.decode(report).report_metadata.report_id for report in reports]
         response, detail, attempts = self._send(
-            "POST", self._url(leader, task_id), b"".join(reports), m19.MEDIA_UPLOAD_REQ
+            "POST",
+            self._url(leader, task_id),
+            b"".join(reports),
+            m19.MEDIA_UPLOAD_REQ,
+            announce,
         )
         if response is None:
             return [UploadResult("failed", detail, attempts)] * len(reports)
@@ -219,13 +236,17 @@ class Uploader:
         task_id: str,
         reports: Sequence[bytes],
         per_request: int = DEFAULT_REPORTS_PER_REQUEST,
+        announce: bytes | None = None,
     ) -> list[UploadResult]:
-        """Reports of a `dap` task, one result per report in order (module docstring)."""
+        """Reports of a `dap` task, one result per report in order (module docstring);
+        `announce` is a taskprov task's TaskConfiguration (DAP-19 only)."""
         if dap == "dap-09":
+            if announce is not None:
+                raise ValueError("taskprov announces DAP-19 tasks only")
             return [self.put(leader, task_id, report) for report in reports]
         out: list[UploadResult] = []
         for lo in range(0, len(reports), max(1, per_request)):
-            out += self.post(leader, task_id, reports[lo : lo + max(1, per_request)])
+            out += self.post(leader, task_id, reports[lo : lo + max(1, per_request)], announce)
         return out
 
 
@@ -242,11 +263,24 @@ class ClientTask(BaseModel):
     dap: DapVersion = "dap-09"
     #: A DAP-19 task's encoded TaskConfiguration (unpadded base64url), bound into every AAD.
     task_configuration: str | None = None
+    #: A taskprov task (digest §11): uploads announce its configuration, and its id is the
+    #: one taskprov derives from it.
+    taskprov: bool = False
 
     @model_validator(mode="after")
     def _wire_is_valid(self) -> ClientTask:
-        self.wire  # noqa: B018  (ValueError for an inconsistent version and configuration)
+        wire = self.wire  # ValueError for an inconsistent version and configuration
+        if self.taskprov:
+            if wire.configuration is None:
+                raise ValueError("a taskprov task is a dap-19 task")
+            if taskprov.task_id_of(wire.configuration) != wire.task_id:
+                raise ValueError("a taskprov task's id is the one taskprov derives")
         return self
+
+    @property
+    def announcement(self) -> bytes | None:
+        """What uploads announce: a taskprov task's TaskConfiguration, else nothing."""
+        return self.wire.configuration if self.taskprov else None
 
     @property
     def wire(self) -> ReportWire:
@@ -347,7 +381,9 @@ def upload_reports(
         ]
 
         def send(bodies: list[bytes]) -> list[UploadResult]:
-            return uploader.upload(task.dap, task.leader, task.task_id, bodies, per)
+            return uploader.upload(
+                task.dap, task.leader, task.task_id, bodies, per, task.announcement
+            )
 
         # Loopback uploads are latency-bound; a few in flight keep the leader busy.
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

@@ -32,6 +32,9 @@ for the route). The provisioning token (the recipe server's) may only call the f
                                      0.0.4 (admin token too: task ids are not public)
 - GET    /healthz                    {"status": "ok"} once the store is migrated, else 503
 
+With taskprov on (`services.aggregator.taskprov`), a request whose DAP-Taskprov header announces
+a task this aggregator does not know yet goes to the DAP-19 route, which opts in or refuses.
+
 Request bodies must carry their version's DAP media type (415 `invalidMessage` otherwise).
 Blocking work (database, HPKE, VDAF) runs in the thread pool, never on the event loop. Uploads
 bypass FastAPI (`upload_route`) and are stored in groups (`uploads`).
@@ -62,7 +65,7 @@ from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.upload_route import UploadGate, handle_upload, upload_task_id
 from services.aggregator.wire import Wire19
-from services.common.auth import DAP_CREDENTIALS, BearerAuth, hash_token, token_hash
+from services.common.auth import DAP_CREDENTIALS, BearerAuth, token_hash
 from services.common.clock import Clock, RealClock
 from services.common.crypter import crypter_from
 from services.common.db import Database
@@ -87,6 +90,7 @@ from shared import hpke
 from shared.codec import DecodeError
 from shared.dap import messages as dap
 from shared.dap import messages19 as dap19
+from shared.dap import taskprov
 from shared.dap.ids import TaskId
 from shared.dap.problems import ProblemType
 from shared.dap.task import TaskDefinition
@@ -95,8 +99,6 @@ log = logging.getLogger(__name__)
 
 HTTP_UNSUPPORTED_MEDIA_TYPE = 415
 HTTP_METHOD_NOT_ALLOWED = 405
-#: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
-SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
 #: Stored (sealed) with the definition, but never in an answer: DAP-09 §4.2 gives the verify key
 #: to the aggregators only, and Prio3 derives its proof's query randomness from it, so a client
 #: that learned it could make an invalid measurement pass verification.
@@ -263,10 +265,17 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
     §15); the parties authenticate with the task's tokens, checked by `Aggregator`."""
     router = api_router("dap", response_class=Response)
 
-    async def is_dap19(task_id: str) -> bool:
+    async def is_dap19(task_id: str, request: Request) -> bool:
         task = agg.cached_task_by_id_str(task_id)
         if task is None:
-            task = await _call_task(agg, task_id)
+            try:
+                task = await _call_task(agg, task_id)
+            except DapProblemError:
+                # Taskprov provisions DAP-19 tasks only: an unknown task a request announces
+                # goes to the DAP-19 route, which opts in (or answers the problem).
+                if agg.taskprov is not None and taskprov.parse_header(request.headers):
+                    return True
+                raise
         return isinstance(task.wire, Wire19)
 
     @router.get(
@@ -300,14 +309,14 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap19.MEDIA_AGGREGATION_JOB_INIT_REQ),
     )
     async def aggregation_create(task_id: str, request: Request) -> Response:
-        if not await is_dap19(task_id):
+        if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "")
         body = await _body19(request, dap19.MEDIA_AGGREGATION_JOB_INIT_REQ, task_id)
         return _respond(await _call(dap19_helper.helper_init, agg, task_id, request.headers, body))
 
     @router.put(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(init))
     async def aggregation_init(task_id: str, job_id: str, request: Request) -> Response:
-        if await is_dap19(task_id):
+        if await is_dap19(task_id, request):
             raise _not_allowed(task_id, "GET, POST, DELETE")
         body = await _body(request, init, task_id)
         answer = await _call(agg.helper_init, task_id, job_id, request.headers, body)
@@ -315,14 +324,14 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
 
     @router.get(jobs, dependencies=task_auth, responses=job_resp)
     async def aggregation_get(task_id: str, job_id: str, request: Request) -> Response:
-        if not await is_dap19(task_id):
+        if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "PUT, POST, DELETE")
         answer = await _call(dap19_helper.job_response, agg, task_id, job_id, request.headers)
         return _respond(answer)
 
     @router.post(jobs, dependencies=task_auth, responses=job_resp, openapi_extra=binary_body(cont))
     async def aggregation_continue(task_id: str, job_id: str, request: Request) -> Response:
-        if await is_dap19(task_id):
+        if await is_dap19(task_id, request):
             body = await _body19(request, dap19.MEDIA_AGGREGATION_JOB_CONTINUE_REQ, task_id)
         else:
             body = await _body(request, cont, task_id)
@@ -340,7 +349,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap.MEDIA_AGGREGATE_SHARE_REQ),
     )
     async def aggregate_shares(task_id: str, request: Request) -> Response:
-        if await is_dap19(task_id):
+        if await is_dap19(task_id, request):
             body = await _body19(request, dap19.MEDIA_AGGREGATE_SHARE_REQ, task_id)
             share19 = dap19_helper.aggregate_share
             return _respond(await _call(share19, agg, task_id, request.headers, body))
@@ -352,7 +361,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
 
     @router.api_route(shares, methods=["GET", "DELETE"], dependencies=task_auth)
     async def aggregate_share_resource(task_id: str, share_id: str, request: Request) -> Response:
-        if not await is_dap19(task_id):
+        if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "")
         named = dap19_helper.named_aggregate_share
         answer = await _call(named, agg, task_id, share_id, request.headers, request.method)
@@ -367,7 +376,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap19.MEDIA_COLLECTION_JOB_REQ),
     )
     async def collection_create(task_id: str, request: Request) -> Response:
-        if not await is_dap19(task_id):
+        if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "")
         body = await _body19(request, dap19.MEDIA_COLLECTION_JOB_REQ, task_id)
         create = dap19_collection.create_collection_job
@@ -380,7 +389,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         openapi_extra=binary_body(dap.MEDIA_COLLECT_REQ),
     )
     async def collection_put(task_id: str, job_id: str, request: Request) -> Response:
-        if await is_dap19(task_id):
+        if await is_dap19(task_id, request):
             raise _not_allowed(task_id, "GET, DELETE")
         body = await _body(request, dap.MEDIA_COLLECT_REQ, task_id)
         answer = await _call(agg.put_collection_job, task_id, job_id, request.headers, body)
@@ -392,7 +401,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         responses=binary_response(dap19.MEDIA_COLLECTION_JOB_RESP, 200),
     )
     async def collection_get(task_id: str, job_id: str, request: Request) -> Response:
-        if not await is_dap19(task_id):
+        if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "PUT, POST, DELETE")
         answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
         return _respond(answer, dap19.MEDIA_COLLECTION_JOB_RESP)
@@ -403,7 +412,7 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
         responses=binary_response(dap.MEDIA_COLLECTION, 200, 202),
     )
     async def collection_poll(task_id: str, job_id: str, request: Request) -> Response:
-        if await is_dap19(task_id):
+        if await is_dap19(task_id, request):
             raise _not_allowed(task_id, "GET, DELETE")
         answer = await _call(agg.poll_collection_job, task_id, job_id, request.headers)
         return _respond(answer, dap.MEDIA_COLLECTION)
@@ -430,7 +439,7 @@ def _task_key(task_id: str) -> bytes:
 def _provisioning_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
     """What the recipe server's provisioning token may do too: create and confirm tasks."""
     router = api_router("admin", [auth.dependency])
-    ds, clock = agg.ds, agg.clock
+    ds = agg.ds
 
     def put_task(task_id: str, definition: TaskDefinition) -> Response:
         if definition.task_id != task_id:
@@ -452,23 +461,9 @@ def _provisioning_routes(agg: Aggregator, auth: BearerAuth) -> APIRouter:
                 "(token_issuers)",
                 task_id=task_id,
             )
-        public = definition.model_dump(mode="json", exclude=set(SECRET_FIELDS))
-        leader = definition.role == "leader"
-        outcome = ds.put_task(
-            definition.id.value,
-            definition.role,
-            public,
-            hash_token(definition.aggregator_auth_token),
-            hash_token(definition.collector_auth_token)
-            if definition.collector_auth_token
-            else None,
-            definition.aggregator_auth_token if leader else None,
-            clock.now(),
-        )
+        outcome = agg.put_task(definition)
         if outcome == "conflict":
             raise HttpProblemError(409, "a different task with this id exists", task_id=task_id)
-        # Known now, though a lookup may just have cached it as unknown.
-        agg.forget_task(definition.id.value)
         return JSONResponse({"task_id": task_id}, status_code=201 if outcome == "created" else 200)
 
     async def invalid_definition(request: Request, exc: RequestValidationError) -> Response:

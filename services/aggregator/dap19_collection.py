@@ -50,7 +50,7 @@ def create_collection_job(
     agg: Aggregator, task_id: str, headers: Mapping[str, str], body: bytes
 ) -> Answer:
     """POST {leader}/tasks/{task-id}/collection_jobs (DAP-19 §4.6.1)."""
-    task = agg.task(task_id, "leader")
+    task = agg.task_for(task_id, "leader", headers, opt_in=False)
     agg.check_collector_auth(task, headers)
     try:
         request = CollectionJobReq.decode(body)

@@ -103,7 +103,7 @@ def _check_job_extensions(task: Task, request: AggregationJobInitReq) -> None:
 
 def helper_init(agg: Aggregator, task_id: str, headers: Mapping[str, str], body: bytes) -> Answer:
     """POST {helper}/tasks/{task-id}/aggregation_jobs (DAP-19 §4.5.3.2)."""
-    task = agg.task(task_id, "helper")
+    task = agg.task_for(task_id, "helper", headers, opt_in=True)
     agg.check_aggregator_auth(task, headers)
     try:
         request = AggregationJobInitReq.decode(body)
@@ -193,7 +193,7 @@ def _verify_resp(
 def job_response(agg: Aggregator, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:
     """GET {helper}/tasks/{task-id}/aggregation_jobs/{id}?step=0 (DAP-19 §4.5.3.2 polling): the
     job's stored response; a deferred job is prepared now (`helper_defer_jobs`)."""
-    task = agg.task(task_id, "helper")
+    task = agg.task_for(task_id, "helper", headers, opt_in=True)
     agg.check_aggregator_auth(task, headers)
     try:
         job = AggregationJobId.from_b64url(job_id)
@@ -234,7 +234,7 @@ def aggregate_share(
 ) -> Answer:
     """POST {helper}/tasks/{task-id}/aggregate_shares (DAP-19 §4.6.4): checks, then the
     datastore answers once; its AAD binds the Collector's CollectionJobReq bytes."""
-    task = agg.task(task_id, "helper")
+    task = agg.task_for(task_id, "helper", headers, opt_in=True)
     agg.check_aggregator_auth(task, headers)
     wire = _wire(task)
     try:
@@ -292,7 +292,7 @@ def named_aggregate_share(
 ) -> Answer:
     """GET or DELETE {helper}/tasks/{task-id}/aggregate_shares/{id} (DAP-19 §4.6.4): the stored
     AggregateShare; DELETE drops the resource but the batch stays collected (digest §4 #12)."""
-    task = agg.task(task_id, "helper")
+    task = agg.task_for(task_id, "helper", headers, opt_in=True)
     agg.check_aggregator_auth(task, headers)
     try:
         share = AggregationJobId.from_b64url(share_id).value

@@ -65,6 +65,7 @@ from services.aggregator.noise import noised_share
 from services.aggregator.rate_policy import RateLimit
 from services.aggregator.report_checks import Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
+from services.aggregator.taskprov import Taskprov
 from services.aggregator.tokens import (
     Fetch,
     IssuerKeyCache,
@@ -74,7 +75,7 @@ from services.aggregator.tokens import (
 )
 from services.aggregator.uploads import QueueFullError, UploadWriter
 from services.aggregator.wire import Wire, Wire09, Wire19
-from services.common.auth import presented_token, token_matches
+from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import Clock
 from services.common.problems import DapProblemError, HttpProblemError, ServiceError
 from shared import hpke
@@ -107,8 +108,9 @@ from shared.dap.messages19 import ReportMetadata as ReportMetadata19
 from shared.dap.messages19 import ReportShare as ReportShare19
 from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
-from shared.dap.task import AggregatorNoise, RateValidation, TokenPolicy
+from shared.dap.task import AggregatorNoise, RateValidation, TaskDefinition, TokenPolicy
 from shared.dap.task_configuration import FieldValues, task_configuration
+from shared.dap.taskprov import encode_header, task_id_of
 from shared.dp.samplers import RandBits
 from shared.vdaf import ping_pong
 from shared.vdaf.field import FieldArray
@@ -137,6 +139,8 @@ _COLLECTION_FAILURES: Final = {
 HTTP_CREATED = 201
 HTTP_FORBIDDEN = 403
 HTTP_CONFLICT = 409
+#: The secrets of a TaskDefinition, never stored in clear (except the leader's outgoing token).
+SECRET_FIELDS = ("aggregator_auth_token", "collector_auth_token")
 
 
 @dataclass(frozen=True)
@@ -164,10 +168,20 @@ class Task:
     tokens: TokenPolicy | None = None
     noise: AggregatorNoise | None = None
     rate_validation: RateValidation | None = None
+    #: Provisioned by taskprov: the leader announces it on every request to the helper.
+    taskprov: bool = False
 
     @property
     def b64(self) -> str:
         return self.id.to_b64url()
+
+    @cached_property
+    def announcement(self) -> str | None:
+        """The DAP-Taskprov header value that names this task (digest §11): a DAP-19 task whose
+        id taskprov derives from its TaskConfiguration; None for any other."""
+        if not isinstance(self.wire, Wire19) or task_id_of(self.wire.config_bytes) != self.id:
+            return None
+        return encode_header(self.wire.config_bytes)
 
     @cached_property
     def max_report_len(self) -> int:
@@ -288,6 +302,7 @@ def task_from_record(record: TaskRecord) -> Task:
         rate_validation=None
         if d.get("rate_validation") is None
         else RateValidation.model_validate(d["rate_validation"]),
+        taskprov=bool(d.get("taskprov")),
     )
 
 
@@ -383,6 +398,8 @@ class Aggregator:
         self._keys_loaded = 0.0
         #: Randomness of the aggregator noise; tests inject a seeded source.
         self.noise_randbits: RandBits = secrets.randbits
+        #: Taskprov's opt-in (digest §11), None when `taskprov_verify_key_init` is unset.
+        self.taskprov = Taskprov.of(settings)
 
     @property
     def checks(self) -> ReportChecker:
@@ -394,6 +411,35 @@ class Aggregator:
     def task(self, task_id: str, role: str | None = None) -> Task:
         """The task named in the path, or `unrecognizedTask` (also when it has another role)."""
         return _in_role(self.task_by_id(_task_key(task_id)), task_id, role)
+
+    def task_for(
+        self, task_id: str, role: str, headers: Mapping[str, str], *, opt_in: bool
+    ) -> Task:
+        """`task`, for a request that may announce the task in a DAP-Taskprov header: with
+        taskprov on, the header is checked against the task, and an unknown task it announces
+        is opted into when `opt_in` (`services.aggregator.taskprov`)."""
+        if self.taskprov is None:
+            return self.task(task_id, role)
+        return self.taskprov.task(self, task_id, role, headers, opt_in=opt_in)
+
+    def put_task(self, definition: TaskDefinition) -> str:
+        """Store a task definition: 'created', 'exists' (identical) or 'conflict'. Tokens are
+        stored as hashes, but for the leader's outgoing one."""
+        public = definition.model_dump(mode="json", exclude=set(SECRET_FIELDS))
+        outcome = self.ds.put_task(
+            definition.id.value,
+            definition.role,
+            public,
+            hash_token(definition.aggregator_auth_token),
+            hash_token(definition.collector_auth_token)
+            if definition.collector_auth_token
+            else None,
+            definition.aggregator_auth_token if definition.role == "leader" else None,
+            self.clock.now(),
+        )
+        # Known now, though a lookup may just have cached it as unknown.
+        self.forget_task(definition.id.value)
+        return outcome
 
     def task_by_id(self, task_id: bytes, *, listed_only: bool = True) -> Task | None:
         """The task, from memory when it can. Tasks are immutable, so a parsed copy (with its
@@ -805,7 +851,7 @@ class Aggregator:
         decoder refuses step 0 and duplicate ids itself). One-round Prio3 finishes at init, so
         no report ever waits for a continuation; the checks still run in the order §4.5.2.1
         gives."""
-        task = self.task(task_id, "helper")
+        task = self.task_for(task_id, "helper", headers, opt_in=True)
         self.check_aggregator_auth(task, headers)
 
         try:
@@ -841,7 +887,7 @@ class Aggregator:
         )
 
     def helper_delete(self, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:
-        task = self.task(task_id, "helper")
+        task = self.task_for(task_id, "helper", headers, opt_in=True)
         self.check_aggregator_auth(task, headers)
         try:
             job = AggregationJobId.from_b64url(job_id)
@@ -974,7 +1020,7 @@ class Aggregator:
         return Answer(HTTP_CREATED)
 
     def poll_collection_job(self, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:
-        task = self.task(task_id, "leader")
+        task = self.task_for(task_id, "leader", headers, opt_in=False)
         self.check_collector_auth(task, headers)
         row = self._collection_row(task, job_id)
         state = row["state"]
@@ -1003,7 +1049,7 @@ class Aggregator:
     def delete_collection_job(
         self, task_id: str, job_id: str, headers: Mapping[str, str]
     ) -> Answer:
-        task = self.task(task_id, "leader")
+        task = self.task_for(task_id, "leader", headers, opt_in=False)
         self.check_collector_auth(task, headers)
         self._collection_row(task, job_id)
         self.ds.delete_collection_job(task.id.value, CollectionJobId.from_b64url(job_id).value)

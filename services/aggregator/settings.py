@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
@@ -12,8 +13,27 @@ from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
 from services.common.settings import ServiceSettings
+from shared import hpke
+from shared.b64url import b64url_decode
+from shared.codec import DecodeError
+from shared.dap.messages import HpkeConfig
+from shared.dap.taskprov import VERIFY_KEY_INIT_SIZE
 
 _URL = re.compile(r"^https?://[^\s/?#]+[^\s?#]*$")
+
+
+def _key_init(value: SecretStr) -> SecretStr:
+    try:
+        raw = b64url_decode(value.get_secret_value(), "taskprov_verify_key_init")
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    if len(raw) != VERIFY_KEY_INIT_SIZE:
+        raise ValueError(f"taskprov_verify_key_init must be {VERIFY_KEY_INIT_SIZE} bytes")
+    return value
+
+
+#: Taskprov's `verify_key_init`: checked when the settings load, never shown.
+TaskprovKeyInit = Annotated[SecretStr, AfterValidator(_key_init)]
 
 
 class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
@@ -113,6 +133,61 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     issuer_directory_max_age_cap_s: int = Field(default=86400, ge=0)
     issuer_refetch_min_s: int = Field(default=30, ge=0)
     issuer_timeout_s: float = Field(default=10.0, gt=0)
+
+    # --- taskprov (digest §11): DAP-19 tasks provisioned by their DAP-Taskprov header ---
+    #: The 32-byte `verify_key_init` shared with the peer aggregator out of band (unpadded
+    #: base64url; a secret: ``..._TASKPROV_VERIFY_KEY_INIT_FILE`` names a file holding it).
+    #: Set, this aggregator opts into the DAP-19 tasks that DAP-Taskprov headers announce
+    #: (`services.aggregator.taskprov`): as leader on a client's upload, as helper on the
+    #: leader's requests; unset, the header is ignored.
+    taskprov_verify_key_init: TaskprovKeyInit | None = None
+    #: The peer aggregator's endpoint, exactly as task configurations name it (the helper's
+    #: when this one leads, the leader's when it helps): a task naming another is opted out
+    #: of, so neither requests nor the aggregator token ever go to a URL a task author chose.
+    taskprov_peer_endpoint: str | None = None
+    #: The bearer token the leader sends the helper on taskprov tasks (as Janus's peer
+    #: aggregator `aggregator_auth_tokens`): the helper opts in only on a request carrying it.
+    taskprov_aggregator_auth_token: ServiceToken | None = None
+    #: The collector's token on taskprov tasks this aggregator leads; unset, it leads none.
+    taskprov_collector_auth_token: ServiceToken | None = None
+    #: The collector's HpkeConfig (unpadded base64url) that taskprov tasks' aggregate shares
+    #: are sealed to: the one key of whoever collects them.
+    taskprov_collector_hpke_config: str | None = None
+    #: Operator policy (taskprov's MAY opt-out reasons): the least min_batch_size taken, and
+    #: the longest task lifetime (a task without `task_interval` has none: refused when set).
+    taskprov_min_batch_size: int = Field(default=1, ge=1)
+    taskprov_max_task_lifetime_s: int | None = Field(default=None, ge=1)
+    #: Copied into every taskprov task as its `report_expiry_age` (bounds the replay state).
+    taskprov_report_expiry_age_s: int | None = Field(default=None, ge=1)
+    #: Opt out of new taskprov tasks while this aggregator holds this many tasks: uploads are
+    #: unauthenticated, so anyone may announce tasks (taskprov §"Security Considerations"
+    #: bounds the storage they take); unset, no bound.
+    taskprov_max_tasks: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _taskprov_complete(self) -> AggregatorSettings:
+        if self.taskprov_verify_key_init is None:
+            return self
+        missing = [
+            name
+            for name in (
+                "taskprov_peer_endpoint",
+                "taskprov_aggregator_auth_token",
+                "taskprov_collector_hpke_config",
+            )
+            if getattr(self, name) is None
+        ]
+        if missing:
+            raise ValueError(f"taskprov_verify_key_init needs {', '.join(missing)}")
+        assert self.taskprov_collector_hpke_config is not None
+        try:
+            config = HpkeConfig.decode(
+                b64url_decode(self.taskprov_collector_hpke_config, "taskprov_collector_hpke_config")
+            )
+            hpke.check_suite(config.kem_id, config.kdf_id, config.aead_id)
+        except (ValueError, DecodeError, hpke.HpkeError) as exc:
+            raise ValueError(f"taskprov_collector_hpke_config: {exc}") from None
+        return self
 
     @field_validator("token_issuers")
     @classmethod

@@ -26,13 +26,14 @@ An answer given before the body is read carries ``Connection: close``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from starlette.types import Receive, Scope, Send
 
 from services.aggregator.answer import Answer
-from services.aggregator.service import Aggregator
+from services.aggregator.service import Aggregator, Task
 from services.aggregator.tokens import IssuerKeysPendingError, IssuerUnavailableError
 from services.common.limits import content_too_large, declared_length
 from services.common.problems import (
@@ -42,10 +43,12 @@ from services.common.problems import (
     ServiceError,
     log_problem,
 )
+from shared.dap import taskprov
 from shared.dap.problems import ProblemType
 
 log = logging.getLogger(__name__)
 
+_TASKPROV_HEADER = taskprov.HEADER.lower().encode()
 _PREFIX = "/tasks/"
 _SUFFIX = "/reports"
 HTTP_METHOD_NOT_ALLOWED = 405
@@ -71,11 +74,43 @@ def upload_task_id(scope: Scope) -> str | None:
     return task_id if task_id and "/" not in task_id else None
 
 
-def _content_type(scope: Scope) -> str:
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    """The request's first `wanted` header (a lowercase name), or None."""
     for name, value in scope["headers"]:
-        if name == b"content-type":
+        if name == wanted:
             return str(value.decode("latin-1"))
-    return ""
+    return None
+
+
+def _content_type(scope: Scope) -> str:
+    return _header(scope, b"content-type") or ""
+
+
+def _announcement(scope: Scope) -> str | None:
+    """The DAP-Taskprov header's one field line; None for none or several (several make a
+    List, no Item: ignored, `services.aggregator.taskprov`)."""
+    lines = [value for name, value in scope["headers"] if name == _TASKPROV_HEADER]
+    return str(lines[0].decode("latin-1")) if len(lines) == 1 else None
+
+
+async def _leader_task(agg: Aggregator, task_id: str, scope: Scope) -> Task:
+    """The upload's task; with taskprov on, the one its DAP-Taskprov header announces, opted
+    into if new (`services.aggregator.taskprov`). A task the caches know, announced by its own
+    header or by none, costs no thread hop."""
+    announced = _announcement(scope) if agg.taskprov is not None else None
+    if announced is None:
+        task = agg.cached_task(task_id, "leader")
+    else:
+        task = agg.cached_task_by_id_str(task_id)
+        if task is None or task.role != "leader" or task.announcement != announced:
+            task = None
+    if task is not None:
+        return task
+    headers = {} if announced is None else {taskprov.HEADER: announced}
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        _validators, functools.partial(agg.task_for, task_id, "leader", headers, opt_in=True)
+    )
 
 
 class _BodyTooLargeError(InternalError):
@@ -160,11 +195,8 @@ async def _upload(
     agg: Aggregator, task_id: str, scope: Scope, receive: Receive, send: Send
 ) -> None:
     try:
-        task = agg.cached_task(task_id, "leader")
-        if task is None:
-            loop = asyncio.get_running_loop()
-            task = await loop.run_in_executor(_validators, agg.task, task_id, "leader")
-    except DapProblemError as exc:
+        task = await _leader_task(agg, task_id, scope)
+    except ServiceError as exc:
         await _respond(exc, scope, receive, send, close=True)
         return
     wire = task.wire

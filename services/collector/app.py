@@ -2,7 +2,9 @@
 
 API (all but /healthz require ``Authorization: Bearer <admin token>``):
 - ``PUT /internal/tasks/{task_id}``: provision a `CollectorTask` (DAP-09 §4.2). The collector
-  generates its HPKE key pair for the task and answers ``{"collector_hpke_config": b64url}``:
+  generates its HPKE key pair for the task (a taskprov task, digest §11, takes the one key
+  of `taskprov_hpke_secret` the aggregators seal its shares to) and answers
+  ``{"collector_hpke_config": b64url}``:
   201 when created, 200 when the identical task exists, 409 when a different one does. The
   provisioning token (the recipe server's) may call this route and no other.
 - ``GET /internal/tasks/{task_id}``: the task without its secrets (`CollectorTaskInfo`: VDAF,
@@ -188,12 +190,19 @@ def create_app(
 
     install_healthz(app, ready)
     install_metrics(app, metrics.registry, admin_hash)
-    app.include_router(_provisioning_routes(db, clock, BearerAuth(admin_hash, provisioner_hash)))
+    provisioning = BearerAuth(admin_hash, provisioner_hash)
+    taskprov_keypair = settings.taskprov_keypair()
+    app.include_router(_provisioning_routes(db, clock, provisioning, taskprov_keypair))
     app.include_router(_admin_routes(db, clock, state, BearerAuth(admin_hash)))
     return app
 
 
-def _provisioning_routes(db: Callable[[], Store], clock: Clock, auth: BearerAuth) -> APIRouter:
+def _provisioning_routes(
+    db: Callable[[], Store],
+    clock: Clock,
+    auth: BearerAuth,
+    taskprov_keypair: hpke.HpkeKeyPair | None,
+) -> APIRouter:
     """What the recipe server's provisioning token may do too: provision tasks."""
     router = api_router("admin", [auth.dependency])
 
@@ -215,7 +224,14 @@ def _provisioning_routes(db: Callable[[], Store], clock: Clock, auth: BearerAuth
         if task.task_id != task_id:
             raise HttpProblemError(400, "task_id in the body differs from the URL")
 
-        keypair = hpke.generate_keypair(_CONFIG_ID)
+        if not task.taskprov:
+            keypair = hpke.generate_keypair(_CONFIG_ID)
+        elif taskprov_keypair is not None:
+            keypair = taskprov_keypair
+        else:
+            raise HttpProblemError(
+                400, "this collector takes no taskprov task (no taskprov_hpke_secret)"
+            )
         config = HpkeConfig(
             keypair.config_id,
             keypair.kem_id,

@@ -4,7 +4,8 @@ are classified.
 Each call returns an outcome instead of raising, so the poller decides in one place what is
 retried (network errors, 5xx, 429) and what ends the job (any other 4xx problem document).
 
-DAP-19 (`LeaderClient19`, digest §4 rows 7-9, §2): the collector POSTs its CollectionJobReq to
+DAP-19 (`LeaderClient19`, digest §4 rows 7-9, §2; a taskprov task's requests carry its
+DAP-Taskprov announcement, digest §11): the collector POSTs its CollectionJobReq to
 ``{leader}/tasks/{id}/collection_jobs``; the leader picks the job id and answers any 2xx with a
 ``Location`` (resolved against the request URL, RFC 9110 §10.2.2) and either the
 CollectionJobResp or an empty body (pending, with Retry-After). The collector then GETs the
@@ -27,6 +28,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from shared.dap import messages19 as m19
+from shared.dap import taskprov
 from shared.dap.ids import CollectionJobId, TaskId
 from shared.dap.messages import DAP_AUTH_HEADER, MEDIA_COLLECT_REQ, MEDIA_COLLECTION, CollectionReq
 from shared.dap.problems import ProblemType
@@ -204,10 +206,19 @@ class LeaderClient19:
     """DAP-19 collection jobs at one leader, authenticating as the collector (module
     docstring; DAP-19 §3.1-§3.3, §4.6.1)."""
 
-    def __init__(self, http: httpx.AsyncClient, leader_endpoint: str, auth_token: str) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        leader_endpoint: str,
+        auth_token: str,
+        announce: bytes | None = None,
+    ) -> None:
         self._http = http
         self._base = leader_endpoint.rstrip("/")
         self._headers = {"Authorization": f"Bearer {auth_token}"}
+        if announce is not None:
+            # A taskprov task: every collection request announces it (digest §11).
+            self._headers[taskprov.HEADER] = taskprov.encode_header(announce)
 
     def _jobs(self, task_id: TaskId) -> str:
         return f"{self._base}/tasks/{task_id.to_b64url()}/collection_jobs"
@@ -261,7 +272,11 @@ class LeaderClient19:
             )
         return Ready(response.content)
 
-    async def delete(self, location: str) -> None:
-        """Tell the leader it may discard the job (DAP-19 §4.6.1); best effort."""
-        with contextlib.suppress(httpx.HTTPError):
-            await self._http.delete(location, headers=self._headers)
+    async def delete(self, location: str) -> bool:
+        """Tell the leader it may discard the job (DAP-19 §4.6.1 "Collection Job Deletion":
+        it keeps what replay and double-collection checks need); whether it answered 2xx."""
+        try:
+            response = await self._http.delete(location, headers=self._headers)
+        except httpx.HTTPError:
+            return False
+        return response.is_success

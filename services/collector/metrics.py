@@ -54,7 +54,8 @@ class CollectorJobs(Collector):
 @dataclass(frozen=True)
 class CollectorMetrics:
     registry: CollectorRegistry
-    #: Labels task, request (``start`` | ``poll``) and outcome (``pending``, ``ready``...).
+    #: Labels task, request (``start`` | ``poll`` | ``delete``) and outcome (``pending``,
+    #: ``ready``, ``deleted``...).
     leader_requests: Counter
 
     @classmethod
@@ -63,7 +64,7 @@ class CollectorMetrics:
         registry.register(CollectorJobs(store))
         requests = Counter(
             "sagg_collector_leader_requests_total",
-            "Requests to the leader for collection jobs (start, poll) by outcome.",
+            "Requests to the leader for collection jobs (start, poll, delete) by outcome.",
             ("task", "request", "outcome"),
             registry=registry,
         )

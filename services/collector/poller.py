@@ -18,7 +18,11 @@ collector that stopped between the POST and storing the Location POSTs the ident
 again, which names the same job while it is unfinished (creation is idempotent, DAP-19 §3.2);
 once the Location is stored a restart only GETs it, so a finished leader-selected job is never
 asked for again as "the next batch" (digest §16 item 3). The result is decrypted against the
-collector's own request (`decrypt_collection_job`).
+collector's own request (`decrypt_collection_job`). Once such a job has ended (complete or
+failed) and that is stored, the collector DELETEs it at the leader (DAP-19 §4.6.1 "Collection
+Job Deletion": the leader may then drop the job and its result, never the replay or
+collected-batch state); best effort, once: a crash in between leaves the job at the leader,
+which loses nothing. A taskprov task's requests announce it (digest §11).
 
 All state lives in the store, so a restarted collector resumes every unfinished job, and the
 lease keeps two collector processes on one database from polling the same job concurrently.
@@ -73,6 +77,8 @@ log = logging.getLogger(__name__)
 
 #: Upper bound on a Retry-After we obey, so a bogus header cannot park a job for days.
 _MAX_RETRY_AFTER = 3600.0
+#: The states after which a job is never asked for again.
+_ENDED = (JobState.COMPLETE, JobState.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +123,7 @@ class CollectionPoller:
         # A per-process lease owner name: unique, and meaningless to anyone reading the DB.
         self.owner = owner or f"collector-{secrets.token_hex(8)}"
         self._wake = asyncio.Event()
-        #: Labels task, request (``start`` | ``poll``) and outcome.
+        #: Labels task, request (``start`` | ``poll`` | ``delete``) and outcome.
         self._requests = requests
 
     def wake(self) -> None:
@@ -163,7 +169,14 @@ class CollectionPoller:
             )
             if not released:
                 log.warning("collection job %s: lease lost; result discarded", job.job_id)
-            elif update.state != job.state:
+                continue
+            if update.location is not None and update.state in _ENDED:
+                try:
+                    await self._delete_at_leader(job, update.location)
+                except Exception:
+                    # The job's outcome is stored; a cleanup failure must not end the pass.
+                    log.exception("collection job %s: DELETE at the leader failed", job.job_id)
+            if update.state != job.state:
                 log.info(
                     "collection job %s: %s -> %s%s",
                     job.job_id,
@@ -200,7 +213,7 @@ class CollectionPoller:
             request = collection_job_req(task, parse_query(job.query))
         except CollectionError as exc:
             return self._failed(job, str(exc), "invalid_query")
-        leader = LeaderClient19(self._http, task.leader_endpoint, task.collector_auth_token)
+        leader = _leader19(self._http, task)
         location = job.location
         if location is None:
             outcome = await leader.create(task.id, request)
@@ -214,6 +227,19 @@ class CollectionPoller:
         outcome = await leader.poll(location)
         self._count(job, "poll", outcome)
         return replace(self._settle(job, outcome, stored, task), location=location)
+
+    async def _delete_at_leader(self, job: JobRow, location: str) -> None:
+        """DELETE an ended DAP-19 job at the leader (module docstring)."""
+        stored = await asyncio.to_thread(self._store.load_task, job.task_id)
+        if stored is None:
+            return
+        task = CollectorTask.model_validate_json(stored.definition)
+        deleted = await _leader19(self._http, task).delete(location)
+        if self._requests is not None:
+            outcome = "deleted" if deleted else "failed"
+            self._requests.labels(task=job.task_id, request="delete", outcome=outcome).inc()
+        if not deleted:
+            log.warning("collection job %s: the leader did not delete it", job.job_id)
 
     def _count(self, job: JobRow, request: str, outcome: Outcome) -> None:
         if self._requests is not None:
@@ -316,6 +342,12 @@ class CollectionPoller:
         else:
             delay = min(cfg.poll_interval * 2 ** min(exponent, 30), cfg.max_backoff)
         return millis(self._clock) + int(delay * 1000)
+
+
+def _leader19(http: httpx.AsyncClient, task: CollectorTask) -> LeaderClient19:
+    """The task's DAP-19 leader, to which a taskprov task's requests announce it."""
+    announce = task.configuration_bytes if task.taskprov else None
+    return LeaderClient19(http, task.leader_endpoint, task.collector_auth_token, announce)
 
 
 def _with_state(job: JobRow, state: JobState) -> JobRow:

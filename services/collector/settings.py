@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.auth import ServiceToken
@@ -10,6 +10,8 @@ from services.common.crypter import DatastoreKeys
 from services.common.http import TlsSettings
 from services.common.limits import ServerLimits
 from services.common.settings import ServiceSettings
+from shared import hpke
+from shared.b64url import b64url_decode
 
 __all__ = ["CollectorSettings"]
 
@@ -45,6 +47,29 @@ class CollectorSettings(ServiceSettings, TlsSettings, ServerLimits):
     max_transient_failures: int = Field(default=30, ge=1)
     #: Jobs leased per poller pass.
     batch_size: int = Field(default=16, ge=1)
+    #: The HPKE private key (X25519, unpadded base64url; ``..._TASKPROV_HPKE_SECRET_FILE``)
+    #: of taskprov tasks (digest §11): their aggregate shares are sealed to the one collector
+    #: config the aggregators' operators configure (`taskprov_collector_hpke_config`), so a
+    #: task provisioned with ``taskprov`` takes this key instead of a fresh one. Unset, no
+    #: taskprov task can be provisioned here.
+    taskprov_hpke_secret: SecretStr | None = None
+    #: The config id of that key's HpkeConfig.
+    taskprov_hpke_config_id: int = Field(default=1, ge=0, le=255)
+
+    def taskprov_keypair(self) -> hpke.HpkeKeyPair | None:
+        """The key pair of taskprov tasks, if configured."""
+        if self.taskprov_hpke_secret is None:
+            return None
+        secret = b64url_decode(self.taskprov_hpke_secret.get_secret_value(), "taskprov secret")
+        return hpke.from_private_bytes(self.taskprov_hpke_config_id, secret)
+
+    @model_validator(mode="after")
+    def _taskprov_key(self) -> CollectorSettings:
+        try:
+            self.taskprov_keypair()
+        except (ValueError, hpke.HpkeError) as exc:
+            raise ValueError(f"taskprov_hpke_secret: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _timeouts_fit_the_lease(self) -> CollectorSettings:

@@ -1,7 +1,8 @@
 """The base of every service's settings: pydantic-settings from `SAGG_<SERVICE>_*` variables,
 with secrets optionally read from files (Docker/compose secrets, `docker-compose.yml`).
 
-A secret setting (a field named ``..._token``, ``..._secret`` or ``..._keys``) may instead be
+A secret setting (a field named ``..._token``, ``..._secret``, ``..._keys`` or ``..._key_init``,
+taskprov's shared `verify_key_init`) may instead be
 given as ``<PREFIX><NAME>_FILE``, the path of a file holding it (trailing whitespace dropped).
 `SecretFileSource` reads those files as a settings source below the environment, so nothing
 is copied into ``os.environ``. Only those names: ``SIGNING_KEY_FILE`` and
@@ -24,7 +25,7 @@ from pydantic_settings import (
 __all__ = ["SECRET_FILE_SUFFIXES", "SecretFileSource", "ServiceSettings"]
 
 #: Variable names that point at a secret's file: `<PREFIX><NAME>_FILE` for a secret `<NAME>`.
-SECRET_FILE_SUFFIXES = ("_TOKEN_FILE", "_SECRET_FILE", "_KEYS_FILE")
+SECRET_FILE_SUFFIXES = ("_TOKEN_FILE", "_SECRET_FILE", "_KEYS_FILE", "_KEY_INIT_FILE")
 
 
 class SecretFileSource(PydanticBaseSettingsSource):

@@ -1,5 +1,6 @@
-"""DAP problem types: DAP-09's (DAP-09 §3.2, digest §2) and the three DAP-19 adds (DAP-19 §3.6,
-dap-19.md digest §2). A DAP-19 task answers only with DAP-19's eleven.
+"""DAP problem types: DAP-09's (DAP-09 §3.2, digest §2), the three DAP-19 adds (DAP-19 §3.6,
+dap-19.md digest §2) and taskprov's `invalidTask` (digest §11). A DAP-19 task answers only with
+DAP-19's eleven, and `invalidTask` when taskprov is on.
 
 Errors are RFC 9457 problem documents whose `type` is ``urn:ietf:params:ppm:dap:error:`` plus
 one of the tokens below (exact casing, e.g. `missingTaskID`). "Abort with X" means HTTP 400;
@@ -44,6 +45,8 @@ class ProblemType(Enum):
     INVALID_AGGREGATION_PARAMETER = "invalidAggregationParameter"
     UNSUPPORTED_EXTENSION = "unsupportedExtension"
     INVALID_EXTENSION = "invalidExtension"
+    # Taskprov (digest §11): an aggregator opted out of the task its DAP-Taskprov header names.
+    INVALID_TASK = "invalidTask"
 
     @property
     def urn(self) -> str:

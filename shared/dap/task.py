@@ -19,6 +19,7 @@ from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfig, QueryType
 from shared.dap.messages19 import TaskConfiguration
 from shared.dap.task_configuration import check_against, task_configuration
+from shared.dap.taskprov import task_id_of
 from shared.dp.gaussian import analytic_gaussian_sigma
 from shared.vdaf.spec import VdafSpec, VdafVersion
 
@@ -153,6 +154,11 @@ class _TaskCommon(BaseModel):
     #: A DAP-19 task's encoded TaskConfiguration (unpadded base64url; DAP-19 §4.2): the exact
     #: bytes both HPKE AADs bind, kept as provisioned and never re-serialised (digest §3).
     task_configuration: str | None = None
+    #: Provisioned by taskprov (digest §11): every request about the task to the next party
+    #: (client -> leader, leader -> helper, collector -> leader) announces its configuration
+    #: in the `DAP-Taskprov` header, and its id is the one taskprov derives from it. None (not
+    #: False) otherwise, so that definitions stored before this member compare identical.
+    taskprov: bool | None = None
 
     @model_validator(mode="after")
     def _vdaf_matches_dap(self) -> _TaskCommon:
@@ -162,6 +168,12 @@ class _TaskCommon(BaseModel):
             )
         if self.task_configuration is not None and self.dap != "dap-19":
             raise ValueError("task_configuration is for dap-19 tasks")
+        if self.taskprov:
+            raw = self.configuration_bytes
+            if raw is None:
+                raise ValueError("a taskprov task carries its task_configuration")
+            if task_id_of(raw).to_b64url() != self.task_id:
+                raise ValueError("a taskprov task's id is the one taskprov derives (digest §11)")
         return self
 
     @property

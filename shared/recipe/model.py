@@ -51,6 +51,7 @@ from shared.dap.ids import TaskId
 from shared.dap.messages import HpkeConfigList
 from shared.dap.messages19 import TaskConfiguration
 from shared.dap.task import VDAF_OF_DAP, AggregatorNoise, DapVersion, RateValidation, TokenPolicy
+from shared.dap.taskprov import task_id_of
 from shared.dap.vdaf_codepoints import vdaf_spec
 from shared.dp.amplification import Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
@@ -571,6 +572,10 @@ class RecipeTask(_Frozen):
     helper_hpke_configs: str
     #: None: no rate validation (left out of the canonical bytes, so older recipes verify).
     rate_validation: RecipeRateValidation | None = None
+    #: True: a taskprov task (digest §11), which devices announce in the DAP-Taskprov header of
+    #: their uploads and the leader opts into; its id is the one taskprov derives from
+    #: `task_configuration`. None (left out of the canonical bytes): provisioned out of band.
+    taskprov: bool | None = None
 
     @field_validator("task_id")
     @classmethod
@@ -594,6 +599,12 @@ class RecipeTask(_Frozen):
             )
             if vdaf_spec(config.vdaf_type, config.vdaf_configuration) != self.vdaf:
                 raise ValueError("task_configuration names another VDAF than task.vdaf")
+        if self.taskprov:
+            if self.task_configuration is None:
+                raise ValueError("a taskprov task is a dap-19 task")
+            raw = b64url_decode(self.task_configuration, "task_configuration")
+            if task_id_of(raw).to_b64url() != self.task_id:
+                raise ValueError("a taskprov task's id is the one taskprov derives")
         return self
 
     @property

@@ -57,21 +57,9 @@ def test_dap19_kill9_during_upload_aggregation_and_collection(tmp_path: Path, st
         pg.require()
     rng = random.Random(19)
     with Deployment(tmp_path, Schedule(19), postgres=store == "postgres") as dep:
-        assert dep.proxy is not None
         http = httpx.Client(timeout=10.0)
-        leader_url = dep.leader.url + "/"
-        task = c19.make_task(
-            {"type": "Prio3Count"},
-            min_batch_size=PER_REQUEST * REQUESTS,
-            leader_url=leader_url,
-            helper_url=dep.proxy.url + "/",
-        )
+        task = _provision(dep, http, PER_REQUEST * REQUESTS)
         tid = task.params.task_id.to_b64url()
-        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        for role, service in (("leader", dep.leader), ("helper", dep.helper)):
-            definition = task.params.definition(role)
-            r = http.put(f"{service.url}/internal/tasks/{tid}", json=definition, headers=admin)
-            assert r.status_code == 201, r.text
         lc = c19.hpke_config(http, dep.leader.url)
         hc = c19.hpke_config(http, dep.helper.url)
         now = int(time.time())

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +375,101 @@ def test_the_simulator_sends_a_chunk_of_dap_19_reports_in_one_upload_request(
     assert not summary.failed
     assert sorted(requests) == [6, 64]  # one UploadRequest per chunk of 64 devices
     assert all(isinstance(r, m19.Report) for r in leader.uploads)
+
+
+def test_a_device_sends_its_due_reports_of_one_task_in_one_upload_request(
+    tmp_path: Path,
+) -> None:
+    """A device that answered twice before uploading (offline for a day) sends both reports
+    of the DAP-19 task in one UploadRequest (DAP-19 §4.4.2), each audited as sent."""
+    world = World(tmp_path)
+    world.publish(task={"time_precision": 3600, "dap": "dap-19"})
+    posts: list[int] = []
+    leader = world.leader
+
+    def counting(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(len(m19.UploadRequest.decode(request.read()).reports))
+            assert "DAP-Taskprov" not in request.headers  # provisioned out of band
+        return leader(request)
+
+    world.router.apps["leader.test"] = counting
+    device = world.device(tmp_path / "d")
+    for day in range(2):
+        device.events.add("emoji", {"emoji": "fire"}, world.clock.now() - 60)
+        assert device.answer(verified(world, device)).status == "queued", day
+        world.clock.advance(86400)
+    assert len(device.pending()) == 2
+    assert [r.status for r in device.run_due()] == ["sent", "sent"]
+    assert posts == [2] and len(leader.uploads) == 2
+    assert len(device.audit.entries("sent")) == 2 and device.pending() == []
+
+
+def test_refused_reports_of_one_task_are_resealed_together(tmp_path: Path) -> None:
+    """outdatedConfig for both due reports of a task: the recipe is fetched and verified again
+    once, and both go again sealed to the config it now lists. (A DAP-09 recipe: republishing
+    a DAP-19 one makes a new task, whose TaskConfiguration the old reports do not bind.)"""
+    world = World(tmp_path)
+    world.publish()
+    device = world.device(tmp_path / "d")
+    for _ in range(2):
+        device.events.add("emoji", {"emoji": "fire"}, world.clock.now() - 60)
+        device.answer(verified(world, device))
+        world.clock.advance(86400)
+    leader = world.leader
+    leader.outdated.add(1)
+    leader.keys.append(hpke.generate_keypair(9))
+    provisioner = world.provisioners["recipes.sqlite3"]
+    provisioner.task = replace(
+        provisioner.task, leader_hpke_configs=b64url_encode(leader.config_list().encode())
+    )
+    world.publish(version=2)
+    follows: list[int] = []
+    follow = device._follow_recipe
+
+    def counting(recipe: Any, refused: Any) -> Any:
+        follows.append(refused.leader_encrypted_input_share.config_id)
+        return follow(recipe, refused)
+
+    device._follow_recipe = counting  # type: ignore[method-assign]
+    results = device.run_due()
+    assert [r.status for r in results] == ["sent", "sent"], results
+    assert [r.leader_encrypted_input_share.config_id for r in leader.uploads] == [9, 9]
+    assert follows == [1]
+
+
+def test_uploads_of_a_taskprov_task_announce_it() -> None:
+    """Digest §11: every UploadRequest of a taskprov task carries its DAP-Taskprov header,
+    the RFC 9651 Byte Sequence of the exact configuration bytes."""
+    leader_key, helper_key = _keys()
+    raw = _configuration()
+    label = hashlib.sha256(b"dap-taskprov task id").digest()
+    task = ClientTask(
+        task_id=TaskId(hashlib.sha256(label + raw).digest()).to_b64url(),
+        leader="http://l.test",
+        helper="http://h.test",
+        vdaf=HIST,
+        time_precision=TP,
+        dap="dap-19",
+        task_configuration=b64url_encode(raw),
+        taskprov=True,
+    )
+    announced: list[str | None] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/hpke_config":
+            key = leader_key if request.url.host == "l.test" else helper_key
+            return httpx.Response(
+                200,
+                content=HpkeConfigList((_config(key),)).encode(),
+                headers={"Content-Type": "application/ppm-dap;message=hpke-config-list"},
+            )
+        announced.append(request.headers.get("DAP-Taskprov"))
+        return httpx.Response(200)
+
+    with httpx.Client(transport=httpx.MockTransport(serve)) as http:
+        summary = upload_reports(task, [0, 1, 2], http=http, per_request=2)
+    assert summary.uploaded == 3
+    assert announced == [":" + base64.b64encode(raw).decode() + ":"] * 2
+    with pytest.raises(ValueError, match="taskprov derives"):
+        ClientTask.model_validate({**task.model_dump(), "task_id": TaskId.random().to_b64url()})

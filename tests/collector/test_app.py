@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +15,13 @@ from fastapi.testclient import TestClient
 from services.collector.app import create_app
 from services.collector.settings import CollectorSettings
 from services.collector.store import open_store
-from shared.b64url import b64url_decode
+from services.common.provisioning import new_configuration
+from shared import hpke
+from shared.b64url import b64url_decode, b64url_encode
 from shared.dap.messages import HpkeConfig
 from shared.dap.problems import ProblemType
-from shared.dap.task import AggregatorNoise, CollectorTaskInfo
+from shared.dap.task import AggregatorNoise, CollectorTask, CollectorTaskInfo
+from shared.vdaf.spec import VdafSpec
 from tests.collector.fakes import FakeLeader
 from tests.collector.helpers import AUTH, make_task
 
@@ -200,3 +204,66 @@ def test_task_definition_is_readable_without_its_secrets(api: Api, tmp_path: Pat
     assert unknown.status_code == 404
     assert unknown.headers["content-type"] == "application/problem+json"
     assert "unknown task" in unknown.json()["title"]
+
+
+def _taskprov_task() -> CollectorTask:
+    """A DAP-19 taskprov task: its id is SHA-256(SHA-256("dap-taskprov task id") || config)."""
+    config = new_configuration(
+        VdafSpec(version="VDAF-20", type="Prio3Count"),
+        "time_interval",
+        3,
+        3600,
+        ("https://leader.test/dap", "https://helper.test"),
+        None,
+    )
+    label = hashlib.sha256(b"dap-taskprov task id").digest()
+    return CollectorTask(
+        task_id=b64url_encode(hashlib.sha256(label + config).digest()),
+        leader_endpoint="https://leader.test/dap",
+        query_type="time_interval",  # type: ignore[arg-type]
+        vdaf=VdafSpec(version="VDAF-20", type="Prio3Count"),
+        dap="dap-19",
+        task_configuration=b64url_encode(config),
+        taskprov=True,
+        collector_auth_token=AUTH,
+        min_batch_size=3,
+        time_precision=3600,
+    )
+
+
+def test_a_taskprov_task_takes_the_configured_key(tmp_path: Path) -> None:
+    """Digest §11: the aggregators seal a taskprov task's shares to the one collector config
+    their operators configured, so the collector provisions it with that key pair."""
+    keypair = hpke.generate_keypair(7)
+    settings = CollectorSettings(
+        database_url=f"sqlite:///{tmp_path / 'c.sqlite3'}",
+        admin_token=ADMIN,  # type: ignore[arg-type]
+        taskprov_hpke_secret=b64url_encode(keypair.private_key_bytes()),  # type: ignore[arg-type]
+        taskprov_hpke_config_id=7,
+    )
+    expected = HpkeConfig(7, keypair.kem_id, keypair.kdf_id, keypair.aead_id, keypair.public_key)
+    with TestClient(create_app(settings, run_poller=False)) as client:
+        for _ in range(2):
+            task = _taskprov_task()
+            response = client.put(
+                f"/internal/tasks/{task.task_id}", content=task.model_dump_json(), headers=HEADERS
+            )
+            assert response.status_code == 201, response.text
+            assert response.json()["collector_hpke_config"] == b64url_encode(expected.encode())
+        # Another task still gets a key of its own.
+        plain = make_task()
+        response = client.put(
+            f"/internal/tasks/{plain.task_id}", content=plain.model_dump_json(), headers=HEADERS
+        )
+        assert response.json()["collector_hpke_config"] != b64url_encode(expected.encode())
+
+
+def test_no_taskprov_task_without_the_key(api: Api) -> None:
+    task = _taskprov_task()
+    response = _put_task(api, task)
+    assert response.status_code == 400 and "taskprov_hpke_secret" in response.json()["title"]
+    with pytest.raises(ValueError, match="taskprov_hpke_secret"):
+        CollectorSettings(
+            admin_token=ADMIN,  # type: ignore[arg-type]
+            taskprov_hpke_secret=b64url_encode(b"short"),  # type: ignore[arg-type]
+        )

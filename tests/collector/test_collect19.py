@@ -4,7 +4,10 @@ written out by hand from the digest, §7.1, §7.4), and the poller against a fak
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +127,9 @@ def test_decrypt_collection_job_by_hand() -> None:
 @dataclass
 class FakeLeader19:
     """A DAP-19 leader's collection endpoints: POST creates (Location, empty body), GET answers
-    empty 2xx `pending` times (with Retry-After), then the sealed CollectionJobResp."""
+    empty 2xx `pending` times (with Retry-After), then the sealed CollectionJobResp; DELETE
+    answers 200 (`on_delete` sees it first). Every request must carry `announced` as its
+    DAP-Taskprov header (None: no such header)."""
 
     task: CollectorTask
     config: HpkeConfig | None = None
@@ -133,11 +138,19 @@ class FakeLeader19:
     location: str = "/dap/tasks/{task}/collection_jobs/job-1"
     requests: list[tuple[str, str]] = field(default_factory=list)
     posted: list[bytes] = field(default_factory=list)
+    announced: str | None = None
+    on_delete: Callable[[], None] | None = None
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append((request.method, request.url.path))
         assert request.headers["Authorization"] == f"Bearer {AUTH}"
+        assert request.headers.get("DAP-Taskprov") == self.announced
         jobs = f"/dap/tasks/{self.task.task_id}/collection_jobs"
+        if request.method == "DELETE":
+            assert request.url.path == f"{jobs}/job-1"
+            if self.on_delete is not None:
+                self.on_delete()
+            return httpx.Response(200)
         if request.method == "POST":
             assert request.url.path == jobs
             assert (
@@ -162,9 +175,9 @@ class Rig(JobRig):
 
     leader: FakeLeader19
 
-    def __init__(self, tmp_path: Path, **leader: Any) -> None:
+    def __init__(self, tmp_path: Path, task: CollectorTask | None = None, **leader: Any) -> None:
         super().__init__(tmp_path)
-        self.task = _task()
+        self.task = task or _task()
         self.leader = FakeLeader19(self.task, **leader)
         self.leader.config = provision(self.store, self.task, self.ms)
         self.create_job(
@@ -189,7 +202,8 @@ def test_post_then_get_polling_with_retry_after(tmp_path: Path) -> None:
     job = rig.job()
     assert job.state is JobState.COMPLETE and json.loads(job.result or "") == 2
     assert (job.interval_start, job.interval_duration) == (START, 7200)
-    assert rig.leader.requests[-1] == ("GET", f"{jobs}/job-1")  # no second POST
+    # No second POST; the ended job is then deleted at the leader (DAP-19 §4.6.1).
+    assert rig.leader.requests[-2:] == [("GET", f"{jobs}/job-1"), ("DELETE", f"{jobs}/job-1")]
 
 
 def test_a_restarted_collector_polls_the_stored_location(tmp_path: Path) -> None:
@@ -199,7 +213,7 @@ def test_a_restarted_collector_polls_the_stored_location(tmp_path: Path) -> None
     rig.clock.advance(5)
     assert rig.run(rig.poller()) == 1  # a new process: the Location comes from the store
     assert rig.job().state is JobState.COMPLETE
-    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "GET"]
+    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "GET", "DELETE"]
 
 
 def test_a_polling_job_without_a_location_posts_the_identical_request_again(
@@ -212,7 +226,7 @@ def test_a_polling_job_without_a_location_posts_the_identical_request_again(
     assert rig.job().state is JobState.POLLING and rig.job().location is None
     assert rig.run(rig.poller()) == 1
     assert rig.job().state is JobState.COMPLETE
-    assert [m for m, _ in rig.leader.requests] == ["POST", "GET"]
+    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
 
 
 @pytest.mark.parametrize(
@@ -225,3 +239,53 @@ def test_a_location_outside_the_task_fails_the_job(tmp_path: Path, location: str
     job = rig.job()
     assert job.state is JobState.FAILED and "leader named the job at" in (job.error or "")
     assert [m for m, _ in rig.leader.requests] == ["POST"]  # the credential went nowhere else
+
+
+def test_an_ended_job_is_deleted_after_its_outcome_is_stored(tmp_path: Path) -> None:
+    """DAP-19 §4.6.1 "Collection Job Deletion": once the result is in the store (so a crash
+    after the DELETE loses nothing), the collector tells the leader it may drop the job; a
+    failed job with a Location is deleted too, and neither is asked for again."""
+    rig = Rig(tmp_path)
+    seen: list[JobState] = []
+    rig.leader.on_delete = lambda: seen.append(rig.job().state)
+    poller = rig.poller()
+    assert rig.run(poller) == 1
+    assert seen == [JobState.COMPLETE]
+    rig.clock.advance(60)
+    assert rig.run(poller) == 0
+    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
+
+
+@dataclass
+class RefusingLeader19(FakeLeader19):
+    """Creates the job, then fails it on the first GET with a problem document."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            self.requests.append((request.method, request.url.path))
+            problem = {"type": "urn:ietf:params:ppm:dap:error:batchOverlap"}
+            return httpx.Response(400, json=problem)
+        return super().__call__(request)
+
+
+def test_a_failed_job_is_deleted_at_the_leader(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.leader = RefusingLeader19(rig.task)
+    assert rig.run(rig.poller()) == 1
+    assert rig.job().state is JobState.FAILED
+    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
+
+
+def test_a_taskprov_task_announces_itself_on_every_request(tmp_path: Path) -> None:
+    """Digest §11: the collector's requests carry the task's DAP-Taskprov header, the RFC 9651
+    Byte Sequence of its configuration (padded base64)."""
+    label = hashlib.sha256(b"dap-taskprov task id").digest()
+    task_id = TaskId(hashlib.sha256(label + CONFIG).digest())
+    task = _task(task_id=task_id.to_b64url(), taskprov=True)
+    announced = ":" + base64.b64encode(CONFIG).decode() + ":"
+    rig = Rig(tmp_path, task, announced=announced)
+    assert rig.run(rig.poller()) == 1
+    assert rig.job().state is JobState.COMPLETE
+    assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
+    with pytest.raises(ValueError, match="taskprov derives"):
+        _task(taskprov=True)  # a random id is no taskprov task's

@@ -738,6 +738,8 @@ DIGEST_PROBLEM_TOKENS = [
     "invalidAggregationParameter",
     "unsupportedExtension",
     "invalidExtension",
+    # Taskprov adds this one (dap-19.md digest §11).
+    "invalidTask",
 ]
 
 

@@ -27,12 +27,12 @@ from services.aggregator.drivers.common import (
     HelperUnavailableError,
     backoff,
     check_response,
+    helper_headers,
     helper_url,
     retry_after,
 )
 from services.aggregator.service import Aggregator, Task
 from services.aggregator.wire import PREPARE_ERROR_OF, VERIFICATION_KEY_ID, Wire19
-from services.common.auth import auth_headers
 from shared.codec import DecodeError
 from shared.dap import messages19 as m19
 from shared.dap.ids import AggregationJobId, BatchId, ReportId
@@ -233,7 +233,7 @@ class AggregationJobDriver:
         GET Location after each Retry-After, for at most `helper_poll_s` in all. The answers
         and the job's URL (DAP-19: its Location, resolved against the request's URL)."""
         headers = {"Content-Type": exchange.media_type}
-        headers.update(auth_headers(task.record.helper_token or ""))
+        headers.update(helper_headers(task))
         try:
             send = self.http.post if exchange.method == "POST" else self.http.put
             response = send(exchange.url, content=exchange.body, headers=headers)
@@ -247,7 +247,7 @@ class AggregationJobDriver:
                 time.sleep(delay)
                 waited += delay
                 poll = httpx.URL(exchange.url).join(response.headers["location"])
-                response = self.http.get(poll, headers=auth_headers(task.record.helper_token or ""))
+                response = self.http.get(poll, headers=helper_headers(task))
                 check_response(response)
         except httpx.HTTPError as exc:
             raise HelperUnavailableError(type(exc).__name__) from exc
@@ -296,7 +296,7 @@ class AggregationJobDriver:
         )
         if job_url is not None:
             with contextlib.suppress(httpx.HTTPError):
-                self.http.delete(job_url, headers=auth_headers(task.record.helper_token or ""))
+                self.http.delete(job_url, headers=helper_headers(task))
 
 
 def _bucket(task: Task, time: int) -> bytes:

@@ -28,12 +28,12 @@ from services.aggregator.drivers.common import (
     HelperUnavailableError,
     backoff,
     check_response,
+    helper_headers,
     helper_url,
 )
 from services.aggregator.noise import noised_share
 from services.aggregator.service import Aggregator, Task, seal_aggregate_share
 from services.aggregator.wire import Wire19
-from services.common.auth import auth_headers
 from services.common.db import Row
 from shared.codec import DecodeError
 from shared.dap import messages19 as m19
@@ -142,7 +142,7 @@ class CollectionJobDriver:
     def _send(self, task: Task, body: bytes, media_type: str) -> AggregateShare:
         url = helper_url(task.helper_endpoint, f"tasks/{task.b64}/aggregate_shares")
         headers = {"Content-Type": media_type}
-        headers.update(auth_headers(task.record.helper_token or ""))
+        headers.update(helper_headers(task))
         try:
             response = self.http.post(url, content=body, headers=headers)
         except httpx.HTTPError as exc:

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 import httpx
 
+from services.aggregator.service import Task
 from services.aggregator.settings import AggregatorSettings
+from services.common.auth import auth_headers
+from shared.dap import taskprov
 from shared.dap.problems import ProblemType
 
 
@@ -32,6 +35,15 @@ class HelperPendingError(Exception):
     def __init__(self, retry_after_s: float = 1.0) -> None:
         super().__init__(f"pending; retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
+
+
+def helper_headers(task: Task) -> dict[str, str]:
+    """The headers of every leader -> helper request of the task: the aggregator token, and a
+    taskprov task's announcement (taskprov: "in every request incident to the task")."""
+    headers = auth_headers(task.record.helper_token or "")
+    if task.taskprov and task.announcement is not None:
+        headers[taskprov.HEADER] = task.announcement
+    return headers
 
 
 def helper_url(endpoint: str, path: str) -> str:
