@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -46,7 +45,7 @@ from pydantic import ValidationError
 from client_sdk.datagen import GENERATORS
 from client_sdk.device import DeviceConfig
 from client_sdk.errors import ClientError
-from client_sdk.http import http_client
+from client_sdk.http import HttpClient, pooled_client
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.policy import TrustedParties, load_policy
 from client_sdk.population import PopulationMix, Shard
@@ -107,6 +106,7 @@ class DevicesRun:
     dummy_rate: float = 0.0
     ca_file: str | None = None
     allow_insecure_http: bool = False
+    relay: bool = False
 
 
 def _shard(text: str) -> Shard:
@@ -205,6 +205,13 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
         ] = 0.0,
         sybils: Annotated[int, typer.Option(min=0, help="extra devices answering together")] = 0,
         sybil_answer: Annotated[int, typer.Option(min=0, help="the Sybils' answer (index)")] = 0,
+        relay: Annotated[
+            bool,
+            typer.Option(
+                "--relay",
+                help="send a chunk's DAP-19 reports in one UploadRequest, as an upload relay would",
+            ),
+        ] = False,
     ) -> int:
         """Drive N devices answering one recipe."""
         options = DevicesRun(
@@ -243,6 +250,7 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
             dummy_rate=dummy_rate,
             ca_file=ca_file,
             allow_insecure_http=allow_insecure_http,
+            relay=relay,
         )
         if defaults is not None:
             defaults(options)
@@ -251,11 +259,12 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
     return app
 
 
-def _recipe_key(options: DevicesRun, server: str, http: httpx.Client) -> bytes:
+def _recipe_key(options: DevicesRun, server: str, http: HttpClient) -> bytes:
     if options.recipe_key:
         return b64url_decode(options.recipe_key, "recipe key")
     response = http.get(server.rstrip("/") + "/keys")
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise DevicesError(f"the recipe server answered {response.status_code} for its keys")
     return b64url_decode(response.json()["keys"][0]["public_key"], "recipe key")
 
 
@@ -320,11 +329,8 @@ def run_shard(options: DevicesRun, shard: Shard) -> SimulationSummary:
     """Share `shard` of the population, in this process (its own connections and store)."""
     trusted = _trusted(options)
     server = options.recipe_server or DEFAULT_RECIPE_SERVER
-    limits = httpx.Limits(
-        max_connections=options.concurrency, max_keepalive_connections=options.concurrency
-    )
     transport = TransportPolicy(options.ca_file, options.allow_insecure_http)
-    with http_client(transport, timeout=30.0, limits=limits) as http:
+    with pooled_client(transport, timeout=30.0, max_idle=options.concurrency) as http:
         tokens, identities = _identities(options)
         config = DeviceConfig(
             recipe_server_url=server,
@@ -350,6 +356,7 @@ def run_shard(options: DevicesRun, shard: Shard) -> SimulationSummary:
             time_scale=options.time_scale,
             progress=sys.stderr if first else None,
             mix=options.mix,
+            relay=options.relay,
         )
         return simulator.run(
             options.recipe, options.count, options.data, version=options.version, shard=shard

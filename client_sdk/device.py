@@ -46,13 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import numpy as np
 
 from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant, BudgetRefusedError
 from client_sdk.events import EventStore
-from client_sdk.http import http_client
+from client_sdk.http import HttpClient, http_client
 from client_sdk.policy import DevicePolicy
 from client_sdk.query import (
     Answer,
@@ -183,7 +182,7 @@ class Device:
         config: DeviceConfig,
         *,
         directory: Path | str | None = None,
-        http: httpx.Client | None = None,
+        http: HttpClient | None = None,
         identity: DeviceIdentity | None = None,
         clock: Callable[[], int] | None = None,
         rng: random.Random | None = None,

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from client_sdk.errors import ClientError
+from client_sdk.http import HttpClient
 from client_sdk.storage import StateDb
 from shared.b64url import b64url_decode
 from shared.recipe.log import LogVerificationError, LogVerifier, SignedTreeHead
@@ -53,7 +54,7 @@ class VerifiedRecipe:
 class RecipeClient:
     """Device side of the recipe server, with the log view persisted in the state database."""
 
-    def __init__(self, db: StateDb, http: httpx.Client, server_url: str, public_key: bytes) -> None:
+    def __init__(self, db: StateDb, http: HttpClient, server_url: str, public_key: bytes) -> None:
         self._db = db
         self._http = http
         self._url = server_url.rstrip("/")

@@ -15,12 +15,20 @@ not share:
   the OS CSPRNG for a kept population (`devices`, `answer`);
 - Prio3 sharding: `shard_batch` over a chunk of reports (fresh report ids and randomness per
   report); HPKE sealing stays per report (`client_sdk.reports`);
-- uploads: one thread pool (started once per simulator) over one pooled `httpx.Client`; a
-  DAP-19 task's reports of a chunk go in one UploadRequest (DAP-19 §4.4.2, as a relay
-  forwarding many devices' reports would send them), each report's outcome read from
-  UploadErrors and recorded by its own device; a report sealed to an outdated config then
-  takes its device's own path (`Device.send`: the recipe fetched and verified again, one
-  fresh report).
+- requests: one thread pool (started once per simulator) over one keep-alive client
+  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request). Every device
+  sends its own requests (enrolment, its batched token request, its upload), as a real one
+  would; nothing of two devices is merged into one request, except in relay mode below.
+
+Relay mode (``relay=True``, ``sagg devices run --relay``; off by default): a DAP-19 task's
+reports of a chunk go to the leader in one UploadRequest (DAP-19 §4.4.2 lets one carry many
+reports), as an upload relay forwarding many devices' reports would send them: the papers
+need uploads the aggregators cannot tie to a device (dp.md §2.2: hidden sampling needs
+anonymous upload), and a relay that batches is one way to get that. sagg runs no relay
+service: this mode is the simulator sending what such a relay would. Each report's outcome
+is read from UploadErrors and recorded by its own device; a report sealed to an outdated
+config then takes its device's own path (`Device.send`: the recipe fetched and verified
+again, one fresh report). DAP-09 has no bulk upload: one PUT per report in either mode.
 
 A device's store transactions stay per device (budget with its pending row, tokens, sealed
 report, sent mark): each is the crash-safety unit `client_sdk.device` describes. One
@@ -61,7 +69,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TextIO
 
-import httpx
 import numpy as np
 import rich.progress
 from rich.console import Console
@@ -69,7 +76,7 @@ from rich.console import Console
 from client_sdk.datagen import generate_events
 from client_sdk.device import Device, DeviceConfig, PendingUpload, Plan
 from client_sdk.events import EventStore
-from client_sdk.http import http_client
+from client_sdk.http import HttpClient, pooled_client
 from client_sdk.policy import AnalysisAllowance, DevicePolicy, FieldAllowance, TrustedParties
 from client_sdk.population import (
     CHUNK,
@@ -223,7 +230,7 @@ class Simulator:
         *,
         policy: DevicePolicy | None = None,
         trusted: TrustedParties | None = None,
-        http: httpx.Client | None = None,
+        http: HttpClient | None = None,
         identities: Callable[[], DeviceIdentity] | None = None,
         directory: Path | None = None,
         concurrency: int = 16,
@@ -233,6 +240,7 @@ class Simulator:
         progress: TextIO | None = sys.stderr,
         uploader: Uploader | None = None,
         mix: PopulationMix | None = None,
+        relay: bool = False,
     ) -> None:
         """`policy`, or without one a permissive one (`permissive_policy`) through the
         `trusted` parties, which must then be given. `mix`: who is offline, when devices
@@ -242,14 +250,15 @@ class Simulator:
         self.config = config
         self.policy = policy
         self.trusted = policy.trusted if policy is not None else trusted
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.http = http or http_client(config.transport, timeout=30.0, limits=limits)
+        self.http = http or pooled_client(config.transport, timeout=30.0, max_idle=concurrency)
         self.uploader = uploader or Uploader(self.http)
         self.identities = identities
         self.directory = directory
         self.concurrency = max(1, concurrency)
         self.seed = seed
         self.mix = mix or PopulationMix()
+        #: Relay mode (module docstring): a chunk's DAP-19 reports in one UploadRequest.
+        self.relay = relay
         #: Issuer directories, fetched once for every device of this simulator.
         self.directories: dict[str, IssuerDirectory] = {}
         self.time_scale = time_scale
@@ -558,7 +567,7 @@ class Simulator:
                 for (device, item, _), report in zip(inputs, reports, strict=True)
             ]
 
-            if first.wire(recipe).dap == "dap-19":
+            if self.relay and first.wire(recipe).dap == "dap-19":
                 self._send_bulk(stored, recipe, now, summary, bar, malicious)
                 continue
 
@@ -577,7 +586,7 @@ class Simulator:
         bar: Progress,
         malicious: set[int],
     ) -> None:
-        """One UploadRequest for the chunk's DAP-19 reports (module docstring)."""
+        """Relay mode: one UploadRequest for the chunk's DAP-19 reports (module docstring)."""
         reports = [item.report or b"" for _, item in stored]
         results = self.uploader.upload(
             "dap-19",

@@ -21,11 +21,12 @@ stores the sealed report carrying it.
 from __future__ import annotations
 
 import sqlite3
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
 from client_sdk.errors import ClientError
+from client_sdk.http import HttpClient, HttpResponse
 from client_sdk.storage import StateDb
 from shared import b64url
 from shared.dap.extensions import token_challenge, token_window_start
@@ -69,7 +70,7 @@ class TokenWallet:
     def __init__(
         self,
         db: StateDb,
-        http: httpx.Client,
+        http: HttpClient,
         identity: DeviceIdentity | None,
         directories: dict[str, IssuerDirectory] | None = None,
     ) -> None:
@@ -82,9 +83,16 @@ class TokenWallet:
         #: Attester URL -> (nonce, expiry) from the enrollment answer, unused yet.
         self._first_nonce: dict[str, tuple[bytes, int]] = {}
 
-    def _post(self, url: str, **kwargs: object) -> httpx.Response:
+    def _post(
+        self,
+        url: str,
+        *,
+        content: bytes | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> HttpResponse:
         try:
-            return self._http.post(url, **kwargs)  # type: ignore[arg-type]
+            return self._http.post(url, content=content, json=json, headers=headers)
         except httpx.HTTPError as exc:
             raise TokenError(f"attester unreachable: {type(exc).__name__}") from None
 
@@ -109,9 +117,13 @@ class TokenWallet:
         if found is None:
             try:
                 response = self._http.get(issuer_url.rstrip("/") + ISSUER_DIRECTORY_PATH)
-                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise TokenError(f"issuer directory unavailable: {type(exc).__name__}") from None
+            if response.status_code != 200:
+                raise TokenError(f"issuer directory unavailable: {response.status_code}")
+            try:
                 found = IssuerDirectory.decode(response.content)
-            except (httpx.HTTPError, DirectoryError) as exc:
+            except DirectoryError as exc:
                 raise TokenError(f"issuer directory unavailable: {type(exc).__name__}") from None
             self._directories[issuer_url] = found
         return found
@@ -206,7 +218,7 @@ class TokenWallet:
             raise TokenError("the issuer has no usable pinned key")
         return keys[0].token_key_object()
 
-    def _signed_post(self, attester_url: str, body: bytes, media: str, now: int) -> httpx.Response:
+    def _signed_post(self, attester_url: str, body: bytes, media: str, now: int) -> HttpResponse:
         """`body` to the attester under a fresh nonce, signed with the device key: the
         enrollment's nonce if still unused and unexpired, else one from a challenge (and again
         from a challenge if the attester refused the enrollment's, e.g. after a restart)."""
@@ -226,7 +238,7 @@ class TokenWallet:
 
     def _post_signed(
         self, base: str, device_id: str, nonce: bytes, body: bytes, media: str
-    ) -> httpx.Response:
+    ) -> HttpResponse:
         assert self._identity is not None  # _signed_post
         return self._post(
             base + ATTESTER_TOKEN_REQUEST_PATH,

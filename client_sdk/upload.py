@@ -43,7 +43,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from client_sdk.errors import ClientError
-from client_sdk.http import http_client
+from client_sdk.http import HttpClient, HttpResponse, http_client
 from client_sdk.reports import (
     AnyReport,
     NoUsableConfigError,
@@ -81,10 +81,10 @@ __all__ = [
 #: DAP-19 reports per UploadRequest by default (the bulk upload of the issue's benchmark).
 DEFAULT_REPORTS_PER_REQUEST = 100
 
-#: The DAP-19 per-report errors after which a fresh report may still get through: a report
-#: sealed to an unknown config (after new configs) or one from the future (later).
 Status = Literal["sent", "outdated_config", "rejected", "failed"]
 
+#: The DAP-19 per-report errors after which a fresh report may still get through: a report
+#: sealed to an unknown config (after new configs) or one from the future (later).
 _RETRYABLE_19: dict[m19.ReportError, Status] = {
     m19.ReportError.HPKE_UNKNOWN_CONFIG_ID: "outdated_config",
     m19.ReportError.REPORT_TOO_EARLY: "failed",
@@ -104,7 +104,7 @@ class UploadResult:
     attempts: int = 1
 
 
-def _problem_token(response: httpx.Response) -> str | None:
+def _problem_token(response: HttpResponse) -> str | None:
     """The DAP problem type token of a refusal (``outdatedConfig``, ...), if it names one."""
     try:
         body = response.json()
@@ -119,7 +119,7 @@ def _problem_token(response: httpx.Response) -> str | None:
 class Uploader:
     def __init__(
         self,
-        http: httpx.Client,
+        http: HttpClient,
         *,
         retries: int = 3,
         backoff: float = 0.2,
@@ -133,7 +133,7 @@ class Uploader:
 
     def _send(
         self, method: str, url: str, body: bytes, media: str, announce: bytes | None = None
-    ) -> tuple[httpx.Response | None, str, int]:
+    ) -> tuple[HttpResponse | None, str, int]:
         """The leader's answer below 500 (None after the retries, with the last failure);
         `announce` is a taskprov task's configuration, sent in its DAP-Taskprov header."""
         detail = ""
@@ -213,7 +213,7 @@ class Uploader:
 
     @staticmethod
     def _upload_errors(
-        response: httpx.Response, ids: Sequence[ReportId]
+        response: HttpResponse, ids: Sequence[ReportId]
     ) -> dict[ReportId, m19.ReportError] | str:
         """The refused reports of an UploadErrors answer, or why it cannot be read (DAP-19
         §4.4.2: only reports of the request, each once, in request order)."""
@@ -311,7 +311,7 @@ class UploadSummary:
 
 
 def fetch_hpke_config(
-    http: httpx.Client, aggregator: str, task_id: TaskId, dap: DapVersion = "dap-09"
+    http: HttpClient, aggregator: str, task_id: TaskId, dap: DapVersion = "dap-09"
 ) -> HpkeConfig:
     """The aggregator's preferred HPKE config whose suite this client supports (DAP-09 §4.4.1,
     DAP-19 §4.4.1: the same HpkeConfigList, under its own media type and for every task)."""

@@ -411,6 +411,9 @@ class DemoContext:
             concurrency=8,
             seed=self.seed,
             progress=self.progress,
+            # DAP-19 tasks (emoji): a chunk's reports through one UploadRequest, as an upload
+            # relay would send them (`client_sdk.simulator`: relay mode), as the demo always did.
+            relay=True,
         )
 
     # --- collection -----------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The leader's DAP-19 upload: many reports per request, per-report errors (DAP-19 §4.4.2.2;
 digest §5.4).
 
-The body is an `UploadRequest`, the reports one after the other. A body that does not parse is
-refused as a whole (`invalidMessage`); otherwise every report is checked as a DAP-09 upload is
+The body is an `UploadRequest`, the reports one after the other. A body that does not parse, or
+holds more than `upload_max_reports` reports, is refused as a whole (`invalidMessage`; 413 for
+the count); otherwise every report is checked as a DAP-09 upload is
 (`Aggregator.validate_report`: the helper share's size, then `report_checks` on the leader's
 own share, the same checks for both versions) and every accepted one goes to the group-commit
 writer, which finds replays, collected batches and spent tokens. The answer waits until every
@@ -25,13 +26,14 @@ from typing import TYPE_CHECKING
 
 from services.aggregator.answer import Answer
 from services.aggregator.datastore import NewReport, UploadOutcome
-from services.aggregator.report_checks import Refusal
+from services.aggregator.report_checks import STORE_REFUSALS, Refusal
 from services.aggregator.tokens import (
     IssuerKeysPendingError,
     IssuerUnavailableError,
     issuer_answer,
 )
 from services.aggregator.uploads import QueueFullError
+from services.common.limits import HTTP_CONTENT_TOO_LARGE
 from services.common.problems import HttpProblemError
 from shared.codec import DecodeError
 from shared.dap.ids import ReportId
@@ -48,12 +50,6 @@ if TYPE_CHECKING:
     from services.aggregator.service import Aggregator, Task
 
 Done = Callable[[Answer | Exception], None]
-
-_STORE_ERRORS: dict[str, Refusal] = {
-    UploadOutcome.REPLAYED: Refusal.REPLAYED,
-    UploadOutcome.COLLECTED: Refusal.BATCH_COLLECTED,
-    UploadOutcome.TOKEN_SPENT: Refusal.TOKEN_SPENT,
-}
 
 
 class _Request:
@@ -76,7 +72,7 @@ class _Request:
             elif isinstance(outcome, Exception):
                 self.failure = self.failure or outcome
             elif outcome != UploadOutcome.STORED:
-                self.errors[index] = _STORE_ERRORS[outcome].report_error
+                self.errors[index] = STORE_REFUSALS[outcome].report_error
             self.arrived += 1
             finished = self.arrived == self.expected
         if finished:
@@ -113,6 +109,18 @@ def bulk_upload(
         request = UploadRequest.decode(body)
     except DecodeError:
         done(task.problem(ProblemType.INVALID_MESSAGE, "malformed UploadRequest"))
+        return
+    most = agg.settings.upload_max_reports
+    if len(request.reports) > most:
+        # The byte cap counts the task's largest report; smaller (refusable) ones could
+        # otherwise make one request cost any number of checks and refusal counts.
+        done(
+            task.problem(
+                ProblemType.INVALID_MESSAGE,
+                f"an UploadRequest holds at most {most} reports",
+                HTTP_CONTENT_TOO_LARGE,
+            )
+        )
         return
     now = agg.clock.now()
     seen: set[bytes] = set()

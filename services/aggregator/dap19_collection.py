@@ -9,7 +9,10 @@ CollectionJobReq)[0..16], so an identical POST finds its job. Every leader-selec
 the same 9 bytes ("the next batch"), so identity holds only while the job it created is
 unfinished: an identical POST then gets that job, and once it has finished, failed or been
 deleted the next one creates a new job for the next batch (its id hashes the request and the
-number of jobs the request created before).
+number of jobs the request created before). A time-interval request has one encoding per
+interval, so after a job of it failed for want of the helper (no DAP problem: the leader gave up
+retrying) the identical request is the collector's only way to ask again: it then creates a new
+job the same way, which collects the batch the failed one froze.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from services.aggregator.dap19_helper import (
 )
 from services.aggregator.datastore import CollectionState
 from services.aggregator.service import Aggregator, Task
+from services.common.db import Row
 from shared.codec import DecodeError
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import Interval
@@ -35,14 +39,25 @@ HTTP_CREATED = 201
 _UNFINISHED = (CollectionState.PENDING, CollectionState.COLLECTING)
 
 
+def _helper_unavailable(job: Row) -> bool:
+    """A job that failed without a DAP problem: the helper could not be reached in time."""
+    if job["state"] != CollectionState.FAILED or job["error"] is None:
+        return False
+    return str(job["error"]) not in {kind.value for kind in ProblemType}
+
+
 def _job_id(agg: Aggregator, task: Task, request: CollectionJobReq, body: bytes) -> str:
-    if request.query.batch_mode == BatchMode.TIME_INTERVAL:
-        return resource_id(task, body)
+    """The id of the job this request names (module docstring)."""
     jobs = agg.ds.collection_jobs_of_request(task.id.value, body)
-    # At most one is unfinished: a new job is only created when none is.
-    for job in jobs:
-        if job["state"] in _UNFINISHED:
-            return CollectionJobId(bytes(job["job_id"])).to_b64url()
+    if request.query.batch_mode == BatchMode.TIME_INTERVAL:
+        if not jobs:
+            return resource_id(task, body)
+        current = [job for job in jobs if not _helper_unavailable(job)]
+    else:
+        current = [job for job in jobs if job["state"] in _UNFINISHED]
+    # At most one is current: a new job is only created when none is.
+    if current:
+        return CollectionJobId(bytes(current[0]["job_id"])).to_b64url()
     return resource_id(task, body + len(jobs).to_bytes(8, "big"))
 
 

@@ -249,6 +249,13 @@ def aggregate_share(
     problem = collection_req_problem(task, request.collection_job_req)
     if problem is not None:
         raise problem
+    if request.collection_job_req.agg_param != b"":
+        # Aggregation used Prio3's empty parameter (digest §9: "agg_param ≠ eager one").
+        # Checked here, not by the batch rules: after a first collection those would name
+        # DAP-09's batchQueriedTooManyTimes, which DAP-19 does not register (digest §2).
+        raise task.problem(
+            ProblemType.INVALID_MESSAGE, "the aggregation parameter is not the one aggregated"
+        )
     if selector.batch_mode == BatchMode.TIME_INTERVAL:
         assert selector.batch_interval is not None
         query = request.collection_job_req.query.batch_interval

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final
 
-from services.aggregator.datastore import TokenSpend
+from services.aggregator.datastore import TokenSpend, UploadOutcome
 from services.aggregator.datastore.uploads import REASON_TOKEN_SPENT
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.tokens import IssuerKeyCache
@@ -157,13 +157,21 @@ _DETAILS: Final = {
 }
 
 
-#: DAP-19 codes where the DAP-09 PrepareError does not say it (digest §5.4, §6.5): an unknown
-#: config id, an expired report and a report into a collected batch at upload (ambiguity 9:
-#: the text's report_replayed).
+#: DAP-19 codes where the DAP-09 PrepareError does not say it (digest §5.4, §6.5): a helper
+#: share of impossible size, an unsupported extension (#789) and a report into a collected
+#: batch at upload (ambiguity 9: the text's report_replayed).
 _REPORT_ERRORS: Final = {
     Refusal.HELPER_SHARE_SIZE: ReportError.INVALID_MESSAGE,
     Refusal.UNSUPPORTED_EXTENSION: ReportError.UNSUPPORTED_EXTENSION,
     Refusal.BATCH_COLLECTED: ReportError.REPORT_REPLAYED,
+}
+
+#: The refusal of an upload the datastore did not store (`UploadOutcome`), for both versions'
+#: answers (DAP-09's problem document, DAP-19's UploadErrors entry).
+STORE_REFUSALS: Final[dict[str, Refusal]] = {
+    UploadOutcome.REPLAYED: Refusal.REPLAYED,
+    UploadOutcome.COLLECTED: Refusal.BATCH_COLLECTED,
+    UploadOutcome.TOKEN_SPENT: Refusal.TOKEN_SPENT,
 }
 
 

@@ -63,7 +63,7 @@ from services.aggregator.datastore import (
 )
 from services.aggregator.noise import noised_share
 from services.aggregator.rate_policy import RateLimit
-from services.aggregator.report_checks import Refusal, ReportChecker
+from services.aggregator.report_checks import STORE_REFUSALS, Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.taskprov import Taskprov
 from services.aggregator.tokens import (
@@ -324,13 +324,6 @@ def _refuse_fetch(url: str) -> httpx.Response:
     raise httpx.ConnectError(f"no HTTP client to fetch {url}")
 
 
-_STORE_REFUSALS: dict[str, Refusal] = {
-    UploadOutcome.REPLAYED: Refusal.REPLAYED,
-    UploadOutcome.COLLECTED: Refusal.BATCH_COLLECTED,
-    UploadOutcome.TOKEN_SPENT: Refusal.TOKEN_SPENT,
-}
-
-
 def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
     """The answer to an upload from what the store made of it (replays and the rest:
     `reportRejected`, DAP-09 §4.4.2)."""
@@ -338,7 +331,7 @@ def _stored_answer(task: Task, outcome: str | Exception) -> Answer | Exception:
         return outcome
     if outcome == UploadOutcome.STORED:
         return Answer(HTTP_CREATED)
-    refusal = _STORE_REFUSALS[outcome]
+    refusal = STORE_REFUSALS[outcome]
     return task.problem(refusal.problem, refusal.detail)
 
 

@@ -10,7 +10,9 @@ Issuer routes (roles ``joint`` and ``issuer``):
   a malformed request, another token type, a wrong size or an unknown truncated key id; 415
   for any other Content-Type (the media type is matched exactly, parameters included).
 
-Attester routes (roles ``joint`` and ``attester``), for devices:
+Attester routes (roles ``joint`` and ``attester``), for devices, one request of each kind per
+device of a population and so answered before FastAPI's stack (`services.common.raw_routes`:
+the same body caps, request metrics, problem documents and OpenAPI description):
 
 - ``POST /attester/enroll``: ``{"certificate": "<PEM>"}`` -> 201 (200 if known)
   ``{"device_id": "<base64url>", "nonce": "…", "expires": t}`` (a challenge, as below, for the
@@ -41,9 +43,8 @@ from typing import Annotated
 import httpx
 from cryptography import x509
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from services.common.auth import hash_token, presented_bearer, token_matches, unauthorized
@@ -55,12 +56,18 @@ from services.common.http import http_client as new_http_client
 from services.common.limits import install_body_limit
 from services.common.metrics import install_metrics
 from services.common.problems import ServiceError, install_problem_handlers
+from services.common.raw_routes import (
+    RawRequest,
+    RawRoute,
+    RawRoutesApp,
+    json_operation,
+    run_blocking,
+)
 from services.common.routing import (
-    answers_invalid,
+    PROBLEM_RESPONSES,
     api_router,
     binary_body,
     binary_response,
-    created_or_found,
 )
 from services.token_issuer.attester import (
     AttesterService,
@@ -236,21 +243,23 @@ def create_app(
             for db in databases:
                 db.close()
 
-    app = FastAPI(title=f"sagg token issuer ({role})", lifespan=lifespan, openapi_url=None)
+    app = RawRoutesApp(title=f"sagg token issuer ({role})", lifespan=lifespan, openapi_url=None)
     app.state.metrics = metrics
     install_body_limit(app, settings.max_request_body_bytes)
     install_problem_handlers(app)
     install_healthz(app, lambda: all(db.schema_version() > 0 for db in databases), {"role": role})
-    install_metrics(
+    app.raw_metrics = install_metrics(
         app,
         metrics.registry,
         hash_token(settings.metrics_token.get_secret_value()) if settings.metrics_token else None,
     )
+    app.raw_body_cap = settings.max_request_body_bytes
 
     if issuer is not None:
         app.include_router(_issuer_routes(issuer, settings))
     if attester is not None:
-        app.include_router(_attester_routes(attester, metrics))
+        for route in _attester_routes(attester, metrics):
+            app.add_raw_route(route)
     return app
 
 
@@ -301,9 +310,11 @@ def _issuer_routes(issuer: IssuerService, settings: TokenIssuerSettings) -> APIR
     return router
 
 
-def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> APIRouter:
-    """The devices': enrol, get a challenge, request tokens (authenticated by the device key)."""
-    router = api_router("attester")
+def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> list[RawRoute]:
+    """The devices': enrol, get a challenge, request tokens (authenticated by the device key).
+
+    One of each per device of a population: answered before FastAPI's stack
+    (`services.common.raw_routes`), with its limits, metrics and problem documents."""
     requests = metrics.token_requests
     refusals = metrics.enrolment_refusals
 
@@ -311,17 +322,15 @@ def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> 
         refusals.labels(reason="bad_request").inc()
         return _problem(400, 'expected {"certificate": PEM}')
 
-    async def invalid_enrolment(_: Request, __: RequestValidationError) -> Response:
-        return bad_enrolment()
-
-    @router.post(ATTESTER_ENROLL_PATH, **created_or_found(Enrolled))
-    @answers_invalid(invalid_enrolment)
-    async def enroll(body: EnrollBody, request: Request) -> Response:
-        if len(await request.body()) > _MAX_BODY:
+    async def enroll(request: RawRequest) -> Response:
+        try:
+            body = EnrollBody.model_validate_json(request.body)
+        except ValidationError:
             return bad_enrolment()
         try:
-            result = await run_in_threadpool(attester.enroll, body.certificate.encode())
-            first = await run_in_threadpool(attester.challenge, result.device_id)
+            result, first = await run_blocking(
+                attester.enroll_with_challenge, body.certificate.encode()
+            )
         except DeviceAuthError as exc:
             refusals.labels(reason=exc.reason).inc()
             return _problem(403, f"Enrollment refused: {exc}")
@@ -338,57 +347,95 @@ def _attester_routes(attester: AttesterService, metrics: TokenIssuerMetrics) -> 
     def bad_challenge() -> Response:
         return _problem(400, 'expected {"device_id": base64url}')
 
-    async def invalid_challenge(_: Request, __: RequestValidationError) -> Response:
-        return bad_challenge()
-
-    @router.post(ATTESTER_CHALLENGE_PATH, response_model=Challenge)
-    @answers_invalid(invalid_challenge)
-    async def challenge(body: ChallengeBody, request: Request) -> Response:
-        if len(await request.body()) > _MAX_BODY:
+    async def challenge(request: RawRequest) -> Response:
+        try:
+            body = ChallengeBody.model_validate_json(request.body)
+        except ValidationError:
             return bad_challenge()
         try:
             device_id = b64url_decode(body.device_id)
-            result = await run_in_threadpool(attester.challenge, device_id)
+            result = await run_blocking(attester.challenge, device_id)
         except (HeaderError, DeviceAuthError):
             return _problem(401, "Unknown device")
         return JSONResponse({"nonce": b64url_encode(result.nonce), "expires": result.expires})
 
-    @router.post(
-        ATTESTER_TOKEN_REQUEST_PATH,
-        response_class=Response,
-        responses=binary_response(MEDIA_TOKEN_RESPONSE),
-        openapi_extra=binary_body(MEDIA_TOKEN_REQUEST),
-    )
-    async def token_request(request: Request) -> Response:
+    async def token_request(request: RawRequest) -> Response:
         outcome, response = await _token_request(attester, request)
         requests.labels(outcome=outcome).inc()
         return response
 
-    return router
+    def token_request_too_long() -> Response:
+        requests.labels(outcome="bad_request").inc()
+        return _problem(422, "token request too large")
+
+    binary = binary_body(MEDIA_TOKEN_REQUEST)
+    binary["requestBody"]["content"].update(
+        binary_body(MEDIA_BATCH_REQUEST)["requestBody"]["content"]
+    )
+    return [
+        RawRoute(
+            ATTESTER_ENROLL_PATH,
+            enroll,
+            _MAX_BODY,
+            bad_enrolment,
+            json_operation(
+                "attester",
+                "Enroll",
+                EnrollBody,
+                {200: (Enrolled, "known"), 201: (Enrolled, "created")},
+            ),
+            models=(EnrollBody, Enrolled),
+        ),
+        RawRoute(
+            ATTESTER_CHALLENGE_PATH,
+            challenge,
+            _MAX_BODY,
+            bad_challenge,
+            json_operation("attester", "Challenge", ChallengeBody, {200: (Challenge, "a nonce")}),
+            models=(ChallengeBody, Challenge),
+        ),
+        RawRoute(
+            ATTESTER_TOKEN_REQUEST_PATH,
+            token_request,
+            _MAX_BATCH_BODY,
+            token_request_too_long,
+            {
+                "tags": ["attester"],
+                "summary": "Token Request",
+                "operationId": "token_request",
+                **binary,
+                "responses": {
+                    **{str(k): v for k, v in binary_response(MEDIA_TOKEN_RESPONSE).items()},
+                    "206": binary_response(MEDIA_BATCH_RESPONSE, 206)[206],
+                    **{str(k): v for k, v in PROBLEM_RESPONSES.items()},
+                },
+            },
+        ),
+    ]
 
 
-async def _token_request(attester: AttesterService, request: Request) -> tuple[str, Response]:
+async def _token_request(attester: AttesterService, request: RawRequest) -> tuple[str, Response]:
     """A device's token request, single or batched: (its outcome label, the answer)."""
-    media = request.headers.get("content-type")
+    media = request.header("content-type")
     batched = media == MEDIA_BATCH_REQUEST
     if not batched and media != MEDIA_TOKEN_REQUEST:
         return "bad_request", _problem(415, f"Content-Type must be {MEDIA_TOKEN_REQUEST}")
     try:
-        device_id = b64url_decode(request.headers.get(DEVICE_ID_HEADER, ""))
-        nonce = b64url_decode(request.headers.get(NONCE_HEADER, ""))
-        signature = b64url_decode(request.headers.get(SIGNATURE_HEADER, ""))
+        device_id = b64url_decode(request.header(DEVICE_ID_HEADER.lower()) or "")
+        nonce = b64url_decode(request.header(NONCE_HEADER.lower()) or "")
+        signature = b64url_decode(request.header(SIGNATURE_HEADER.lower()) or "")
     except HeaderError:
         return "auth_failed", _problem(401, "Device authentication required")
-    body = await (_read_body(request, _MAX_BATCH_BODY) if batched else _read_body(request))
-    if body is None:
+    body = request.body
+    if not batched and len(body) > _MAX_BODY:
         return "bad_request", _problem(422, "token request too large")
     try:
         if batched:
-            batch = await run_in_threadpool(
+            batch = await run_blocking(
                 attester.batch_token_request, device_id, nonce, signature, body
             )
         else:
-            out = await run_in_threadpool(attester.token_request, device_id, nonce, signature, body)
+            out = await run_blocking(attester.token_request, device_id, nonce, signature, body)
     except DeviceAuthError:
         return "auth_failed", _problem(401, "Device authentication failed")
     except QuotaExceededError as exc:

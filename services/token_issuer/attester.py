@@ -213,6 +213,18 @@ class AttesterService:
 
     def enroll(self, certificate_pem: bytes) -> Enrollment:
         """Record the device certified by `certificate_pem`; `DeviceAuthError` if untrusted."""
+        return self._enroll(certificate_pem, first_nonce=False)[0]
+
+    def enroll_with_challenge(self, certificate_pem: bytes) -> tuple[Enrollment, AttesterChallenge]:
+        """`enroll`, and a first nonce for the device's first token request (what the
+        enrolment answer carries), in the same transaction."""
+        enrollment, first = self._enroll(certificate_pem, first_nonce=True)
+        assert first is not None
+        return enrollment, first
+
+    def _enroll(
+        self, certificate_pem: bytes, *, first_nonce: bool
+    ) -> tuple[Enrollment, AttesterChallenge | None]:
         try:
             cert = x509.load_pem_x509_certificate(certificate_pem)
         except ValueError:
@@ -223,26 +235,35 @@ class AttesterService:
         der = cert.public_bytes(Encoding.DER)
         now = self._clock.now()
 
+        nonce = secrets.token_bytes(NONCE_SIZE)
+
         def insert(tx: Tx) -> bool:
-            if tx.query_one(
+            known = tx.query_one(
                 "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
-            ):
+            )
+            if known:
                 tx.execute(
                     "UPDATE pp_attester_devices SET certificate = :c WHERE device_id = :d",
                     {"c": der, "d": device_id},
                 )
-                return False
-            tx.execute(
-                "INSERT INTO pp_attester_devices (device_id, public_key, certificate,"
-                " enrolled_at) VALUES (:d, :k, :c, :t)",
-                {"d": device_id, "k": spki, "c": der, "t": now},
-            )
-            return True
+            else:
+                tx.execute(
+                    "INSERT INTO pp_attester_devices (device_id, public_key, certificate,"
+                    " enrolled_at) VALUES (:d, :k, :c, :t)",
+                    {"d": device_id, "k": spki, "c": der, "t": now},
+                )
+            if first_nonce:
+                self._add_nonce(tx, device_id, nonce, now)
+            return not known
 
+        if first_nonce:
+            self._housekeeping(now, now // self._window)
+        # One transaction for both: a store write costs more than the rest of an enrolment.
         created = self._db.run("attester.enroll", insert)
         if created:
             log.info("device enrolled")  # no identifier: the log is not a device registry
-        return Enrollment(device_id, created)
+        first = AttesterChallenge(nonce, now + self._nonce_ttl) if first_nonce else None
+        return Enrollment(device_id, created), first
 
     # --- authentication ---------------------------------------------------------------------
 
@@ -258,34 +279,39 @@ class AttesterService:
                 "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
             ):
                 return False
-            # Only this device's rows: a global sweep here would make every pair of concurrent
-            # challenges conflict under SERIALIZABLE.
-            tx.execute(
-                "DELETE FROM pp_attester_nonces WHERE device_id = :d AND expires <= :now",
-                {"d": device_id, "now": now},
-            )
-            row = tx.query_one(
-                "SELECT COUNT(*) AS n FROM pp_attester_nonces WHERE device_id = :d",
-                {"d": device_id},
-            )
-            excess = (int(row["n"]) if row else 0) - (MAX_OUTSTANDING_NONCES - 1)
-            if excess > 0:
-                # Bounded storage per device: the oldest outstanding nonces give way.
-                tx.execute(
-                    "DELETE FROM pp_attester_nonces WHERE nonce IN (SELECT nonce FROM"
-                    " pp_attester_nonces WHERE device_id = :d ORDER BY expires LIMIT :k)",
-                    {"d": device_id, "k": excess},
-                )
-            tx.execute(
-                "INSERT INTO pp_attester_nonces (nonce, device_id, expires) VALUES (:n, :d, :e)",
-                {"n": nonce, "d": device_id, "e": expires},
-            )
+            self._add_nonce(tx, device_id, nonce, now)
             return True
 
         self._housekeeping(now, period)
         if not self._db.run("attester.challenge", create):
             raise DeviceAuthError("unknown device", "unknown_device")
         return AttesterChallenge(nonce, expires)
+
+    def _add_nonce(self, tx: Tx, device_id: bytes, nonce: bytes, now: int) -> None:
+        """Record a fresh nonce of an enrolled device, expiring `nonce_ttl_seconds` after
+        `now`, within the per-device bound."""
+        # Only this device's rows: a global sweep here would make every pair of concurrent
+        # challenges conflict under SERIALIZABLE.
+        tx.execute(
+            "DELETE FROM pp_attester_nonces WHERE device_id = :d AND expires <= :now",
+            {"d": device_id, "now": now},
+        )
+        row = tx.query_one(
+            "SELECT COUNT(*) AS n FROM pp_attester_nonces WHERE device_id = :d",
+            {"d": device_id},
+        )
+        excess = (int(row["n"]) if row else 0) - (MAX_OUTSTANDING_NONCES - 1)
+        if excess > 0:
+            # Bounded storage per device: the oldest outstanding nonces give way.
+            tx.execute(
+                "DELETE FROM pp_attester_nonces WHERE nonce IN (SELECT nonce FROM"
+                " pp_attester_nonces WHERE device_id = :d ORDER BY expires LIMIT :k)",
+                {"d": device_id, "k": excess},
+            )
+        tx.execute(
+            "INSERT INTO pp_attester_nonces (nonce, device_id, expires) VALUES (:n, :d, :e)",
+            {"n": nonce, "d": device_id, "e": now + self._nonce_ttl},
+        )
 
     def _housekeeping(self, now: int, period: int) -> None:
         """Drop expired nonces and finished quota windows, at most once a minute per process."""
@@ -299,18 +325,6 @@ class AttesterService:
             tx.execute("DELETE FROM pp_attester_quota WHERE period < :p", {"p": period})
 
         self._db.run("attester.sweep", sweep)
-
-    def _public_key(self, device_id: bytes) -> bytes:
-        row = self._db.run(
-            "attester.device",
-            lambda tx: tx.query_one(
-                "SELECT public_key FROM pp_attester_devices WHERE device_id = :d",
-                {"d": device_id},
-            ),
-        )
-        if row is None:
-            raise DeviceAuthError("unknown device", "unknown_device")
-        return bytes(row["public_key"])
 
     # --- token requests ---------------------------------------------------------------------
 
@@ -368,13 +382,21 @@ class AttesterService:
         self, device_id: bytes, nonce: bytes, signature: bytes, body: bytes, units: int
     ) -> int:
         """Check the device's signature over nonce and body, consume the nonce and charge
-        `units` tokens of the quota in one transaction; the quota period charged."""
-        public_key = load_device_public_key(self._public_key(device_id))
-        verify_device_signature(public_key, auth_message(device_id, nonce, body), signature)
+        `units` tokens of the quota, in one transaction (a refused signature changes nothing);
+        the quota period charged."""
+        message = auth_message(device_id, nonce, body)
         now = self._clock.now()
         period = now // self._window
 
         def charge(tx: Tx) -> str:
+            row = tx.query_one(
+                "SELECT public_key FROM pp_attester_devices WHERE device_id = :d",
+                {"d": device_id},
+            )
+            if row is None:
+                raise DeviceAuthError("unknown device", "unknown_device")
+            public_key = load_device_public_key(bytes(row["public_key"]))
+            verify_device_signature(public_key, message, signature)
             consumed = tx.execute(
                 "DELETE FROM pp_attester_nonces WHERE nonce = :n AND device_id = :d"
                 " AND expires > :now",

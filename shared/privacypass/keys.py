@@ -13,6 +13,7 @@ the key, so a key with other PSS parameters, a non-minimal length or trailing by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Final
@@ -103,9 +104,17 @@ class TokenKey:
 
     @classmethod
     def from_spki(cls, spki: bytes) -> TokenKey:
-        return cls(decode_spki(spki))
+        """The key of an SPKI, parsed once per distinct SPKI: devices fetching tokens and
+        aggregators checking them meet the same few issuer keys again and again."""
+        return _from_spki(bytes(spki))
 
     @property
     def truncated_token_key_id(self) -> int:
         """The last byte of token_key_id, all a TokenRequest names (RFC 9578 §6.1)."""
         return self.token_key_id[-1]
+
+
+@functools.lru_cache(maxsize=64)
+def _from_spki(spki: bytes) -> TokenKey:
+    # TokenKey is immutable, so one object may serve every caller (a refusal is not cached).
+    return TokenKey(decode_spki(spki))

@@ -593,3 +593,45 @@ def test_upload_body_cap(db_factory: DbFactory, clock: TestClock) -> None:
     response = fx.upload(fx.report(), fx.report(), fx.report())
     assert response.status_code == 413
     assert response.json()["taskid"] == fx.tid
+
+
+def test_aggregate_share_agg_param_after_collection_is_invalid_message(fx: Fx) -> None:
+    """An AggregateShareReq whose agg_param is not the (empty) one aggregation used is
+    `invalidMessage` (digest §9, "agg_param ≠ eager one"), also after the batch was collected
+    once: DAP-19 has no `batchQueriedTooManyTimes` (digest §2), so a DAP-19 task never answers
+    with that DAP-09 URN."""
+    v = fx.vinit()
+    assert fx.verdicts(fx.init(v)) == [(CONTINUE, None)]
+    rid = v.report_share.report_metadata.report_id
+    bucket = fx.bucket()
+    selector = BatchSelector.time_interval(bucket)
+    query = CollectionJobReq(Query.time_interval(bucket), b"")
+    first = fx.share_req(AggregateShareReq(query, selector, 1, c19.checksum([rid])))
+    assert first.status_code == 200, first.text
+    other = CollectionJobReq(Query.time_interval(bucket), b"\x01")
+    problem(
+        fx.share_req(AggregateShareReq(other, selector, 1, c19.checksum([rid]))),
+        "invalidMessage",
+        fx.tid,
+    )
+
+
+def test_upload_max_reports_counts_reports(db_factory: DbFactory, clock: TestClock) -> None:
+    """`upload_max_reports` bounds the reports of one UploadRequest, not only its bytes:
+    small (here undecryptable) reports that fit under the byte cap but outnumber it refuse
+    the request (413, with the task id) before any is validated or stored."""
+    task = c19.make_task(COUNT)
+    fx = Fx(make_env(db_factory, clock, task.params, upload_max_reports=2), task)
+
+    def tiny() -> Report:
+        good = fx.report()
+        stub = HpkeCiphertext(fx.lc.id, good.leader_encrypted_input_share.enc, b"\x00")
+        return Report(good.report_metadata, good.public_share, stub, stub)
+
+    reports = [tiny() for _ in range(3)]
+    body = b"".join(r.encode() for r in reports)
+    assert len(body) <= 2 * len(fx.report().encode())  # under the byte cap
+    response = fx.upload_raw(body)
+    problem(response, "invalidMessage", fx.tid, status=413)
+    # Nothing was looked at: the same reports within the count get their per-report errors.
+    assert len(fx.errors(*reports[:2])) == 2

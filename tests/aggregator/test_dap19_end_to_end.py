@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from services.aggregator.drivers.runner import DriverRunner
 from services.common.clock import TestClock
 from shared.dap.ids import CollectionJobId
 from shared.dap.messages import MEDIA_COLLECT_REQ, Collection, CollectionReq, Interval
@@ -165,3 +166,37 @@ def test_both_versions_side_by_side(db_factory: DbFactory, clock: TestClock) -> 
             return
         env.advance(1)
     raise AssertionError("the DAP-09 collection did not finish")
+
+
+def test_time_interval_collection_after_helper_outage(
+    db_factory: DbFactory, clock: TestClock
+) -> None:
+    """A helper outage longer than the leader's retries fails the collection job; a DAP-19
+    time-interval CollectionJobReq has one encoding per interval (no extension sagg takes), so
+    the collector's only way to ask again is the identical request. It must reach the batch
+    once the helper is back, not name the failed job forever."""
+    task = c19.make_task(COUNT)
+    env = make_env(db_factory, clock, task.params, max_job_attempts=2)
+    lc, hc = c19.hpke_config(env.leader), c19.hpke_config(env.helper)
+    now = clock.now()
+    reports = [c19.make_report(task, lc, hc, m, now) for m in (1, 0, 1)]
+    assert c19.upload(env.leader, task, reports).status_code == 200
+    env.drive()  # aggregated with the helper up
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("helper down", request=request)
+
+    healthy = env.runner
+    unreachable = httpx.Client(transport=httpx.MockTransport(down))
+    env.runner = DriverRunner(env.leader_agg, http=unreachable)
+    request = CollectionJobReq(Query.time_interval(Interval(now // task.tp, 1)), b"")
+    created = start(env, task, request)
+    assert created.status_code == 201
+    failed = c19.poll_collection(env, created.headers["location"], rounds=200)
+    assert failed.status_code == 502, failed.text  # helper unavailable
+
+    env.runner = healthy
+    location, resp = collect(env, task, request)
+    assert location != created.headers["location"]
+    assert resp.report_count == 3
+    assert c19.unshard(task, request, resp) == 2

@@ -343,9 +343,11 @@ def test_hpke_unknown_config_id_takes_the_outdated_config_path(tmp_path: Path) -
     assert result.status == "rejected" and "still lists leader config 1" in result.detail
 
 
-def test_the_simulator_sends_a_chunk_of_dap_19_reports_in_one_upload_request(
-    tmp_path: Path,
+@pytest.mark.parametrize("relay", [False, True])
+def test_the_simulator_merges_dap_19_reports_in_relay_mode_only(
+    tmp_path: Path, relay: bool
 ) -> None:
+    """Each device sends its own UploadRequest; in relay mode a chunk's go in one."""
     world = World(tmp_path)
     world.publish(task={"time_precision": 3600, "dap": "dap-19"}, min_batch_size=2000)
     requests: list[int] = []
@@ -369,11 +371,13 @@ def test_the_simulator_sends_a_chunk_of_dap_19_reports_in_one_upload_request(
         identities=lambda: SimulatedDevice.manufacture(world.ca),
         clock=world.clock.now,
         progress=None,
+        relay=relay,
     )
     summary = simulator.run("emoji.daily", 70, "emoji")
     assert summary.uploaded == summary.sampled == 70 == len(leader.uploads)
     assert not summary.failed
-    assert sorted(requests) == [6, 64]  # one UploadRequest per chunk of 64 devices
+    # Relay: one UploadRequest per chunk of 64 devices; else one per device.
+    assert sorted(requests) == ([6, 64] if relay else [1] * 70)
     assert all(isinstance(r, m19.Report) for r in leader.uploads)
 
 

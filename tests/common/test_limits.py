@@ -23,6 +23,7 @@ from client_sdk.manufacturer import ManufacturerCA
 from services.aggregator.app import create_app as create_aggregator
 from services.common import entry
 from services.common.limits import ServerLimits
+from services.common.raw_routes import RawRoute
 from services.common.serving import TimedHttpToolsProtocol, server_options
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
@@ -116,7 +117,9 @@ def _routes(app: FastAPI, task_id: str) -> list[tuple[str, str]]:
             str(route.path),
         )
         out += [(method, path) for method in sorted((route.methods or set()) - {"HEAD"})]
-    return out
+    # Routes answered before FastAPI's stack (`services.common.raw_routes`) have the cap too.
+    raw: dict[str, RawRoute] = getattr(app, "raw_routes", {})
+    return out + [(route.method, path) for path, route in raw.items()]
 
 
 def _limit(app: FastAPI) -> int:

@@ -136,12 +136,12 @@ class CollectionStore(StoreBase):
         return self._job_row("collection_job", "collection_jobs", task_id, job_id)
 
     def collection_jobs_of_request(self, task_id: bytes, request: bytes) -> list[Row]:
-        """The task's collection jobs created by this exact request (its hash): their ids and
-        states."""
+        """The task's collection jobs created by this exact request (its hash): their ids,
+        states and errors."""
         return self.db.run(
             "collection_jobs_of_request",
             lambda tx: tx.query(
-                "SELECT job_id, state FROM collection_jobs WHERE task_id = :t"
+                "SELECT job_id, state, error FROM collection_jobs WHERE task_id = :t"
                 " AND request_hash = :rh",
                 {"t": task_id, "rh": hashlib.sha256(request).digest()},
             ),

@@ -1,0 +1,151 @@
+"""`client_sdk.http.PooledClient` against the standard library's HTTP/1.1 server: what the SDK
+reads of answers, keep-alive reuse, a connection the server closed while idle, and the
+transport policy and failures as httpx's exceptions."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client_sdk.http import PooledClient, pooled_client
+from deploy.tls import ensure_local_tls
+from shared.transport import TransportPolicy, http_failure
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes, close: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Peer-Port", str(self.client_address[1]))
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        if close:
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        self.server.ports.add(self.client_address[1])
+        self._answer(200, json.dumps({"path": self.path}).encode(), close="close" in self.path)
+        if "drop" in self.path:
+            # Closed without a word, as a server's keep-alive timeout closes an idle one.
+            self.close_connection = True
+
+    def do_POST(self) -> None:
+        self.server.ports.add(self.client_address[1])
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        echo = {"body": body.decode(), "type": self.headers.get("Content-Type")}
+        self._answer(201, json.dumps(echo).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.ports: set[int] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_answers_bodies_and_headers(server: _Server) -> None:
+    with pooled_client(TransportPolicy()) as client:
+        got = client.get(f"{server.url}/a", params={"task_id": "x y"})
+        assert (got.status_code, got.is_success) == (200, True)
+        assert got.json() == {"path": "/a?task_id=x+y"}
+        assert got.headers["content-type"] == got.headers.get("Content-Type") == "application/json"
+        posted = client.post(f"{server.url}/b", json={"k": 1})
+        assert posted.status_code == 201
+        assert posted.json() == {"body": '{"k":1}', "type": "application/json"}
+        raw = client.request("PUT", f"{server.url}/c", content=b"\x00\x01", headers={"A": "b"})
+        assert raw.status_code == 501  # the server has no PUT: its answer is passed on
+        assert not raw.is_success
+
+
+def test_keeps_connections_alive_and_replaces_closed_ones(server: _Server) -> None:
+    with PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client:
+        for _ in range(5):
+            client.post(f"{server.url}/p", content=b"x")
+        assert len(server.ports) == 1  # one connection for five requests
+        client.get(f"{server.url}/close")  # the server closes after answering
+        client.get(f"{server.url}/after")
+        assert len(server.ports) == 2
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_connection_the_server_closed_while_idle_is_replaced(
+    server: _Server, checked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found closed before reuse, or (`checked` off) failing as it is reused: either way the
+    request goes out once more on a fresh connection."""
+    if not checked:
+        monkeypatch.setattr("client_sdk.http._still_open", lambda _: True)
+    with PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client:
+        first = client.get(f"{server.url}/drop")
+        second = client.get(f"{server.url}/two")
+        assert first.status_code == second.status_code == 200
+        assert first.headers["x-peer-port"] != second.headers["x-peer-port"]
+
+
+def test_refusals_and_failures_are_httpx_errors() -> None:
+    client = pooled_client(TransportPolicy())
+    with pytest.raises(httpx.UnsupportedProtocol, match=r"plain http:// to example\.com"):
+        client.get("http://example.com/x")
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        client.get(f"http://127.0.0.1:{port}/")
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.get(f"http://127.0.0.1:{port}/")
+
+
+def test_https_is_verified_against_the_policy_ca(tmp_path: Path) -> None:
+    trusted = ensure_local_tls(tmp_path / "a", ["server"], [])
+    other = ensure_local_tls(tmp_path / "b", [], [])
+    srv = _Server()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(trusted.certs["server"].cert_file, trusted.certs["server"].key_file)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"https://localhost:{srv.server_address[1]}/tls"
+    try:
+        with pooled_client(TransportPolicy(str(trusted.ca_file))) as client:
+            assert client.get(url).json() == {"path": "/tls"}
+        with (
+            pooled_client(TransportPolicy(str(other.ca_file))) as client,
+            pytest.raises(httpx.ConnectError) as refused,
+        ):
+            client.get(url)
+        assert http_failure(refused.value).startswith("TLS certificate verification failed")
+    finally:
+        srv.shutdown()
+        srv.server_close()
