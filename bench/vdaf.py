@@ -5,6 +5,9 @@ each aggregator's work timed separately (the helper also combines the prep share
 without opening the HPKE-sealed input share. A second table sets VDAF-08 and VDAF-20 side by side
 on the same circuits (VDAF-20 under an application context). Run alone with
 `python -m bench.vdaf`; `python -m bench.vdaf --quick` runs only the comparison, on fewer reports.
+
+`prep_and_open_cpu` is the same per-report cost in CPU time, for `bench.deployment` to set the
+servers' measured CPU per report against in the same run (issue #15's goal: at most 1.6x).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -124,24 +128,65 @@ class _Reports:
         return leader, best_of(self.helper_prep, repeat=3) / self.count
 
 
+class _Sealed:
+    """The input shares of a batch sealed to each aggregator as a DAP-09 client does (its
+    info strings, an AAD of a report's size), to time the aggregators' HPKE opens."""
+
+    def __init__(self, shares: list[list[bytes]]) -> None:
+        self.keys = [hpke.generate_keypair(1), hpke.generate_keypair(2)]
+        self.aad = b"\x00" * 56
+        self.infos = [input_share_info(Role.LEADER), input_share_info(Role.HELPER)]
+        self.sealed = [
+            [
+                hpke.seal(self.keys[agg].public_key, self.infos[agg], self.aad, s)
+                for s in shares[agg]
+            ]
+            for agg in range(2)
+        ]
+
+    def open_all(self, agg: int) -> list[bytes]:
+        key, info, aad = self.keys[agg], self.infos[agg], self.aad
+        return [hpke.open(key, enc, info, aad, ct) for enc, ct in self.sealed[agg]]
+
+
+@dataclass(frozen=True)
+class PrepCost:
+    """CPU seconds per report of each aggregator's preparation plus HPKE open of its own
+    input share: what an aggregator cannot avoid doing for a report."""
+
+    leader: float
+    helper: float
+
+    @property
+    def total(self) -> float:
+        return self.leader + self.helper
+
+
+def prep_and_open_cpu(
+    vdaf: Prio3, measure: Callable[[int], Any], count: int = BATCH, repeat: int = 3
+) -> PrepCost:
+    """`_bench_case`'s "prep + HPKE open" of both aggregators in CPU time (best of `repeat`
+    runs over a batch of `count` reports), which is what server CPU can be compared with on a
+    machine shared with other work."""
+    reports = _Reports(vdaf, measure, count)
+    sealed = _Sealed(reports.shares)
+
+    def cpu(fn: Callable[[], object]) -> float:
+        return best_of(fn, repeat, time.process_time) / count
+
+    return PrepCost(
+        cpu(reports.leader_prep) + cpu(partial(sealed.open_all, 0)),
+        cpu(reports.helper_prep) + cpu(partial(sealed.open_all, 1)),
+    )
+
+
 def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[Result]:
     reports = _Reports(vdaf, measure, BATCH)
     shard_one = reports.shard_one(SHARD_REPORTS)
     shard_batched = reports.shard_batched
-    shares = reports.shares
-    keys = [hpke.generate_keypair(1), hpke.generate_keypair(2)]
-    aad = b"\x00" * 56
-    infos = [input_share_info(Role.LEADER), input_share_info(Role.HELPER)]
-    sealed = [
-        [hpke.seal(keys[agg].public_key, infos[agg], aad, share) for share in shares[agg]]
-        for agg in range(2)
-    ]
-
-    def open_all(agg: int) -> list[bytes]:
-        return [hpke.open(keys[agg], enc, infos[agg], aad, ct) for enc, ct in sealed[agg]]
-
+    sealed = _Sealed(reports.shares)
     leader_s, helper_s = reports.prep_seconds()
-    open_s = [best_of(partial(open_all, agg), repeat=2) / BATCH for agg in range(2)]
+    open_s = [best_of(partial(sealed.open_all, agg), repeat=2) / BATCH for agg in range(2)]
 
     return [
         Result("vdaf", name, "client shard, one report", shard_one * 1e3, "ms/report"),

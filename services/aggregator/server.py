@@ -9,6 +9,7 @@ keep two drivers from stepping the same job.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -25,6 +26,18 @@ from services.common.serving import server_options
 log = logging.getLogger(__name__)
 
 
+def _freeze_startup_heap() -> None:
+    """Keep what startup built out of every later garbage collection (`gc.freeze`).
+
+    An aggregator starts with ~150,000 container objects (FastAPI, pydantic, numpy, numba) that
+    live as long as the process, and aggregation churns through enough short-lived ones that
+    the collector's full pass comes around every few thousand reports: each traversed them all
+    again (~100 ms of CPU on this 2-core machine, tens of µs per report). Frozen, a full pass
+    sees only what was allocated since."""
+    gc.collect()
+    gc.freeze()
+
+
 class _Server(uvicorn.Server):
     """Uvicorn re-raises SIGTERM/SIGINT after its own shutdown, which would kill the process
     before the drivers are stopped; here a signal only asks for a graceful exit."""
@@ -39,6 +52,7 @@ def serve(settings: AggregatorSettings) -> None:
     """Run until SIGINT/SIGTERM; the drivers stop after their current step."""
     configure_logging(settings.log_level)
     app = create_app(settings)
+    _freeze_startup_heap()
     runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
     if runner is not None:
         runner.start()
@@ -70,6 +84,7 @@ def drive(settings: AggregatorSettings) -> None:
     """Run only the leader's drivers, without HTTP, until SIGINT/SIGTERM."""
     configure_logging(settings.log_level)
     agg = open_aggregator(settings)
+    _freeze_startup_heap()
     stop = threading.Event()
 
     def on_signal(sig: int, frame: FrameType | None) -> None:

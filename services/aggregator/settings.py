@@ -71,6 +71,9 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     driver_poll_s: float = Field(default=0.5, gt=0)
     #: Jobs leased per driver iteration.
     driver_batch: int = Field(default=4, ge=1)
+    #: Aggregation-job driver threads in this process: while one waits for the helper's
+    #: answer, another prepares its own job, so leader and helper work at the same time.
+    aggregation_workers: int = Field(default=2, ge=1)
     #: How often a collection job waiting for reports is looked at again; also Retry-After.
     collection_retry_s: int = Field(default=2, ge=1)
     #: Leeway for client clocks running ahead (DAP-09 §4.4.2 "a few minutes").

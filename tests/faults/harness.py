@@ -69,6 +69,10 @@ AGGREGATOR_ENV = {
     "SAGG_AGGREGATOR_RETRY_MAX_S": "1",
     "SAGG_AGGREGATOR_COLLECTION_RETRY_S": "1",
     "SAGG_AGGREGATOR_HELPER_TIMEOUT_S": "2",
+    # A seeded schedule acts on the n-th leader->helper request: one aggregation thread per
+    # driver process keeps their order, and so a replay, the same (several processes race on
+    # purpose in test_scaleout).
+    "SAGG_AGGREGATOR_AGGREGATION_WORKERS": "1",
 }
 COLLECTOR_ENV = {
     "SAGG_COLLECTOR_POLL_INTERVAL": "0.3",

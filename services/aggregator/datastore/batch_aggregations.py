@@ -16,7 +16,6 @@ transaction that would release the share, so a refused batch is left as it was.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -58,7 +57,7 @@ def add_outcomes(
 
     Reports into collected batches (and, with `check_saturation`, beyond that many reports
     in a batch) become failures instead. Returns the outcomes as committed."""
-    final = [dataclasses.replace(o) for o in outcomes]
+    final = [o.copy() for o in outcomes]
     by_key: dict[bytes, list[ReportOutcome]] = {}
     for o in final:
         if o.error is None:

@@ -4,7 +4,6 @@ stored answer."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -120,7 +119,7 @@ class HelperJobStore(StoreBase):
                     if o.report_id not in seen
                 ],
             )
-            checked = [dataclasses.replace(o) for o in outcomes]
+            checked = [o.copy() for o in outcomes]
             for o in checked:
                 if o.error is None and o.report_id in seen:
                     o.error = PrepareError.REPORT_REPLAYED

@@ -155,10 +155,12 @@ class LeaderJobStore(StoreBase):
                 for ord_, r in enumerate(chunk)
             ],
         )
-        tx.execute_many(
-            "UPDATE client_reports SET aggregation_started = 1"
-            " WHERE task_id = :t AND report_id = :r",
-            [{"t": task_id, "r": r["report_id"]} for r in chunk],
+        # One statement over the job's rows (the report_aggregations just inserted) rather
+        # than one parameter set per report.
+        tx.execute(
+            "UPDATE client_reports SET aggregation_started = 1 WHERE task_id = :t AND report_id"
+            " IN (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j)",
+            {"t": task_id, "j": job_id},
         )
 
     def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
@@ -227,24 +229,38 @@ class LeaderJobStore(StoreBase):
             failed_in_batch = sum(1 for o in final if o.error is not None)
             if job["batch_id"] is not None and failed_in_batch:
                 unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
+            # Set-based where every report of the job gets the same change: all finished, then
+            # the failed ones one by one; shares scrubbed for all but the requeued ones.
+            ids = {"t": lease.task_id, "j": lease.job_id}
+            tx.execute(
+                "UPDATE report_aggregations SET state = :s, error = NULL"
+                " WHERE task_id = :t AND job_id = :j",
+                {**ids, "s": ReportAggregationState.FINISHED},
+            )
             tx.execute_many(
                 "UPDATE report_aggregations SET state = :s, error = :e"
                 " WHERE task_id = :t AND job_id = :j AND ord = :o",
-                outcome_rows(lease.task_id, lease.job_id, final),
+                [
+                    row
+                    for row in outcome_rows(lease.task_id, lease.job_id, final)
+                    if row["e"] is not None
+                ],
             )
             requeue = {
                 o.report_id
                 for o in final
                 if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
             }
-            tx.execute_many(
+            tx.execute(
                 "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
-                " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
-                [
-                    {"t": lease.task_id, "r": o.report_id}
-                    for o in final
-                    if o.report_id not in requeue
-                ],
+                " helper_encrypted_share = NULL WHERE task_id = :t AND report_id IN"
+                " (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
+                "  AND (error IS NULL OR error != :keep))",
+                # Without a requeue time no report keeps its shares (-1 is no PrepareError).
+                {
+                    **ids,
+                    "keep": int(PrepareError.REPORT_TOO_EARLY) if requeue_at is not None else -1,
+                },
             )
             tx.execute_many(
                 "UPDATE client_reports SET aggregation_started = 0, received_at = :at"

@@ -140,7 +140,7 @@ class NewReport:
     spend: TokenSpend | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class ReportOutcome:
     """How one report of a job ended; `out_index` points into the job's output-share array.
 
@@ -160,6 +160,19 @@ class ReportOutcome:
         if self.error is None:
             return None
         return self.reason or self.error.name.lower()
+
+    def copy(self) -> ReportOutcome:
+        """A copy to change inside a transaction body, which may run again on its inputs
+        (`dataclasses.replace` does the same at several times the cost, per report)."""
+        return ReportOutcome(
+            self.report_id,
+            self.client_time,
+            self.batch_key,
+            self.error,
+            self.out_index,
+            self.spend,
+            self.reason,
+        )
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,11 @@ class DriverRunner:
         self.collection = CollectionJobDriver(agg, self.http)
 
     def start(self) -> None:
+        # Leases keep the aggregation workers on different jobs, as they keep processes apart.
+        workers = self.agg.settings.aggregation_workers
         loops: dict[str, Callable[[], int]] = {
             "job-creator": lambda: create_jobs(self.agg),
-            "aggregation-driver": self.aggregation.run_once,
+            **{f"aggregation-driver-{i}": self.aggregation.run_once for i in range(workers)},
             "collection-driver": self.collection.run_once,
             "task-cleanup": self._cleanup,
         }
