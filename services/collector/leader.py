@@ -19,14 +19,13 @@ POST names the same job), so a collector that lost the Location POSTs again.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import json
-import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from services.common.http import parse_retry_after
 from shared.dap import messages19 as m19
 from shared.dap import taskprov
 from shared.dap.ids import CollectionJobId, TaskId
@@ -94,22 +93,6 @@ class Permanent:
 
 
 Outcome = Started | Pending | Ready | Gone | Transient | Permanent
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds from now: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _problem_document(response: httpx.Response) -> dict[str, object] | None:

@@ -75,8 +75,6 @@ __all__ = ["CollectionPoller", "PollerConfig", "millis", "task_keypair"]
 
 log = logging.getLogger(__name__)
 
-#: Upper bound on a Retry-After we obey, so a bogus header cannot park a job for days.
-_MAX_RETRY_AFTER = 3600.0
 #: The states after which a job is never asked for again.
 _ENDED = (JobState.COMPLETE, JobState.FAILED)
 
@@ -341,7 +339,7 @@ class CollectionPoller:
         """
         cfg = self._config
         if retry_after is not None:
-            delay = min(max(retry_after, cfg.poll_interval), _MAX_RETRY_AFTER)
+            delay = max(retry_after, cfg.poll_interval)
         else:
             delay = min(cfg.poll_interval * 2 ** min(exponent, 30), cfg.max_backoff)
         return millis(self._clock) + int(delay * 1000)

@@ -9,15 +9,23 @@ naming an ``http://`` peer off the host fails like an unreachable peer does
 
 from __future__ import annotations
 
+import email.utils
 import os
-from typing import Any
+import time
+from typing import Any, Final
 
 import httpx
 from pydantic import BaseModel, model_validator
 
 from shared.transport import InsecureTransportError, TransportPolicy
 
-__all__ = ["TlsSettings", "async_http_client", "http_client"]
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "TlsSettings",
+    "async_http_client",
+    "http_client",
+    "parse_retry_after",
+]
 
 
 class TlsSettings(BaseModel):
@@ -71,3 +79,26 @@ def async_http_client(policy: TransportPolicy, **kwargs: Any) -> httpx.AsyncClie
         _refuse(policy, request)
 
     return httpx.AsyncClient(verify=policy.ssl_context, event_hooks={"request": [check]}, **kwargs)
+
+
+#: The longest wait a peer's Retry-After is obeyed for: a bogus value must not park a job (a
+#: helper's aggregation job at the leader, a collection job at the collector) indefinitely.
+MAX_RETRY_AFTER_S: Final = 3600.0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now, at most `MAX_RETRY_AFTER_S`: delay-seconds or an
+    HTTP-date (RFC 9110 §10.2.3); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    wait = when.timestamp() - (time.time() if now is None else now)
+    return min(max(0.0, wait), MAX_RETRY_AFTER_S)

@@ -5,7 +5,10 @@ its polling budget is spent) until the job's AggregationJobResp arrives."""
 
 from __future__ import annotations
 
+import httpx
+
 from services.common.clock import TestClock
+from services.common.http import MAX_RETRY_AFTER_S
 from shared.dap.messages19 import (
     AggregationJobInitReq,
     AggregationJobResp,
@@ -13,7 +16,7 @@ from shared.dap.messages19 import (
 )
 from tests.aggregator import dap19_client as c19
 from tests.aggregator.conftest import DbFactory
-from tests.aggregator.env import Env, make_env
+from tests.aggregator.env import Env, collector_auth, make_env
 
 AUTH = {"Authorization": "Bearer aggregator-token-0123456789"}
 COUNT = {"type": "Prio3Count"}
@@ -88,3 +91,43 @@ def test_leader_comes_back_after_retry_after(db_factory: DbFactory, clock: TestC
     reports = [c19.make_report(task, lc, hc, 1, clock.now()) for _ in range(2)]
     assert c19.upload(env.leader, task, reports).content == b""
     assert _collect(env, task) == 2
+
+
+def test_a_bogus_retry_after_parks_a_job_for_an_hour_at_most(
+    db_factory: DbFactory, clock: TestClock
+) -> None:
+    """A helper that defers asking for 10^9 s: the leader comes back after
+    `MAX_RETRY_AFTER_S` (an hour) instead, and the job completes."""
+    task = c19.make_task(COUNT)
+    env = make_env(
+        db_factory,
+        clock,
+        task.params,
+        helper_defer_jobs=True,
+        helper_retry_after_s=1,
+        helper_poll_s=0,
+    )
+
+    def bogus(request: httpx.Request) -> httpx.Response:
+        answer = env.helper.request(
+            request.method, str(request.url), content=request.content, headers=request.headers
+        )
+        headers = dict(answer.headers)
+        if "retry-after" in headers:
+            headers["retry-after"] = str(10**9)
+        return httpx.Response(answer.status_code, headers=headers, content=answer.content)
+
+    env.runner.aggregation.http = httpx.Client(
+        transport=httpx.MockTransport(bogus), base_url=str(env.helper.base_url)
+    )
+    lc, hc = c19.hpke_config(env.leader), c19.hpke_config(env.helper)
+    reports = [c19.make_report(task, lc, hc, 1, clock.now()) for _ in range(2)]
+    assert c19.upload(env.leader, task, reports).content == b""
+    request, location = c19.create_collection(env, task, clock.now())
+    env.drive()
+    env.advance(int(MAX_RETRY_AFTER_S) - 2)
+    env.drive()
+    assert env.leader.get(location, headers=collector_auth()).content == b""  # parked
+    env.advance(2)
+    polled = c19.poll_collection(env, location, rounds=5)
+    assert c19.unshard(task, request, CollectionJobResp.decode(polled.content)) == 2

@@ -10,6 +10,7 @@ import httpx
 from services.aggregator.service import Task
 from services.aggregator.settings import AggregatorSettings
 from services.common.auth import auth_headers
+from services.common.http import parse_retry_after
 from shared.dap import taskprov
 from shared.dap.problems import ProblemType
 
@@ -66,11 +67,10 @@ def check_response(response: httpx.Response) -> None:
 
 
 def retry_after(response: httpx.Response, default: float = 1.0) -> float:
-    """The seconds a deferring server asks to wait (RFC 9110 §10.2.3; delay-seconds only)."""
-    try:
-        return max(0.0, float(response.headers.get("retry-after", default)))
-    except ValueError:
-        return default
+    """The seconds a deferring server asks to wait (`parse_retry_after`: capped), `default`
+    without a readable Retry-After."""
+    wait = parse_retry_after(response.headers.get("retry-after"))
+    return default if wait is None else wait
 
 
 def backoff(settings: AggregatorSettings, attempts: int) -> int:
