@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 
+from services.aggregator.drivers.garbage import collect_garbage
 from services.common.clock import TestClock
 from services.common.http import MAX_RETRY_AFTER_S
 from shared.dap.messages19 import (
@@ -17,6 +18,7 @@ from shared.dap.messages19 import (
 from tests.aggregator import dap19_client as c19
 from tests.aggregator.conftest import DbFactory
 from tests.aggregator.env import Env, collector_auth, make_env
+from tests.aggregator.helpers import problem_type
 
 AUTH = {"Authorization": "Bearer aggregator-token-0123456789"}
 COUNT = {"type": "Prio3Count"}
@@ -131,3 +133,40 @@ def test_a_bogus_retry_after_parks_a_job_for_an_hour_at_most(
     env.advance(2)
     polled = c19.poll_collection(env, location, rounds=5)
     assert c19.unshard(task, request, CollectionJobResp.decode(polled.content)) == 2
+
+
+def test_a_deferred_job_goes_on_delete_or_when_its_reports_expire(
+    db_factory: DbFactory, clock: TestClock
+) -> None:
+    """A job the helper deferred and the leader never came back for holds its whole request:
+    the leader's DELETE drops it (204, then unknown), and garbage collection drops one
+    deferred before the report expiry horizon."""
+    expiry = 2 * 3600
+    task = c19.make_task(COUNT, definition={"report_expiry_age": expiry})
+    env = make_env(db_factory, clock, task.params, helper_defer_jobs=True, helper_retry_after_s=5)
+    hc = c19.hpke_config(env.helper)
+
+    def defer() -> str:
+        init = c19.verify_init(task, hc, 1, clock.now())
+        r = env.helper.post(
+            f"/tasks/{env.tid}/aggregation_jobs",
+            content=AggregationJobInitReq(0, b"", (), (init,)).encode(),
+            headers={"Content-Type": c19.INIT_REQ, **AUTH},
+        )
+        assert (r.status_code, r.content) == (200, b"")
+        return str(r.headers["location"]).split("?")[0]
+
+    def deferred() -> int:
+        return env.helper_agg.ds.count_rows("deferred_aggregation_jobs", task.params.task_id.value)
+
+    job = defer()
+    assert env.helper.delete(job, headers=AUTH).status_code == 204
+    assert deferred() == 0
+    env.advance(5)
+    gone = env.helper.get(job + "?step=0", headers=AUTH)
+    assert problem_type(gone) == "unrecognizedAggregationJob"
+
+    defer()
+    assert (collect_garbage(env.helper_agg).aggregation_jobs, deferred()) == (0, 1)
+    env.advance(expiry + 3600)
+    assert (collect_garbage(env.helper_agg).aggregation_jobs, deferred()) == (1, 0)

@@ -19,7 +19,7 @@ class GarbageStore(StoreBase):
           leader job in progress still needs their payload; their ids leave the replay set,
           which is safe because both aggregators refuse reports that old;
         - aggregation jobs whose every report is that old, with their report aggregations,
-          except leader jobs in progress;
+          except leader jobs in progress, and DAP-19 jobs a helper deferred before it;
         - spent tokens spent before `token_horizon`, which no aggregator would accept again.
         """
 
@@ -47,7 +47,14 @@ class GarbageStore(StoreBase):
                 tx.execute_many(
                     "DELETE FROM aggregation_jobs WHERE task_id = :t AND job_id = :j", rows
                 )
-                jobs = len(job_ids)
+                # A deferred job the leader never came back for (DAP-19 §3.1): deferred
+                # before the horizon, its reports are all older than it.
+                jobs = len(job_ids) + tx.execute(
+                    "DELETE FROM deferred_aggregation_jobs WHERE task_id = :t AND job_id IN ("
+                    " SELECT job_id FROM deferred_aggregation_jobs WHERE task_id = :t"
+                    " AND created_at < :h LIMIT :n)",
+                    horizon,
+                )
             tokens = tx.execute(
                 "DELETE FROM spent_tokens WHERE task_id = :t AND spent_at < :h AND nonce IN ("
                 " SELECT nonce FROM spent_tokens WHERE task_id = :t AND spent_at < :h LIMIT :n)",

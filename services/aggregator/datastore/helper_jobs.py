@@ -243,21 +243,25 @@ class HelperJobStore(StoreBase):
         )
 
     def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:
-        """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests.
+        """DELETE from the leader (DAP-09 §4.5.2.2): the job is gone for further requests; a
+        DAP-19 job still deferred (never prepared) is forgotten.
 
         Output shares already added stay: they cannot be told apart inside the batch, and the
         batch checksum then makes any disagreement visible as batchMismatch."""
-        return (
-            self.db.run(
-                "abandon_helper_job",
-                lambda tx: tx.execute(
-                    "UPDATE aggregation_jobs SET state = :s"
-                    " WHERE task_id = :t AND job_id = :j AND role = 'helper'",
-                    {"s": JobState.ABANDONED, "t": task_id, "j": job_id},
-                ),
+
+        def body(tx: Tx) -> bool:
+            key = {"t": task_id, "j": job_id}
+            deferred = tx.execute(
+                "DELETE FROM deferred_aggregation_jobs WHERE task_id = :t AND job_id = :j", key
             )
-            > 0
-        )
+            abandoned = tx.execute(
+                "UPDATE aggregation_jobs SET state = :s"
+                " WHERE task_id = :t AND job_id = :j AND role = 'helper'",
+                {"s": JobState.ABANDONED, **key},
+            )
+            return deferred + abandoned > 0
+
+        return self.db.run("abandon_helper_job", body)
 
     def helper_aggregate_share(
         self,
