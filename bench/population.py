@@ -94,6 +94,9 @@ ISSUER_WORKERS = 2
 #: Seconds given the aggregators after a run before their CPU is read (they aggregate what
 #: arrived meanwhile; what is left after this is not counted).
 SETTLE_S = 2.0
+#: The 1 vs 2 processes check's batch size: 150 reaches epsilon 4 (at delta 1e-6), not 1, so
+#: a batch this small is a check only.
+SPLIT_MIN_BATCH = 150
 #: README's demo.buckets: 8 categories, one-hot randomized response at eps0 = 2.
 DRAFT: dict[str, Any] = {
     "recipe_id": "bench.buckets",
@@ -354,9 +357,8 @@ def run(
             services_cpu(case, before, count)
             row(case, "simulator peak RSS", rss / 1024, "MiB")
 
-        # B = 150 reaches epsilon 4 (at delta 1e-6), not 1: a batch this small is a check only.
-        one = up.publish(base, "bench.one", 150, 4.0)
-        two = up.publish(base, "bench.two", 150, 4.0)
+        one = up.publish(base, "bench.one", SPLIT_MIN_BATCH, 4.0)
+        two = up.publish(base, "bench.two", SPLIT_MIN_BATCH, 4.0)
         common = ["--count", str(split), "--seed", "7", "--data", "emoji", "--concurrency", "32"]
         up.sagg("devices", "run", "--recipe", "bench.one", *common)
         up.sagg("devices", "run", "--recipe", "bench.two", *common, "--workers", "2")
@@ -376,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tokenless", default="2000,8000", help="population sizes, no tokens")
     parser.add_argument("--split", type=int, default=600, help="devices of the 1 vs 2 check")
     args = parser.parse_args(argv)
+    if args.split < SPLIT_MIN_BATCH:
+        parser.error(f"--split: the 1 vs 2 check collects a batch of at least {SPLIT_MIN_BATCH}")
     sizes = [int(n) for n in args.tokenless.split(",") if n]
     print_table(run(args.devices, sizes, args.split), "Device populations against sagg up")
 
