@@ -35,11 +35,10 @@ from starlette.types import Receive, Scope, Send
 from services.aggregator.answer import Answer
 from services.aggregator.service import Aggregator, Task
 from services.aggregator.tokens import IssuerKeysPendingError, IssuerUnavailableError
-from services.common.limits import content_too_large, declared_length
+from services.common.limits import content_too_large, declared_length, read_body
 from services.common.problems import (
     DapProblemError,
     HttpProblemError,
-    InternalError,
     ServiceError,
     log_problem,
 )
@@ -113,34 +112,12 @@ async def _leader_task(agg: Aggregator, task_id: str, scope: Scope) -> Task:
     )
 
 
-class _BodyTooLargeError(InternalError):
-    pass
-
-
 class UploadGate:
     """The uploads admitted in one process; only touched on the event loop."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.pending = 0
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The request body, or None if the client went away first; `_BodyTooLargeError` as soon
-    as it is longer than `limit`."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLargeError
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _settle(future: asyncio.Future[Answer | Exception], result: Answer | Exception) -> None:
@@ -214,16 +191,16 @@ async def _upload(
         return
     limit = task.max_upload_len(agg.settings.upload_max_reports)
     length, _ = declared_length(scope)
-    try:
-        if length is not None and length > limit:
-            raise _BodyTooLargeError
-        body = await _read_body(receive, limit)
-    except _BodyTooLargeError:
+    read = None
+    if length is None or length <= limit:
+        read = await read_body(receive, limit)
+        if read is None:  # the client went away
+            return
+    if read is None or len(read[0]) > limit:
         too_large = content_too_large(scope, limit, dap=True, task_id=task_id)
         await too_large(scope, receive, send)
         return
-    if body is None:
-        return
+    body, _ = read
     result = await _validate(agg, task_id, body, fetch=True)
     if isinstance(result, IssuerKeysPendingError):
         # Off the pool: other tasks' uploads go on while this one's issuer answers.

@@ -71,6 +71,25 @@ def declared_length(scope: Scope) -> tuple[int | None, bool]:
     return length, chunked and length is None
 
 
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """(the body, read until it ends or is longer than `limit`; whether all of it was read),
+    or None if the client went away first: a route's body, read once its route is known."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        more = bool(message.get("more_body", False))
+        if size > limit:
+            return b"".join(chunks), not more
+        if not more:
+            return b"".join(chunks), True
+
+
 def content_too_large(
     scope: Scope, limit: int, *, dap: bool, task_id: str | None = None
 ) -> Response:

@@ -36,7 +36,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from services.common.limits import content_too_large, declared_length
+from services.common.limits import content_too_large, declared_length, read_body
 from services.common.metrics import RequestMetrics
 from services.common.problems import ServiceError
 from services.common.routing import PROBLEM_RESPONSES
@@ -121,25 +121,6 @@ class _TooLargeError(Exception):
     pass
 
 
-async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
-    """(the body up to `limit` + 1 bytes, whether all of it was read), or None if the client
-    went away first."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
-        more = bool(message.get("more_body", False))
-        if size > limit:
-            return b"".join(chunks), not more
-        if not more:
-            return b"".join(chunks), True
-
-
 class RawRoutesApp(FastAPI):
     """A FastAPI app that answers its `raw_routes` itself (module docstring). Set
     `raw_routes`, `raw_body_cap` and `raw_metrics` before serving."""
@@ -178,7 +159,7 @@ class RawRoutesApp(FastAPI):
             return
         # A chunked body is read up to the app's cap, as `BodyLimitMiddleware` reads it ahead,
         # so one past the cap is answered 413 on these routes too.
-        read = await _read_body(receive, self.raw_body_cap if chunked else route.max_body)
+        read = await read_body(receive, self.raw_body_cap if chunked else route.max_body)
         if read is None:
             return
         body, complete = read
