@@ -77,7 +77,8 @@ def request_collection(
         raise CollectError(
             f"cannot reach the collector at {collector}: {http_failure(exc)}"
         ) from None
-    if response.status_code != 201:
+    # 200: a DAP-19 batch this collector has already collected (its stored outcome answers).
+    if response.status_code not in (200, 201):
         raise CollectError(f"the collector refused the collection: {_detail(response)}")
     job_id = response.json().get("collection_job_id")
     if not isinstance(job_id, str):

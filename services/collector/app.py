@@ -11,7 +11,9 @@ API (all but /healthz require ``Authorization: Bearer <admin token>``):
   query type, B, aggregator noise) plus the public ``collector_hpke_config``; never the leader
   token or the HPKE private key. `sagg collect` reads it to decode and account for the noise.
 - ``POST /collections``: ``{"task_id", "query"}`` -> 201 ``{"collection_job_id"}``; the poller
-  runs the DAP-09 §4.6.1 exchange with the leader in the background.
+  runs the DAP-09 §4.6.1 exchange with the leader in the background. A DAP-19 time-interval
+  query this collector has completed answers 200 with that job: the identical request names
+  the same leader job (DAP-19 §4.6.1), which the poller deleted once its outcome was stored.
 - ``GET /collections/{id}``: the job's state and, once complete, the unsharded aggregate.
 - ``GET /metrics``: Prometheus text (`services.collector.metrics`).
 - ``GET /healthz``: 200 ``{"status": "ok"}`` when the store answers, else 503.
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from services.collector.collect import (
     CollectionError,
     CollectQuery,
+    TimeIntervalQuery,
     check_query,
     query_json,
 )
@@ -284,6 +287,7 @@ def _admin_routes(
         "/collections",
         status_code=201,
         response_model=CollectionCreated,
+        responses={200: {"model": CollectionCreated, "description": "already collected"}},
     )
     @answers_invalid(invalid_collection)
     async def create_collection(body: CollectRequest) -> Response:
@@ -295,9 +299,16 @@ def _admin_routes(
             check_query(task, body.query)
         except CollectionError as exc:
             raise HttpProblemError(400, str(exc)) from None
+        query = query_json(body.query)
+        if task.dap == "dap-19" and isinstance(body.query, TimeIntervalQuery):
+            # DAP-19 §4.6.1: the identical CollectionJobReq names the same job, which this
+            # collector deletes at the leader once its outcome is stored: that outcome answers.
+            done = await asyncio.to_thread(db().completed_job, body.task_id, query)
+            if done is not None:
+                return JSONResponse({"collection_job_id": done}, status_code=200)
         job_id = CollectionJobId.random().to_b64url()
         created = await asyncio.to_thread(
-            db().create_job, job_id, body.task_id, query_json(body.query), millis(clock)
+            db().create_job, job_id, body.task_id, query, millis(clock)
         )
         if not created:  # the task was deleted in between
             raise HttpProblemError(404, f"unknown task {body.task_id}")

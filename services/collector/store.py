@@ -365,6 +365,18 @@ class Store:
         )
         return inserted == 1
 
+    def completed_job(self, task_id: str, query: str) -> str | None:
+        """The id of the task's earliest completed job with exactly this query, if any."""
+        row = self._run(
+            "completed_job",
+            lambda tx: tx.query_one(
+                "SELECT job_id FROM collection_jobs WHERE task_id = :task AND query = :query"
+                " AND state = :state ORDER BY created_at_ms LIMIT 1",
+                {"task": task_id, "query": query, "state": JobState.COMPLETE.value},
+            ),
+        )
+        return None if row is None else str(row["job_id"])
+
     def get_job(self, job_id: str) -> JobRow | None:
         row = self._run(
             "get_job",

@@ -21,6 +21,7 @@ from services.collector.collect import (
     collection_job_req,
     decrypt_collection_job,
     parse_query,
+    query_json,
 )
 from services.collector.poller import CollectionPoller
 from services.collector.store import JobState, JobUpdate
@@ -310,3 +311,18 @@ def test_a_taskprov_task_announces_itself_on_every_request(tmp_path: Path) -> No
     assert [m for m, _ in rig.leader.requests] == ["POST", "GET", "DELETE"]
     with pytest.raises(ValueError, match="taskprov derives"):
         _task(taskprov=True)  # a random id is no taskprov task's
+
+
+def test_the_completed_job_of_an_identical_query_is_found(tmp_path: Path) -> None:
+    """After the leader's job is deleted, the collector answers an identical DAP-19 query from
+    the job it completed (`POST /collections` answers 200 with it): only a completed job with
+    exactly that query counts."""
+    rig = Rig(tmp_path)
+    query = query_json(parse_query({"type": "time_interval", "start": START, "duration": 7200}))
+    other = query_json(parse_query({"type": "time_interval", "start": START, "duration": 3600}))
+    assert rig.store.completed_job(rig.task.task_id, query) is None  # still new
+    assert rig.run(rig.poller()) == 1
+    assert rig.job().state is JobState.COMPLETE
+    assert rig.store.completed_job(rig.task.task_id, query) == rig.job_id
+    assert rig.store.completed_job(rig.task.task_id, other) is None
+    assert rig.store.completed_job(TaskId.random().to_b64url(), query) is None
