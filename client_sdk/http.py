@@ -289,11 +289,14 @@ def _still_open(conn: _Connection) -> bool:
         return False
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return False
+    # poll, not select: select refuses descriptors above FD_SETSIZE (1024), which a process
+    # with many connections reaches, and every connection would then look closed.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
+        return not poller.poll(0)
+    except OSError:
         return False
-    return not readable
 
 
 def _failure(exc: BaseException) -> httpx.HTTPError:

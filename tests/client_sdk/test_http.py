@@ -5,6 +5,7 @@ transport policy and failures as httpx's exceptions."""
 from __future__ import annotations
 
 import json
+import resource
 import socket
 import ssl
 import threading
@@ -149,3 +150,23 @@ def test_https_is_verified_against_the_policy_ca(tmp_path: Path) -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_connections_are_reused_above_the_select_limit(server: _Server) -> None:
+    """With more than FD_SETSIZE (1024) descriptors open, as a busy simulator or a long test
+    process has, idle connections are still found open and reused."""
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"the descriptor limit ({hard}) is below the select limit")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    held = [socket.socket() for _ in range(1030)]
+    try:
+        with PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client:
+            for _ in range(3):
+                client.post(f"{server.url}/p", content=b"x")
+        assert len(server.ports) == 1
+    finally:
+        for s in held:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
