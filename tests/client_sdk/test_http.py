@@ -155,7 +155,6 @@ def test_https_is_verified_against_the_policy_ca(tmp_path: Path) -> None:
 def test_connections_are_reused_above_the_select_limit(server: _Server) -> None:
     """With more than FD_SETSIZE (1024) descriptors open, as a busy simulator or a long test
     process has, idle connections are still found open and reused."""
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1100:
         pytest.skip(f"the descriptor limit ({hard}) is below the select limit")
