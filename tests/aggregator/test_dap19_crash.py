@@ -101,14 +101,7 @@ def test_dap19_kill9_during_upload_aggregation_and_collection(tmp_path: Path, st
         dep.leader.restart()
 
         # Collection: the leader killed right after the job is created.
-        request = CollectionJobReq(Query.time_interval(Interval(now // task.tp, 1)), b"")
-        collector = {"Authorization": f"Bearer {COLLECTOR_TOKEN}"}
-        created = http.post(
-            f"{dep.leader.url}/tasks/{tid}/collection_jobs",
-            content=request.encode(),
-            headers={"Content-Type": c19.COLLECTION_JOB_REQ, **collector},
-        )
-        assert created.status_code == 201, created.text
+        request, collector, created = _create_collection(http, dep, task, now)
         dep.leader.restart()
         job = dep.leader.url + created.headers["location"]
         resp = _await_collection(http, job, collector, timeout=90)
@@ -132,6 +125,21 @@ def _await_collection(
 
     wait_until("the DAP-19 collection", done, timeout=timeout, pause=0.3)
     return result[0]
+
+
+def _create_collection(
+    http: httpx.Client, dep: Deployment, task: c19.Task19, now: int
+) -> tuple[CollectionJobReq, dict[str, str], httpx.Response]:
+    """POST the collection of `now`'s time-interval batch; (request, collector auth, answer)."""
+    request = CollectionJobReq(Query.time_interval(Interval(now // task.tp, 1)), b"")
+    collector = {"Authorization": f"Bearer {COLLECTOR_TOKEN}"}
+    created = http.post(
+        f"{dep.leader.url}/tasks/{task.params.task_id.to_b64url()}/collection_jobs",
+        content=request.encode(),
+        headers={"Content-Type": c19.COLLECTION_JOB_REQ, **collector},
+    )
+    assert created.status_code == 201, created.text
+    return request, collector, created
 
 
 def _provision(dep: Deployment, http: httpx.Client, min_batch_size: int) -> c19.Task19:
@@ -201,14 +209,7 @@ def test_dap19_lossy_link_with_a_deferring_helper(tmp_path: Path) -> None:
                 for m in measurements[i : i + PER_REQUEST]
             )
             assert _send(http, url, body)
-        request = CollectionJobReq(Query.time_interval(Interval(now // task.tp, 1)), b"")
-        collector = {"Authorization": f"Bearer {COLLECTOR_TOKEN}"}
-        created = http.post(
-            f"{dep.leader.url}/tasks/{tid}/collection_jobs",
-            content=request.encode(),
-            headers={"Content-Type": c19.COLLECTION_JOB_REQ, **collector},
-        )
-        assert created.status_code == 201, created.text
+        request, collector, created = _create_collection(http, dep, task, now)
         job = dep.leader.url + created.headers["location"]
         resp = _await_collection(http, job, collector, timeout=120)
         assert resp.report_count == len(measurements)
