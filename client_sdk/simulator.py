@@ -65,11 +65,11 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar, cast
 
 import numpy as np
 import rich.progress
@@ -100,6 +100,10 @@ from shared.recipe.model import Recipe
 from shared.recipe.query_class import QueryClass
 
 __all__ = ["SimulationSummary", "Simulator", "permissive_policy", "worker_stores"]
+
+_T = TypeVar("_T")
+#: The end of `Simulator._each`'s feed.
+_DONE = object()
 
 
 @dataclass
@@ -470,7 +474,31 @@ class Simulator:
                 summary.failed[f"{label}: {exc}"] += 1
             bar.add()
 
-        list(self.pool.map(one, devices))
+        self._each(one, devices)
+
+    def _each(self, fn: Callable[[_T], object], items: Sequence[_T]) -> None:
+        """`fn` on every item over the pool's threads: a few tasks, each taking the next item
+        until none is left (a task per item cost a future and a thread wake-up each). An
+        exception of `fn` does not stop the others: the first is raised once all are done."""
+        feed = iter(items)
+        lock = threading.Lock()
+
+        def drain() -> Exception | None:
+            failure: Exception | None = None
+            while True:
+                with lock:
+                    item = next(feed, _DONE)
+                if item is _DONE:
+                    return failure
+                try:
+                    fn(cast(_T, item))
+                except Exception as exc:
+                    failure = failure or exc
+
+        tasks = [self.pool.submit(drain) for _ in range(min(self.concurrency, len(items)))]
+        failures = [failure for failure in (task.result() for task in tasks) if failure]
+        if failures:
+            raise failures[0]
 
     def _answer(
         self,
@@ -582,7 +610,7 @@ class Simulator:
                 device, item = pair
                 self._record(device, item, device.send(item, now), summary, bar, malicious, now)
 
-            list(self.pool.map(send, stored))
+            self._each(send, stored)
 
     def _send_bulk(
         self,
