@@ -115,6 +115,8 @@ class SimulationSummary:
     uploaded: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    #: CPU seconds of the simulating process (all its threads) while it ran: summed over shards.
+    cpu_seconds: float = 0.0
     report_bytes: int = 0
     #: One-hot index (the value, for bit pushing; the string, for SFP) -> number of uploaded
     #: real reports that encoded it.
@@ -150,7 +152,8 @@ class SimulationSummary:
             f"refused {sum(self.refused.values())}, uploaded {self.uploaded}, "
             f"failed {sum(self.failed.values())}",
             f"{self.seconds:.1f} s, {self.reports_per_second:.1f} reports/s, "
-            f"{self.report_bytes / max(1, self.uploaded):.0f} bytes/report",
+            f"{self.report_bytes / max(1, self.uploaded):.0f} bytes/report, "
+            f"CPU {self.cpu_seconds:.2f} s",
         ]
         if self.offline or self.dummies or self.sybils:
             out.append(
@@ -329,11 +332,12 @@ class Simulator:
         mix = self.mix
         total = count + mix.sybils
         summary = SimulationSummary(devices=shard.devices(total))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         verified = verified or self.verify(recipe_id, version)
         if verified is None:
             summary.refused["recipe could not be verified"] = summary.devices
             summary.seconds = time.perf_counter() - start
+            summary.cpu_seconds = time.process_time() - cpu
             return summary
         recipe = verified.recipe
         policy = self.policy or self._permissive(recipe.query.fields, recipe.query.stream)
@@ -389,6 +393,7 @@ class Simulator:
                     self._dummies.clear()
                 bar.add(len(numbers))
         summary.seconds = time.perf_counter() - start
+        summary.cpu_seconds = time.process_time() - cpu
         return summary
 
     def _member(
@@ -417,7 +422,7 @@ class Simulator:
         """Steps 2-7 of `client_sdk.device` for one verified recipe on these devices (enrolling
         those not yet enrolled with the recipe's attester). The devices stay open."""
         summary = summary if summary is not None else SimulationSummary(devices=len(devices))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self._enroll(devices, verified, summary)
         # A kept population is not a seeded one: its noise comes from the OS CSPRNG.
         self._answer(
@@ -425,6 +430,7 @@ class Simulator:
         )
         self._donate(devices, summary)
         summary.seconds += time.perf_counter() - start
+        summary.cpu_seconds += time.process_time() - cpu
         return summary
 
     def _enroll(
