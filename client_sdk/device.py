@@ -610,6 +610,7 @@ class Device:
                 recipe.task.task_id,
                 reports,
                 announce=announce,
+                resent=[item.attempts > 0 for item in batch],
             )
 
         results = upload(items)
