@@ -12,10 +12,10 @@ answered its result or failure yet, an identical POST gets that job; once a poll
 the outcome, or the job was deleted, the next one creates a new job for the next batch (its id
 hashes the request and the number of jobs the request created before). So a collector that
 stopped between its POST and storing the Location gets its batch by asking again, even if the
-job finished meanwhile. A time-interval request has one encoding per
-interval, so after a job of it failed for want of the helper (no DAP problem: the leader gave up
-retrying) the identical request is the collector's only way to ask again: it then creates a new
-job the same way, which collects the batch the failed one froze.
+job finished meanwhile. A time-interval request has one encoding per interval, so after a job
+of it failed for want of the helper (no DAP problem: the leader gave up retrying) the identical
+request is the collector's only way to ask again: it then creates a new job the same way, which
+collects the batch the failed one froze.
 """
 
 from __future__ import annotations

@@ -122,11 +122,11 @@ _KEY_CACHE_S = 5.0
 #: How long a parsed task is reused before the store is asked again.
 _TASK_CACHE_S = 5.0
 
-#: Why a collection job failed, by the problem it failed with (the leader's own refusals and
-#: the helper's answers to the aggregate share request); the collector shows it.
 #: A collection job's final states, the ones a poll answers with its outcome.
 _ENDED: Final = (CollectionState.FINISHED, CollectionState.FAILED)
 
+#: Why a collection job failed, by the problem it failed with (the leader's own refusals and
+#: the helper's answers to the aggregate share request); the collector shows it.
 _COLLECTION_FAILURES: Final = {
     ProblemType.INVALID_BATCH_SIZE: (
         "a time bucket of the batch holds more reports than the task's rate validation allows "
