@@ -44,6 +44,7 @@ from deploy.config import DEPLOYMENT_FILE, Deployment, deployment_of, write_depl
 from deploy.errors import DeployError
 from deploy.keys import (
     PROVISIONED_PARTIES,
+    TASKPROV_HPKE_CONFIG_ID,
     TOKEN_KEY_IDS_FILE,
     DeploymentKeys,
     KeysError,
@@ -112,6 +113,8 @@ class UpOptions:
     tls: bool = False
     #: Processes of the token issuer (`TokenIssuerSettings.workers`), on its stores.
     token_issuer_workers: int = 1
+    #: Taskprov between the aggregators and the collector (`service_env`).
+    taskprov: bool = False
 
     def ports(self) -> dict[str, int]:
         return {
@@ -193,9 +196,12 @@ def service_env(
     urls: dict[str, str],
     tls: LocalTls | None = None,
     token_issuer_workers: int = 1,
+    taskprov: bool = False,
 ) -> dict[str, str]:
     """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
-    and holds no credential of another service)."""
+    and holds no credential of another service). `taskprov`: the aggregators opt into DAP-19
+    tasks announced by `DAP-Taskprov` headers (dap-19.md §11) and the collector takes such
+    tasks, with the deployment's ``taskprov.*`` secrets (`deploy.keys`)."""
     common = {"HOST": host, "PORT": str(port)}
     if tls is not None:
         cert = tls.certs[name]
@@ -214,6 +220,17 @@ def service_env(
             # The only issuer whose directory the aggregator fetches and whose tasks it takes.
             "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
         }
+        if taskprov:
+            t = keys.taskprov
+            env.update(
+                TASKPROV_VERIFY_KEY_INIT_FILE=str(t.verify_key_init_file),
+                TASKPROV_AGGREGATOR_AUTH_TOKEN_FILE=str(t.aggregator_token_file),
+                TASKPROV_COLLECTOR_HPKE_CONFIG=t.collector_hpke_config,
+                # Exactly as the task configurations of this deployment name it.
+                TASKPROV_PEER_ENDPOINT=urls["helper" if name == "leader" else "leader"],
+            )
+            if name == "leader":
+                env["TASKPROV_COLLECTOR_AUTH_TOKEN_FILE"] = str(t.collector_token_file)
     elif name == "collector":
         env = {
             **common,
@@ -222,6 +239,11 @@ def service_env(
             "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
+        if taskprov:
+            env.update(
+                TASKPROV_HPKE_SECRET_FILE=str(keys.taskprov.collector_hpke_file),
+                TASKPROV_HPKE_CONFIG_ID=str(TASKPROV_HPKE_CONFIG_ID),
+            )
     elif name == "token-issuer":
         env = {
             **common,
@@ -310,6 +332,7 @@ class Cluster:
                     urls=urls,
                     tls=tls,
                     token_issuer_workers=o.token_issuer_workers,
+                    taskprov=o.taskprov,
                 ),
                 logs / f"{name}.log",
             )
@@ -358,6 +381,9 @@ class Cluster:
             self.data_dir,
             store=self.options.store,
             tls_ca_file=self.transport.ca_file,
+            taskprov_collector_token=keys.taskprov.collector_token
+            if self.options.taskprov
+            else None,
         )
         try:
             write_deployment(self.deployment_path, deployment)
