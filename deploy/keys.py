@@ -31,7 +31,7 @@ party gains nothing at the others, 001 §4.3):
   verify key from), ``taskprov.aggregator_token`` (the leader's token at the helper on those
   tasks), ``taskprov.collector_token`` (the collector's at the leader) and
   ``taskprov.collector_hpke`` (the X25519 key their aggregate shares are sealed to; the
-  aggregators get its public HpkeConfig). Made on every start, used only with the flag.
+  aggregators get its public HpkeConfig). Made only for a deployment that runs taskprov.
 - ``<role>.db_password`` and ``<role>.pgpass``, only for the database roles asked for
   (`ensure_db_password`; the compose file's PostgreSQL servers): a generated password, raw
   (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
@@ -128,7 +128,8 @@ class DeploymentKeys:
     ca_key_file: Path
     #: Per service of `DATASTORE_KEY_SERVICES`: its ``datastore_keys`` setting.
     datastore_keys: dict[str, str]
-    taskprov: TaskprovKeys
+    #: The taskprov secrets, for a deployment that runs taskprov.
+    taskprov: TaskprovKeys | None = None
 
     def __repr__(self) -> str:
         return f"DeploymentKeys({str(self.directory)!r})"
@@ -286,8 +287,11 @@ def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
     _write_new(cert_file, ca.certificate_pem())
 
 
-def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> DeploymentKeys:
-    """Create whatever is missing in `directory` and return it all.
+def ensure_keys(
+    directory: Path, *, analyst_token: str | None = None, taskprov: bool = False
+) -> DeploymentKeys:
+    """Create whatever is missing in `directory` and return it all (the ``taskprov.*`` files
+    only with `taskprov`).
 
     `analyst_token` seeds a new token file (an older deployment file's, so scripts holding it
     keep working); existing files win. A shared ``admin_token`` file of an older layout is
@@ -317,7 +321,7 @@ def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> Deploym
             service: _datastore_key(datastore_key_file(directory, service))
             for service in DATASTORE_KEY_SERVICES
         },
-        taskprov=_taskprov_keys(directory),
+        taskprov=_taskprov_keys(directory) if taskprov else None,
     )
 
 

@@ -196,12 +196,11 @@ def service_env(
     urls: dict[str, str],
     tls: LocalTls | None = None,
     token_issuer_workers: int = 1,
-    taskprov: bool = False,
 ) -> dict[str, str]:
     """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
-    and holds no credential of another service). `taskprov`: the aggregators opt into DAP-19
-    tasks announced by `DAP-Taskprov` headers (dap-19.md §11) and the collector takes such
-    tasks, with the deployment's ``taskprov.*`` secrets (`deploy.keys`)."""
+    and holds no credential of another service). With `keys.taskprov` the aggregators opt into
+    DAP-19 tasks announced by `DAP-Taskprov` headers (dap-19.md §11) and the collector takes
+    such tasks, with those secrets."""
     common = {"HOST": host, "PORT": str(port)}
     if tls is not None:
         cert = tls.certs[name]
@@ -220,8 +219,8 @@ def service_env(
             # The only issuer whose directory the aggregator fetches and whose tasks it takes.
             "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
         }
-        if taskprov:
-            t = keys.taskprov
+        t = keys.taskprov
+        if t is not None:
             env.update(
                 TASKPROV_VERIFY_KEY_INIT_FILE=str(t.verify_key_init_file),
                 TASKPROV_AGGREGATOR_AUTH_TOKEN_FILE=str(t.aggregator_token_file),
@@ -239,7 +238,7 @@ def service_env(
             "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
-        if taskprov:
+        if keys.taskprov is not None:
             env.update(
                 TASKPROV_HPKE_SECRET_FILE=str(keys.taskprov.collector_hpke_file),
                 TASKPROV_HPKE_CONFIG_ID=str(TASKPROV_HPKE_CONFIG_ID),
@@ -306,7 +305,7 @@ class Cluster:
         # scripts that already hold it keep working across the upgrade.
         analyst = _existing_analyst_token(self.deployment_path)
         try:
-            return ensure_keys(self.keys_dir, analyst_token=analyst)
+            return ensure_keys(self.keys_dir, analyst_token=analyst, taskprov=self.options.taskprov)
         except (OSError, KeysError) as exc:
             raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
 
@@ -332,7 +331,6 @@ class Cluster:
                     urls=urls,
                     tls=tls,
                     token_issuer_workers=o.token_issuer_workers,
-                    taskprov=o.taskprov,
                 ),
                 logs / f"{name}.log",
             )
@@ -381,9 +379,7 @@ class Cluster:
             self.data_dir,
             store=self.options.store,
             tls_ca_file=self.transport.ca_file,
-            taskprov_collector_token=keys.taskprov.collector_token
-            if self.options.taskprov
-            else None,
+            taskprov_collector_token=keys.taskprov.collector_token if keys.taskprov else None,
         )
         try:
             write_deployment(self.deployment_path, deployment)
