@@ -16,7 +16,8 @@ not share:
 - Prio3 sharding: `shard_batch` over a chunk of reports (fresh report ids and randomness per
   report); HPKE sealing stays per report (`client_sdk.reports`);
 - requests: one thread pool (started once per simulator) over one keep-alive client
-  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request). Every device
+  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request), a network
+  phase as one task per thread taking the next device (`Simulator._each`). Every device
   sends its own requests (enrolment, its batched token request, its upload), as a real one
   would; nothing of two devices is merged into one request, except in relay mode below.
 
