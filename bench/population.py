@@ -9,8 +9,8 @@ are its own (a simulator prints its CPU, `os.wait4` gives its peak RSS; /proc fo
   request, shards, seals and uploads. Devices/s is over the simulation's wall time, from the
   recipe's verification to the last upload accepted; simulator CPU per device is the CPU the
   process spent simulating, as it prints it (no interpreter start or imports: subtracting a
-  one-device run's CPU instead showed 0.7 ms a device of a true 1.8); issuer CPU is per token
-  issued.
+  one-device run's CPU instead showed 0.7 ms a device of a true 1.8), first uses in a fresh
+  process included (numba's kernels loaded: about 0.12 s); issuer CPU is per token issued.
 - **without tokens**: a task provisioned through the admin APIs bound to a recipe built here,
   requiring no tokens; the simulator (a spawned process running `Simulator.run`) at two
   population sizes, so its peak RSS shows whether memory grows with the population.
@@ -58,7 +58,7 @@ leader 0.41, helper 0.18: 1.4 -> 1.3. Left per device, measured in process: the 
 two blindings and finalizations (0.18 ms), two HPKE seals (0.11), Prio3 sharding (0.08), the
 device's key and certificate (0.06), six store transactions (about 0.02 each) and three
 requests; the issuer's two blind signatures (0.49), the certificate and request signature
-checks (0.13), two store transactions of 13 statements (0.18) and two requests.
+checks (0.13), two store transactions of 11 statements (about 0.17) and two requests.
 """
 
 from __future__ import annotations
