@@ -236,24 +236,25 @@ class AttesterService:
         nonce = secrets.token_bytes(NONCE_SIZE)
 
         def insert(tx: Tx) -> bool:
-            known = tx.query_one(
-                "SELECT device_id FROM pp_attester_devices WHERE device_id = :d", {"d": device_id}
+            # Insert first: a population's devices are new, and then this is their only
+            # statement for the device row.
+            created = (
+                tx.execute(
+                    "INSERT INTO pp_attester_devices (device_id, public_key, certificate,"
+                    " enrolled_at) VALUES (:d, :k, :c, :t) ON CONFLICT (device_id) DO NOTHING",
+                    {"d": device_id, "k": spki, "c": der, "t": now},
+                )
+                == 1
             )
-            if known:
+            if not created:
                 tx.execute(
                     "UPDATE pp_attester_devices SET certificate = :c WHERE device_id = :d",
                     {"c": der, "d": device_id},
                 )
-            else:
-                tx.execute(
-                    "INSERT INTO pp_attester_devices (device_id, public_key, certificate,"
-                    " enrolled_at) VALUES (:d, :k, :c, :t)",
-                    {"d": device_id, "k": spki, "c": der, "t": now},
-                )
             if first_nonce:
                 # A device enrolled by this transaction has no nonces to expire or count.
-                self._add_nonce(tx, device_id, nonce, now, fresh=not known)
-            return not known
+                self._add_nonce(tx, device_id, nonce, now, fresh=created)
+            return created
 
         if first_nonce:
             self._housekeeping(now, now // self._window)
@@ -412,17 +413,18 @@ class AttesterService:
             )
             if consumed != 1:
                 return "replay"
-            tx.execute(
-                "INSERT INTO pp_attester_quota (device_id, period, issued) VALUES (:d, :p, 0)"
-                " ON CONFLICT (device_id, period) DO NOTHING",
-                {"d": device_id, "p": period},
-            )
+            # The nonce stays consumed either way: this transaction commits in both cases.
+            if units > self._quota:
+                return "over"
+            # One upsert: a window's first charge inserts the row, a later one adds to it only
+            # within the quota (no row changed: over).
             charged = tx.execute(
-                "UPDATE pp_attester_quota SET issued = issued + :k"
-                " WHERE device_id = :d AND period = :p AND issued + :k <= :n",
+                "INSERT INTO pp_attester_quota (device_id, period, issued) VALUES (:d, :p, :k)"
+                " ON CONFLICT (device_id, period) DO UPDATE"
+                " SET issued = pp_attester_quota.issued + :k"
+                " WHERE pp_attester_quota.issued + :k <= :n",
                 {"d": device_id, "p": period, "n": self._quota, "k": units},
             )
-            # The nonce stays consumed either way: this transaction commits in both cases.
             return "ok" if charged == 1 else "over"
 
         outcome = self._db.run("attester.charge", charge)
