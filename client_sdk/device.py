@@ -212,6 +212,7 @@ class Device:
         self.rng = rng or device_random()
         self._recipes: RecipeClient | None = None
         self._parsed: dict[tuple[str, int], Recipe] = {}
+        self._bindings: dict[tuple[str, int], RecipeBinding] = {}
         self._configs: dict[tuple[str, str], HpkeConfig] = {}
 
     # --- recipes --------------------------------------------------------------------------
@@ -340,7 +341,9 @@ class Device:
             return self._refused_at_commit(plan, exc)
         # The recipe the canonical bytes just stored decode to (parsing them again per report
         # is most of a simulated device's recipe handling).
-        self._parsed.setdefault((recipe.recipe_id, recipe.version), recipe)
+        key = (recipe.recipe_id, recipe.version)
+        self._parsed.setdefault(key, recipe)
+        self._bindings.setdefault(key, RecipeBinding(plan.verified.digest, recipe.min_batch_size))
         return Outcome("dummy" if plan.dummy else "queued", pending_id=pending_id)
 
     def _refused_at_commit(self, plan: Plan, exc: BudgetRefusedError) -> Outcome:
@@ -374,13 +377,17 @@ class Device:
 
     def _binding(self, recipe_id: str, version: int) -> RecipeBinding:
         # The digest of the canonical bytes the device verified and stored (not a re-encoding).
-        with self.db.lock:
-            row = self.db.conn.execute(
-                "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?",
-                (recipe_id, version),
-            ).fetchone()
-        recipe = self.recipe(recipe_id, version)
-        return RecipeBinding(recipe_digest(bytes(row[0])), recipe.min_batch_size)
+        key = (recipe_id, version)
+        found = self._bindings.get(key)
+        if found is None:
+            with self.db.lock:
+                row = self.db.conn.execute(
+                    "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?", key
+                ).fetchone()
+            recipe = self.recipe(recipe_id, version)
+            found = RecipeBinding(recipe_digest(bytes(row[0])), recipe.min_batch_size)
+            self._bindings[key] = found
+        return found
 
     def token_policy(self, recipe: Recipe) -> TokenPolicy:
         # The recipe's issuer name and window (signed, logged, and what the recipe server

@@ -17,7 +17,7 @@ accepted before, ``GET /log/consistency?first=&second=``; then
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -26,6 +26,7 @@ from client_sdk.errors import ClientError
 from client_sdk.http import HttpClient
 from client_sdk.storage import StateDb
 from shared.b64url import b64url_decode
+from shared.dap.extensions import recipe_digest
 from shared.recipe.log import LogVerificationError, LogVerifier, SignedTreeHead
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
@@ -49,6 +50,12 @@ class VerifiedRecipe:
     recipe: Recipe
     canonical: bytes
     leaf_index: int
+    #: SHA-256 of `canonical`, the recipe binding's digest: hashed once, not by each of the
+    #: devices a simulator hands this recipe.
+    digest: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", recipe_digest(self.canonical))
 
 
 class RecipeClient:
