@@ -168,6 +168,10 @@ def _pending(row: tuple[Any, ...]) -> PendingUpload:
     )
 
 
+class _NoTokenError(Exception):
+    """A share of the report has no cached token (`Device._take_tokens` rolls back)."""
+
+
 class Device:
     def __init__(
         self,
@@ -514,27 +518,43 @@ class Device:
         if item.token is not None and item.helper_token is not None:
             leader, helper = Token.decode(item.token), Token.decode(item.helper_token)
         elif self.config.use_tokens:
-            self._ensure_tokens(item, recipe, now)
-            task_id = TaskId.from_b64url(item.task_id)
-            policy = self.token_policy(recipe)
-            with self.db.transaction() as conn:
-                leader, helper = (
-                    self.tokens.take(conn, task_id, item.donation_time, policy, role)
-                    for role in TOKEN_ROLES
-                )
-                if leader is None or helper is None:
-                    # The transaction rolls back: a token taken for one share stays unused.
+            # Take first: the tokens are usually prefetched (step 6), and counting them first
+            # would cost two more queries a report.
+            taken = self._take_tokens(item, recipe)
+            if taken is None:
+                self._ensure_tokens(item, recipe, now)
+                taken = self._take_tokens(item, recipe)
+                if taken is None:
                     raise TokenError("no token for this window")
-                conn.execute(
-                    "UPDATE pending_upload SET token = ?, helper_token = ? WHERE id = ?",
-                    (leader.encode(), helper.encode(), item.id),
-                )
+            leader, helper = taken
         return ReportInput(
             item.measurement,
             item.donation_time,
             encode_extensions(binding, leader),
             encode_extensions(binding, helper),
         )
+
+    def _take_tokens(self, item: PendingUpload, recipe: Recipe) -> tuple[Token, Token] | None:
+        """Mark a cached token of each aggregator's share used and record both in the pending
+        row, in one transaction; None (nothing taken) unless both shares have one."""
+        task_id = TaskId.from_b64url(item.task_id)
+        policy = self.token_policy(recipe)
+        try:
+            with self.db.transaction() as conn:
+                leader, helper = (
+                    self.tokens.take(conn, task_id, item.donation_time, policy, role)
+                    for role in TOKEN_ROLES
+                )
+                if leader is None or helper is None:
+                    # Rolls the transaction back: a token taken for one share stays unused.
+                    raise _NoTokenError
+                conn.execute(
+                    "UPDATE pending_upload SET token = ?, helper_token = ? WHERE id = ?",
+                    (leader.encode(), helper.encode(), item.id),
+                )
+        except _NoTokenError:
+            return None
+        return leader, helper
 
     def store_report(self, item: PendingUpload, report: AnyReport) -> PendingUpload:
         """Persist the sealed report before it is sent: a resumed upload re-sends it."""

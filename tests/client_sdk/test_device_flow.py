@@ -27,6 +27,7 @@ from shared.dap.extensions import (
     token_policy_for_issuer,
 )
 from shared.dap.hpke_context import input_share_aad, input_share_info
+from shared.dap.ids import TaskId
 from shared.dap.messages import PlaintextInputShare, Report, Role
 from shared.recipe.model import Recipe
 from shared.recipe.signing import recipe_bytes
@@ -413,3 +414,34 @@ def test_a_devices_stores_are_owner_only_and_never_a_planted_link(tmp_path: Path
     with pytest.raises(OSError, match="symbolic link"):
         Device(policy(), config, directory=tmp_path / "p")
     assert not (tmp_path / "elsewhere.sqlite3").exists()
+
+
+def test_a_token_cached_for_one_share_is_used_with_one_fetched_for_the_other(
+    world: World, tmp_path: Path
+) -> None:
+    """Sealing takes the cached tokens first; with only the leader's share's token cached,
+    nothing is taken until the helper's is fetched, then each share carries its own and the
+    cache holds no unused token."""
+    world.publish()
+    device = world.device(tmp_path / "d")
+    assert device.answer(verified(world, device)).status == "queued"
+    (item,) = device.pending()
+    recipe = device.recipe(item.recipe_id, item.version)
+    task_id = TaskId.from_b64url(item.task_id)
+    token_policy = device.token_policy(recipe)
+    args = (device.attester_url(recipe), NOW, recipe.token_issuer.key_ids)
+    device.tokens.fetch(task_id, item.donation_time, token_policy, Role.LEADER, *args)
+    with device.db.lock:
+        ((cached,),) = device.db.conn.execute("SELECT token FROM token WHERE used = 0").fetchall()
+    # Sealing without the prefetch (step 6): the helper's token is fetched at sealing.
+    sealed = device.seal(item, item.donation_time)
+    assert device.send(sealed, item.donation_time).status == "sent"
+    (report,) = world.leader.uploads
+    leader, helper = (
+        decode_extensions(open_share(world, report, role).extensions).token
+        for role in (Role.LEADER, Role.HELPER)
+    )
+    assert leader is not None and helper is not None
+    assert leader.encode() == bytes(cached) and helper.nonce != leader.nonce
+    for role in (Role.LEADER, Role.HELPER):
+        assert device.tokens.available(task_id, item.donation_time, token_policy, role) == 0
