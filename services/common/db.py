@@ -87,6 +87,12 @@ POSTGRES = Dialect(
 )
 
 
+#: Columns of `Tx.insert_rows`: (name, DDL type placeholder: "blob", "bigint" or "text").
+Columns = Sequence[tuple[str, str]]
+#: Writes rows (tuples in column order) into a table, the engine's fastest way.
+InsertRows = Callable[[str, Columns, Sequence[Sequence[Any]]], None]
+
+
 class Tx:
     """One open transaction; only valid inside `Database.transaction` / `Database.run`."""
 
@@ -96,11 +102,13 @@ class Tx:
         dialect: Dialect,
         execute: Callable[[str, Params], Any],
         execute_many: Callable[[str, Sequence[Params]], Any],
+        insert_rows: InsertRows,
     ) -> None:
         self.name = name
         self.dialect = dialect
         self._execute = execute
         self._execute_many = execute_many
+        self._insert_rows = insert_rows
 
     def execute(self, sql: str, params: Params | None = None) -> int:
         """Run a statement; the number of rows it changed."""
@@ -112,6 +120,14 @@ class Tx:
         of a job cost one round trip, not hundreds."""
         if params:
             self._execute_many(self.dialect.translate(sql), params)
+
+    def insert_rows(self, table: str, columns: Columns, rows: Sequence[Sequence[Any]]) -> None:
+        """Plain INSERTs of many rows, each a tuple in `columns` order: executemany on SQLite,
+        a binary COPY on PostgreSQL, whose client side costs a quarter of a pipelined
+        executemany per row. As an INSERT without ON CONFLICT, a duplicate key fails the
+        statement (the unique index checks COPY's rows the same way)."""
+        if rows:
+            self._insert_rows(table, columns, rows)
 
     def query(self, sql: str, params: Params | None = None) -> list[Row]:
         cur = self._execute(self.dialect.translate(sql), params or {})
@@ -190,7 +206,13 @@ class _SqliteEngine(_Engine):
         except sqlite3.OperationalError as exc:
             raise TransientDbError(str(exc)) from exc
         try:
-            yield Tx(name, self.dialect, conn.execute, conn.executemany)
+            yield Tx(
+                name,
+                self.dialect,
+                conn.execute,
+                conn.executemany,
+                functools.partial(_sqlite_insert_rows, conn),
+            )
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK")
             if _sqlite_busy(exc):
@@ -211,6 +233,28 @@ class _SqliteEngine(_Engine):
                 conn.close()
             self._all.clear()
         self._local = threading.local()
+
+
+def _sqlite_insert_rows(
+    conn: sqlite3.Connection, table: str, columns: Columns, rows: Sequence[Sequence[Any]]
+) -> None:
+    names = ", ".join(name for name, _ in columns)
+    marks = ", ".join("?" for _ in columns)
+    conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
+
+
+#: PostgreSQL's name of each DDL type placeholder, for binary COPY.
+_COPY_TYPES = {"blob": "bytea", "bigint": "int8", "text": "text"}
+
+
+def _copy_rows(
+    conn: psycopg.Connection[Any], table: str, columns: Columns, rows: Sequence[Sequence[Any]]
+) -> None:
+    names = ", ".join(name for name, _ in columns)
+    with conn.cursor().copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([_COPY_TYPES[kind] for _, kind in columns])
+        for row in rows:
+            copy.write_row(row)
 
 
 #: What `tx_metrics` counts as the database failing a transaction (not its body).
@@ -254,7 +298,13 @@ class _PostgresEngine(_Engine):
             with self._pool.connection() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
                 try:
-                    yield Tx(name, self.dialect, conn.execute, conn.cursor().executemany)
+                    yield Tx(
+                        name,
+                        self.dialect,
+                        conn.execute,
+                        conn.cursor().executemany,
+                        functools.partial(_copy_rows, conn),
+                    )
                 except BaseException:
                     if not conn.broken:
                         conn.execute("ROLLBACK")

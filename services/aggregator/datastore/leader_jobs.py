@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from services.aggregator.datastore.aggregation_jobs import (
     insert_job,
     insert_report_aggregations,
-    outcome_rows,
 )
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import add_outcomes
@@ -142,17 +141,11 @@ class LeaderJobStore(StoreBase):
         insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
         insert_report_aggregations(
             tx,
+            task_id,
+            job_id,
             [
-                {
-                    "t": task_id,
-                    "j": job_id,
-                    "o": ord_,
-                    "r": r["report_id"],
-                    "time": r["client_time"],
-                    "s": ReportAggregationState.START,
-                    "e": None,
-                }
-                for ord_, r in enumerate(chunk)
+                (bytes(r["report_id"]), int(r["client_time"]), ReportAggregationState.START, None)
+                for r in chunk
             ],
         )
         # One statement over the job's rows (the report_aggregations just inserted) rather
@@ -241,9 +234,9 @@ class LeaderJobStore(StoreBase):
                 "UPDATE report_aggregations SET state = :s, error = :e"
                 " WHERE task_id = :t AND job_id = :j AND ord = :o",
                 [
-                    row
-                    for row in outcome_rows(lease.task_id, lease.job_id, final)
-                    if row["e"] is not None
+                    {**ids, "o": ord_, "s": ReportAggregationState.FAILED, "e": int(o.error)}
+                    for ord_, o in enumerate(final)
+                    if o.error is not None
                 ],
             )
             requeue = {

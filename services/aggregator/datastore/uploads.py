@@ -8,7 +8,6 @@ finishes it (helper, `helper_jobs`), so a crash neither loses a spend nor counts
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import is_collected
@@ -17,6 +16,17 @@ from services.aggregator.datastore.states import Stage, UploadOutcome
 from services.aggregator.datastore.stats import count_rejections
 from services.common.db import Tx
 
+#: The columns of a stored upload, in `put_reports`'s order.
+_REPORT_COLUMNS = (
+    ("task_id", "blob"),
+    ("report_id", "blob"),
+    ("client_time", "bigint"),
+    ("public_share", "blob"),
+    ("leader_input_share", "blob"),
+    ("helper_encrypted_share", "blob"),
+    ("aggregation_started", "bigint"),
+    ("received_at", "bigint"),
+)
 #: Reasons of `rejection_counts` the datastore itself decides.
 REASON_TOKEN_SPENT = "token_spent"
 #: The counter reason of each refusal `put_reports` makes.
@@ -86,7 +96,7 @@ class UploadStore(StoreBase):
             for task_id, reason in refusals:
                 rejected.setdefault(task_id, []).append(reason)
             outcomes: list[UploadOutcome] = []
-            rows: list[dict[str, Any]] = []
+            rows: list[tuple[bytes, bytes, int, bytes, bytes, bytes, int, int]] = []
             for r in reports:
                 outcome = UploadOutcome.STORED
                 if r.batch_key is not None:
@@ -109,24 +119,20 @@ class UploadStore(StoreBase):
                     continue
                 seen[r.task_id].add(r.report_id)
                 rows.append(
-                    {
-                        "t": r.task_id,
-                        "r": r.report_id,
-                        "time": r.client_time,
-                        "ps": r.public_share,
-                        "ls": r.leader_input_share,
-                        "hs": r.helper_encrypted_share,
-                        "now": r.received_at,
-                    }
+                    (
+                        r.task_id,
+                        r.report_id,
+                        r.client_time,
+                        r.public_share,
+                        r.leader_input_share,
+                        r.helper_encrypted_share,
+                        0,  # aggregation_started: the job creator takes it
+                        r.received_at,
+                    )
                 )
             # The ids were checked above under the transaction's isolation: a concurrent
             # insert of one of them makes this conflict, and the retry finds it replayed.
-            tx.execute_many(
-                "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
-                " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
-                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)",
-                rows,
-            )
+            tx.insert_rows("client_reports", _REPORT_COLUMNS, rows)
             for task_id, reasons in rejected.items():
                 count_rejections(tx, task_id, Stage.UPLOAD, reasons, self._shard())
             return outcomes
