@@ -8,10 +8,12 @@ survives kill -9, while N concurrent uploads cost one transaction instead of N c
 (SQLite has one writer; on PostgreSQL each commit is a WAL flush).
 
 Groups form by themselves: while one commit runs, the next uploads queue up, so a lone upload
-is stored at once and a busy leader writes large groups. Refusals found before the store are
-counted in the same transaction. If a group's transaction fails on its data, its uploads are
-stored one by one, so one bad row fails only its own request; if the store stays busy or
-unreachable through the retries, every upload of the group gets that error at once.
+is stored at once and a busy leader writes large groups. A group with a job's worth of one
+task's reports also makes their aggregation jobs (`Datastore.put_reports`). Refusals found
+before the store are counted in the same transaction. If a group's transaction fails on its
+data, its uploads are stored one by one, so one bad row fails only its own request; if the
+store stays busy or unreachable through the retries, every upload of the group gets that
+error at once.
 
 The queue is bounded (`max_queue`): when the store falls behind, a new upload is refused with
 `QueueFullError` (the route answers 503 with Retry-After) and everything already queued is
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.aggregator.datastore import Datastore, NewReport
+from services.aggregator.datastore import Datastore, JobSizes, NewReport
 from services.common.db import TransientDbError
 from services.common.problems import InternalError
 
@@ -60,12 +62,14 @@ class UploadWriter:
         *,
         max_group: int,
         max_queue: int,
+        jobs: JobSizes | None = None,
         idle_s: float = 2.0,
         metrics: CollectorRegistry | None = None,
     ) -> None:
         self._ds = datastore
         self._max_group = max_group
         self._max_queue = max_queue
+        self._jobs = jobs
         self._idle_s = idle_s
         self._queue: deque[_Pending] = deque()
         self._cond = threading.Condition()
@@ -131,7 +135,7 @@ class UploadWriter:
         reports = [p.report for p in group if p.report is not None]
         refusals = [p.refusal for p in group if p.refusal is not None]
         try:
-            stored = iter(self._ds.put_reports(reports, refusals))
+            stored = iter(self._ds.put_reports(reports, refusals, self._jobs))
         except TransientDbError as exc:
             # The store stayed busy or unreachable through every retry: one by one would only
             # wait that long again per upload. Every request gets the error (a 500: retry).

@@ -118,12 +118,12 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
     original = ds.put_reports
     calls: list[int] = []
 
-    def gated(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
+    def gated(reports: Any, *args: Any, **kwargs: Any) -> list[UploadOutcome]:
         calls.append(len(reports))
         if len(calls) == 1:
             entered.set()
             gate.wait(5)
-        return original(reports, refusals)
+        return original(reports, *args, **kwargs)
 
     ds.put_reports = gated  # type: ignore[method-assign]
     writer.store(_report(100), answers.callback(100))
@@ -178,7 +178,7 @@ def test_a_store_that_stays_unavailable_fails_the_group_at_once(ds: Datastore) -
     calls: list[int] = []
     gate, entered = threading.Event(), threading.Event()
 
-    def unavailable(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
+    def unavailable(reports: Any, *_: Any, **__: Any) -> list[UploadOutcome]:
         calls.append(len(reports))
         entered.set()
         gate.wait(5)

@@ -42,6 +42,27 @@ def unassign(tx: Tx, task_id: bytes, batch_id: bytes | None, count: int) -> None
     )
 
 
+def insert_leader_job(
+    tx: Tx,
+    task_id: bytes,
+    batch_id: bytes | None,
+    reports: Sequence[tuple[bytes, int]],
+    now: int,
+) -> bytes:
+    """A new leader job over `reports` (report id, client time), in this order; its id. The
+    caller marks the reports started in the same transaction."""
+    job_id = secrets.token_bytes(16)
+    times = [time for _, time in reports]
+    insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
+    insert_report_aggregations(
+        tx,
+        task_id,
+        job_id,
+        [(report_id, time, ReportAggregationState.START, None) for report_id, time in reports],
+    )
+    return job_id
+
+
 class LeaderJobStore(StoreBase):
     def create_aggregation_jobs(
         self,
@@ -136,17 +157,12 @@ class LeaderJobStore(StoreBase):
     def _insert_leader_job(
         self, tx: Tx, task_id: bytes, batch_id: bytes | None, chunk: list[Row], now: int
     ) -> None:
-        job_id = secrets.token_bytes(16)
-        times = [int(r["client_time"]) for r in chunk]
-        insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
-        insert_report_aggregations(
+        job_id = insert_leader_job(
             tx,
             task_id,
-            job_id,
-            [
-                (bytes(r["report_id"]), int(r["client_time"]), ReportAggregationState.START, None)
-                for r in chunk
-            ],
+            batch_id,
+            [(bytes(r["report_id"]), int(r["client_time"])) for r in chunk],
+            now,
         )
         # One statement over the job's rows (the report_aggregations just inserted) rather
         # than one parameter set per report.
