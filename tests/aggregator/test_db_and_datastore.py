@@ -123,6 +123,42 @@ def test_transaction_rolls_back_on_error(db_url: str) -> None:
         db.close()
 
 
+def test_read_sees_committed_rows_only_and_copy_inserts_rows(db_url: str) -> None:
+    """`Database.read` outside a transaction sees what is committed, not what another
+    transaction is still writing; `Tx.insert_rows` stores rows as an INSERT would."""
+    db = Database.open(db_url)
+    try:
+        db.migrate(
+            (Migration(1, "t", ("CREATE TABLE t (k {bigint} PRIMARY KEY, v {blob}, s {text})",)),)
+        )
+        columns = (("k", "bigint"), ("v", "blob"), ("s", "text"))
+        db.run("put", lambda tx: tx.insert_rows("t", columns, [(1, b"\x00", "a"), (2, None, "b")]))
+        inside, release = threading.Event(), threading.Event()
+
+        def writing(tx: Tx) -> None:
+            tx.insert_rows("t", columns, [(3, b"c", "c")])
+            inside.set()
+            assert release.wait(5)
+
+        writer = threading.Thread(target=db.run, args=("writing", writing))
+        writer.start()
+        try:
+            assert inside.wait(5)
+            rows = db.read("peek", "SELECT k, v, s FROM t ORDER BY k")
+            assert rows == [{"k": 1, "v": b"\x00", "s": "a"}, {"k": 2, "v": None, "s": "b"}]
+        finally:
+            release.set()
+            writer.join()
+        assert [r["k"] for r in db.read("peek", "SELECT k FROM t WHERE k > :n", {"n": 1})] == [
+            2,
+            3,
+        ]
+        with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+            db.run("again", lambda tx: tx.insert_rows("t", columns, [(1, b"", "x")]))
+    finally:
+        db.close()
+
+
 def test_concurrent_increments_are_not_lost(db_url: str) -> None:
     """Serializable transactions plus retries: N threads x M read-modify-writes = N*M."""
     db = Database.open(db_url, pool_size=4)
