@@ -9,14 +9,15 @@
         [--store-dir DIR] [--slots 12 --slot-seconds 300 --time-scale 1000] [--seed 0] \\
         [--workers N] [--shard i/k] [--ca-file ca.pem] [--allow-insecure-http] \\
         [--offline 0.1] [--clock-skew 30] [--window 3600 --arrivals diurnal] \\
-        [--dummy-rate 0.05] [--malicious 0.01] [--sybils 500 --sybil-answer 3]
+        [--malicious 0.01] [--sybils 500 --sybil-answer 3]
 
 The population is seeded (`client_sdk.population`): ``--shard i/k`` simulates share i of k of
 it (k machines, one deployment, the same totals as one), and ``--workers N`` deals this
 machine's share over N processes, each with its own store (`--store-dir`, or a temporary one).
 The population's realism and adversaries (`client_sdk.population.PopulationMix`): offline
-devices, clock skew, answer times over a window, dummy reports (001 §4.6, probability q' for
-a device not sampled), malicious devices replaying their tokens, and a Sybil surge.
+devices, clock skew, answer times over a window, malicious devices replaying their tokens, and
+a Sybil surge; dummy reports (001 §4.6) are the recipe's (its `dummy_rate` q'), which devices
+follow and the accounting and the collector count with.
 
 Wiring: `devices_app(defaults)` is the ``devices`` command group (Typer); `defaults` fills what
 the flags left unset (`deploy.cli` takes it from the deployment file); `main(argv)` runs it
@@ -103,7 +104,6 @@ class DevicesRun:
     workers: int = 1
     shard: Shard = field(default_factory=Shard)
     mix: PopulationMix = field(default_factory=PopulationMix)
-    dummy_rate: float = 0.0
     ca_file: str | None = None
     allow_insecure_http: bool = False
     relay: bool = False
@@ -197,9 +197,6 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
         arrivals: Annotated[
             str, typer.Option(parser=_arrivals, help="uniform or diurnal")
         ] = "uniform",
-        dummy_rate: Annotated[
-            float, _fraction(help="q': a device not sampled sends a dummy report")
-        ] = 0.0,
         malicious: Annotated[
             float, _fraction(help="fraction replaying their tokens in a second report")
         ] = 0.0,
@@ -247,7 +244,6 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
                 sybils=sybils,
                 sybil_answer=sybil_answer,
             ),
-            dummy_rate=dummy_rate,
             ca_file=ca_file,
             allow_insecure_http=allow_insecure_http,
             relay=relay,
@@ -340,7 +336,6 @@ def run_shard(options: DevicesRun, shard: Shard) -> SimulationSummary:
             bind_recipe=not options.no_binding,
             donation=DonationSchedule(options.slots, options.slot_seconds),
             transport=transport,
-            dummy_rate=options.dummy_rate,
         )
         # One progress display: the first worker's (the others' shares move alike).
         first = shard.index < options.shard.count

@@ -8,8 +8,8 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
    (and, with tokens, issuer keys pinned by the recipe), an approved query class (000 §4.2)
    and, in the budget accountant, checks 1-3 (000 §4.3; `client_sdk.budget`);
 3. self-sample with probability q (`client_sdk.sampling`); a device not sampled sends a dummy
-   report (a zero measurement, `client_sdk.query.zero_measurement`) with probability q'
-   (`DeviceConfig.dummy_rate`; 001 §4.6: the batch size then hides how many devices
+   report (the VDAF's zero measurement, `VdafSpec.zero_measurement`) with the recipe's
+   probability q' (`dummy_rate`; 001 §4.6: the batch size then hides how many devices
    contributed), through the same steps 5-7 as a real one;
 4. if sampled: select the record, encode, randomize locally and map to the VDAF measurement
    (`client_sdk.query`), and pick the donation time and a token fetch time;
@@ -59,7 +59,6 @@ from client_sdk.query import (
     NoDataError,
     encode_record,
     randomize_indices,
-    zero_measurement,
 )
 from client_sdk.query import select_record as _select_record
 from client_sdk.recipes import RecipeClient, RecipeRefusedError, VerifiedRecipe
@@ -108,12 +107,6 @@ class DeviceConfig:
     max_upload_rounds: int = 5
     #: The CAs the device trusts, and whether plain http:// off the host is allowed.
     transport: TransportPolicy = field(default_factory=TransportPolicy)
-    #: q' of 001 §4.6: the probability that a device not sampled sends a dummy report.
-    dummy_rate: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.dummy_rate <= 1:
-            raise ValueError("dummy_rate is a probability")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,11 +264,8 @@ class Device:
         if problems:
             return self._refuse(verified, now, "budget: " + "; ".join(problems))
         if not poisson_sample(recipe.sampling_rate, self.rng):
-            dummy = (
-                self.config.dummy_rate > 0
-                and zero_measurement(recipe) is not None
-                and poisson_sample(self.config.dummy_rate, self.rng)
-            )
+            # The recipe guarantees a zero measurement when it has a dummy rate.
+            dummy = recipe.dummy_rate is not None and poisson_sample(recipe.dummy_rate, self.rng)
             return Plan(verified, "not_sampled", now, dummy=dummy)
         try:
             index = encode_record(recipe, _select_record(recipe, self.events, now, self.rng))
@@ -296,8 +286,8 @@ class Device:
         task_id = recipe.task.task_id
 
         if plan.status == "not_sampled" and plan.dummy:
-            measurement = zero_measurement(recipe)
-            assert measurement is not None  # plan
+            measurement = recipe.task.vdaf.zero_measurement()
+            assert measurement is not None  # the recipe's validation
         elif plan.status == "not_sampled":
 
             def record_skip(conn: sqlite3.Connection) -> int | None:
@@ -610,6 +600,7 @@ class Device:
                 recipe.task.task_id,
                 reports,
                 announce=announce,
+                resent=[item.attempts > 0 for item in batch],
             )
 
         results = upload(items)

@@ -24,7 +24,7 @@ window (uniform, or diurnal: more in the evening), and optionally an adversary: 
 malicious devices that replay their tokens in a second report (which the aggregators' spent
 sets must refuse), and a Sybil surge of extra enrolled devices all answering one value at
 one instant (the rate spike 001 §4.8's rate validation refuses). Dummy reports (001 §4.6)
-are the device's own behaviour (`DeviceConfig.dummy_rate`).
+follow the recipe's `dummy_rate`.
 """
 
 from __future__ import annotations

@@ -170,14 +170,3 @@ def randomize_indices(
     bp = BitPushing(feature.bits, r.eps0)
     probabilities = weighted_probabilities(feature.bits, 1.0)
     return list(vdaf_mapping.encode_bit_pushing(bp.randomize(ints, probabilities, rng)))
-
-
-def zero_measurement(recipe: Recipe) -> Measurement | None:
-    """The measurement that adds nothing to the aggregate, for a dummy report (001 §4.6); None
-    for a VDAF that has none (a Histogram measurement is exactly one bucket)."""
-    spec = recipe.task.vdaf
-    if spec.type in ("Prio3Count", "Prio3Sum"):
-        return 0
-    if spec.type == "Prio3Histogram" or spec.length is None:
-        return None
-    return [0] * spec.length

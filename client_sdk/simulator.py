@@ -594,6 +594,7 @@ class Simulator:
             recipe.task.task_id,
             reports,
             announce=Device.announcement(recipe),
+            resent=[item.attempts > 0 for _, item in stored],
         )
         for (device, item), result in zip(stored, results, strict=True):
             if result.status == "outdated_config":

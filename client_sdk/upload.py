@@ -20,6 +20,11 @@ simulator, ``sagg upload`` (`deploy.cli`) and the interop client role (`deploy.i
 
 Network errors and 5xx answers are retried a bounded number of times with exponential backoff
 and jitter (so that thousands of simulated devices do not retry in lockstep); a 4xx is final.
+A leader may have stored a report before its 5xx or the lost answer: a DAP-19 resend of it is
+then answered ``report_replayed``, which for a report that went out before (a retry here, or
+`resent` by the device's earlier rounds) means it was stored, so it counts as sent; report ids
+are 16 random bytes, so no other report has that id. DAP-09's ``reportRejected`` does not say
+why a report was refused, so a DAP-09 resend refused that way stays refused.
 
 - `fetch_hpke_config` asks an aggregator for its configs (``GET /hpke_config``, with
   ``?task_id=`` for DAP-09 only: DAP-19 has no per-task configs, §4.4.1). A device never does:
@@ -179,9 +184,11 @@ class Uploader:
         task_id: str,
         reports: Sequence[bytes],
         announce: bytes | None = None,
+        resent: Sequence[bool] = (),
     ) -> list[UploadResult]:
         """DAP-19 reports in one UploadRequest; one result per report, in order. `announce`:
-        the encoded TaskConfiguration of a taskprov task (module docstring)."""
+        the encoded TaskConfiguration of a taskprov task; `resent[i]`: report i went out in an
+        earlier call (module docstring)."""
         ids = [m19.Report.decode(report).report_metadata.report_id for report in reports]
         response, detail, attempts = self._send(
             "POST",
@@ -202,9 +209,12 @@ class Uploader:
         if isinstance(errors, str):
             return [UploadResult("failed", errors, attempts)] * len(reports)
         out: list[UploadResult] = []
-        for report_id in ids:
+        for i, report_id in enumerate(ids):
             error = errors.get(report_id)
-            if error is None:
+            stored_before = error == m19.ReportError.REPORT_REPLAYED and (
+                attempts > 1 or (i < len(resent) and resent[i])
+            )
+            if error is None or stored_before:
                 out.append(UploadResult("sent", attempts=attempts))
                 continue
             status: Status = _RETRYABLE_19.get(error, "rejected")
@@ -237,16 +247,20 @@ class Uploader:
         reports: Sequence[bytes],
         per_request: int = DEFAULT_REPORTS_PER_REQUEST,
         announce: bytes | None = None,
+        resent: Sequence[bool] = (),
     ) -> list[UploadResult]:
         """Reports of a `dap` task, one result per report in order (module docstring);
-        `announce` is a taskprov task's TaskConfiguration (DAP-19 only)."""
+        `announce` is a taskprov task's TaskConfiguration (DAP-19 only), `resent[i]` says
+        report i went out before."""
         if dap == "dap-09":
             if announce is not None:
                 raise ValueError("taskprov announces DAP-19 tasks only")
             return [self.put(leader, task_id, report) for report in reports]
         out: list[UploadResult] = []
-        for lo in range(0, len(reports), max(1, per_request)):
-            out += self.post(leader, task_id, reports[lo : lo + max(1, per_request)], announce)
+        per = max(1, per_request)
+        for lo in range(0, len(reports), per):
+            chunk = reports[lo : lo + per]
+            out += self.post(leader, task_id, chunk, announce, resent[lo : lo + per])
         return out
 
 

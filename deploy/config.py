@@ -73,6 +73,11 @@ class Deployment(BaseModel):
     #: The CA that certifies the services' HTTPS certificates (`sagg up --tls`), which every
     #: client of this deployment verifies them against; None: the system's trust store.
     tls_ca_file: str | None = None
+    #: `sagg up --taskprov`: the collector's token at the leader on taskprov tasks, which
+    #: `sagg task create --taskprov` gives the collector's task.
+    taskprov_collector_token: str | None = Field(
+        default=None, min_length=MIN_TOKEN_LENGTH, repr=False
+    )
 
     @property
     def transport(self) -> TransportPolicy:

@@ -26,6 +26,12 @@ party gains nothing at the others, 001 §4.3):
 - ``<service>.datastore_key`` for leader, helper, collector and token-issuer: the key sealing
   that service's secrets at rest (`services.common.crypter`), one per service so that no
   party's key opens another's store.
+- ``taskprov.*``, the secrets of taskprov (dap-19.md §11) that `sagg up --taskprov` hands out:
+  ``taskprov.verify_key_init`` (the 32 bytes both aggregators derive every taskprov task's
+  verify key from), ``taskprov.aggregator_token`` (the leader's token at the helper on those
+  tasks), ``taskprov.collector_token`` (the collector's at the leader) and
+  ``taskprov.collector_hpke`` (the X25519 key their aggregate shares are sealed to; the
+  aggregators get its public HpkeConfig). Made only for a deployment that runs taskprov.
 - ``<role>.db_password`` and ``<role>.pgpass``, only for the database roles asked for
   (`ensure_db_password`; the compose file's PostgreSQL servers): a generated password, raw
   (what a PostgreSQL container's ``POSTGRES_PASSWORD_FILE`` reads) and as a libpq password file
@@ -55,7 +61,10 @@ from client_sdk.manufacturer import ManufacturerCA
 from deploy.errors import DeployError
 from services.common.auth import MIN_TOKEN_LENGTH
 from services.common.crypter import CrypterError, generate_key, parse_keys
+from shared import hpke
 from shared.b64url import b64url_decode, b64url_encode
+from shared.dap.messages import HpkeConfig
+from shared.dap.taskprov import VERIFY_KEY_INIT_SIZE
 from shared.files import create_private, private_dir, read_private, write_private
 from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, DirectoryError, IssuerDirectory
 from shared.privacypass.keys import InvalidKeyError
@@ -67,9 +76,11 @@ __all__ = [
     "DATASTORE_KEY_SERVICES",
     "PINNED_KEYS_DIR",
     "PROVISIONED_PARTIES",
+    "TASKPROV_HPKE_CONFIG_ID",
     "TOKEN_KEY_IDS_FILE",
     "DeploymentKeys",
     "KeysError",
+    "TaskprovKeys",
     "admin_token_file",
     "datastore_key_file",
     "db_password_file",
@@ -117,9 +128,27 @@ class DeploymentKeys:
     ca_key_file: Path
     #: Per service of `DATASTORE_KEY_SERVICES`: its ``datastore_keys`` setting.
     datastore_keys: dict[str, str]
+    #: The taskprov secrets, for a deployment that runs taskprov.
+    taskprov: TaskprovKeys | None = None
 
     def __repr__(self) -> str:
         return f"DeploymentKeys({str(self.directory)!r})"
+
+
+@dataclass(frozen=True, repr=False)
+class TaskprovKeys:
+    """The ``taskprov.*`` files (module docstring); the services read the secrets from them."""
+
+    verify_key_init_file: Path
+    aggregator_token_file: Path
+    collector_token: str
+    collector_token_file: Path
+    collector_hpke_file: Path
+    #: The collector key's HpkeConfig, unpadded base64url (public: what the aggregators seal to).
+    collector_hpke_config: str
+
+    def __repr__(self) -> str:
+        return f"TaskprovKeys({str(self.verify_key_init_file.parent)!r})"
 
 
 def _write_new(path: Path, text: str) -> bool:
@@ -176,6 +205,37 @@ def _datastore_key(path: Path) -> str:
     return text
 
 
+#: The config id of the collector's taskprov key (the collector's default,
+#: `CollectorSettings.taskprov_hpke_config_id`).
+TASKPROV_HPKE_CONFIG_ID = 1
+
+
+def _taskprov_keys(directory: Path) -> TaskprovKeys:
+    init = directory / "taskprov.verify_key_init"
+    _write_new(init, b64url_encode(secrets.token_bytes(VERIFY_KEY_INIT_SIZE)) + "\n")
+    try:
+        if len(b64url_decode(_read(init).strip(), "verify_key_init")) != VERIFY_KEY_INIT_SIZE:
+            raise ValueError(f"not {VERIFY_KEY_INIT_SIZE} bytes")
+    except ValueError as exc:
+        raise KeysError(f"{init}: {exc}") from None
+    aggregator = directory / "taskprov.aggregator_token"
+    _token(aggregator, None)
+    collector = directory / "taskprov.collector_token"
+    collector_token = _token(collector, None)
+    key_file = directory / "taskprov.collector_hpke"
+    fresh = hpke.generate_keypair(TASKPROV_HPKE_CONFIG_ID)
+    _write_new(key_file, b64url_encode(fresh.private_key_bytes()) + "\n")
+    try:
+        secret = b64url_decode(_read(key_file).strip(), "taskprov collector key")
+        pair = hpke.from_private_bytes(TASKPROV_HPKE_CONFIG_ID, secret)
+    except (ValueError, hpke.HpkeError) as exc:
+        raise KeysError(f"{key_file}: {exc}") from None
+    config = HpkeConfig(pair.config_id, pair.kem_id, pair.kdf_id, pair.aead_id, pair.public_key)
+    return TaskprovKeys(
+        init, aggregator, collector_token, collector, key_file, b64url_encode(config.encode())
+    )
+
+
 def db_password_file(directory: Path, role: str) -> Path:
     return directory / f"{role}.db_password"
 
@@ -227,8 +287,11 @@ def _manufacturer_ca(cert_file: Path, key_file: Path) -> None:
     _write_new(cert_file, ca.certificate_pem())
 
 
-def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> DeploymentKeys:
-    """Create whatever is missing in `directory` and return it all.
+def ensure_keys(
+    directory: Path, *, analyst_token: str | None = None, taskprov: bool = False
+) -> DeploymentKeys:
+    """Create whatever is missing in `directory` and return it all (the ``taskprov.*`` files
+    only with `taskprov`).
 
     `analyst_token` seeds a new token file (an older deployment file's, so scripts holding it
     keep working); existing files win. A shared ``admin_token`` file of an older layout is
@@ -258,6 +321,7 @@ def ensure_keys(directory: Path, *, analyst_token: str | None = None) -> Deploym
             service: _datastore_key(datastore_key_file(directory, service))
             for service in DATASTORE_KEY_SERVICES
         },
+        taskprov=_taskprov_keys(directory) if taskprov else None,
     )
 
 

@@ -44,6 +44,7 @@ from deploy.config import DEPLOYMENT_FILE, Deployment, deployment_of, write_depl
 from deploy.errors import DeployError
 from deploy.keys import (
     PROVISIONED_PARTIES,
+    TASKPROV_HPKE_CONFIG_ID,
     TOKEN_KEY_IDS_FILE,
     DeploymentKeys,
     KeysError,
@@ -112,6 +113,8 @@ class UpOptions:
     tls: bool = False
     #: Processes of the token issuer (`TokenIssuerSettings.workers`), on its stores.
     token_issuer_workers: int = 1
+    #: Taskprov between the aggregators and the collector (`service_env`).
+    taskprov: bool = False
 
     def ports(self) -> dict[str, int]:
         return {
@@ -195,7 +198,9 @@ def service_env(
     token_issuer_workers: int = 1,
 ) -> dict[str, str]:
     """The `SAGG_*` environment of one service (secrets included: it goes to that process only,
-    and holds no credential of another service)."""
+    and holds no credential of another service). With `keys.taskprov` the aggregators opt into
+    DAP-19 tasks announced by `DAP-Taskprov` headers (dap-19.md §11) and the collector takes
+    such tasks, with those secrets."""
     common = {"HOST": host, "PORT": str(port)}
     if tls is not None:
         cert = tls.certs[name]
@@ -214,6 +219,17 @@ def service_env(
             # The only issuer whose directory the aggregator fetches and whose tasks it takes.
             "TOKEN_ISSUERS": json.dumps([urls["token-issuer"]]),
         }
+        t = keys.taskprov
+        if t is not None:
+            env.update(
+                TASKPROV_VERIFY_KEY_INIT_FILE=str(t.verify_key_init_file),
+                TASKPROV_AGGREGATOR_AUTH_TOKEN_FILE=str(t.aggregator_token_file),
+                TASKPROV_COLLECTOR_HPKE_CONFIG=t.collector_hpke_config,
+                # Exactly as the task configurations of this deployment name it.
+                TASKPROV_PEER_ENDPOINT=urls["helper" if name == "leader" else "leader"],
+            )
+            if name == "leader":
+                env["TASKPROV_COLLECTOR_AUTH_TOKEN_FILE"] = str(t.collector_token_file)
     elif name == "collector":
         env = {
             **common,
@@ -222,6 +238,11 @@ def service_env(
             "PROVISIONER_TOKEN": keys.provisioner_tokens[name],
             "DATASTORE_KEYS": keys.datastore_keys[name],
         }
+        if keys.taskprov is not None:
+            env.update(
+                TASKPROV_HPKE_SECRET_FILE=str(keys.taskprov.collector_hpke_file),
+                TASKPROV_HPKE_CONFIG_ID=str(TASKPROV_HPKE_CONFIG_ID),
+            )
     elif name == "token-issuer":
         env = {
             **common,
@@ -284,7 +305,7 @@ class Cluster:
         # scripts that already hold it keep working across the upgrade.
         analyst = _existing_analyst_token(self.deployment_path)
         try:
-            return ensure_keys(self.keys_dir, analyst_token=analyst)
+            return ensure_keys(self.keys_dir, analyst_token=analyst, taskprov=self.options.taskprov)
         except (OSError, KeysError) as exc:
             raise LaunchError(f"keys in {self.keys_dir}: {exc}") from None
 
@@ -358,6 +379,7 @@ class Cluster:
             self.data_dir,
             store=self.options.store,
             tls_ca_file=self.transport.ca_file,
+            taskprov_collector_token=keys.taskprov.collector_token if keys.taskprov else None,
         )
         try:
             write_deployment(self.deployment_path, deployment)

@@ -6,6 +6,11 @@ TaskConfiguration (DAP-19 §4.2), ``--task-configuration B64URL`` or
 ``--task-configuration-file F`` (the raw bytes, or their base64url text), which fixes the VDAF,
 batch mode, batch size, time precision and both aggregators' URLs; the task id is then the
 taskprov derivation from those bytes (`shared.dap.taskprov`). The settings file is ``--config``.
+
+``--taskprov`` (with ``--dap 19``, against a ``sagg up --taskprov`` deployment) makes a taskprov
+task (dap-19.md §11): only the collector is given it, with the deployment's taskprov collector
+token; the aggregators opt in when the first upload announces it (the printed task has
+``"taskprov": true``, which makes ``sagg upload`` announce it).
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ _HELP = {
     "dap": "DAP draft of the task: 09 (VDAF-08) or 19 (VDAF-20)",
     "blob": "DAP-19: the encoded TaskConfiguration (unpadded base64url)",
     "blob_file": "DAP-19: a file holding the encoded TaskConfiguration (bytes or base64url)",
+    "taskprov": "DAP-19: provision only the collector; the aggregators opt in when uploads "
+    "announce the task (needs `sagg up --taskprov`)",
 }
 
 #: What a TaskConfiguration fixes: the flags (and settings) a blob leaves no room for.
@@ -144,6 +151,7 @@ def create(
     task_configuration_file: Annotated[
         str | None, typer.Option(metavar="FILE", help=_HELP["blob_file"])
     ] = None,
+    taskprov: Annotated[bool, typer.Option("--taskprov", help=_HELP["taskprov"])] = False,
 ) -> None:
     """Create a task on collector, leader and helper; prints its parameters (JSON)."""
     found = deployment()
@@ -151,6 +159,13 @@ def create(
     blob = _configuration_bytes(task_configuration, task_configuration_file)
     if blob is not None and dap != "19":
         raise CliError("a TaskConfiguration makes a DAP-19 task: pass --dap 19")
+    taskprov_token = None
+    if taskprov:
+        if dap != "19":
+            raise CliError("taskprov announces DAP-19 tasks: pass --dap 19")
+        taskprov_token = found.taskprov_collector_token if found else None
+        if taskprov_token is None:
+            raise CliError("the deployment runs no taskprov: start it with `sagg up --taskprov`")
     values["dap"] = f"dap-{dap}"
     if vdaf is not None:
         values["vdaf"] = _json(vdaf, "--vdaf", '{"type":"Prio3Count"}')
@@ -194,7 +209,7 @@ def create(
         except ValueError as exc:  # ValidationError included
             message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise CliError(f"invalid task: {message}") from None
-        _provision(found, params, blob)
+        _provision(found, params, blob, taskprov_token)
         return
     for role, flag, env in (
         ("leader", leader, "SAGG_LEADER_URL"),
@@ -211,13 +226,21 @@ def create(
         params = TaskParams.model_validate(values)
     except ValidationError as exc:
         raise CliError(f"invalid task: {validation_message(exc)}") from None
-    _provision(found, params, None)
+    _provision(found, params, None, taskprov_token)
 
 
-def _provision(found: Deployment | None, params: TaskParams, blob: bytes | None) -> None:
+def _provision(
+    found: Deployment | None, params: TaskParams, blob: bytes | None, taskprov_token: str | None
+) -> None:
     tokens = PartyTokens(*(admin_token(found, p) for p in ("leader", "helper", "collector")))
     with http(found, 30.0) as client:
-        info = create_task(params, tokens, http=client, task_configuration=blob)
+        info = create_task(
+            params,
+            tokens,
+            http=client,
+            task_configuration=blob,
+            taskprov_collector_token=taskprov_token,
+        )
     print(json.dumps(info, indent=2))
 
 

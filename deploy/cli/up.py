@@ -86,6 +86,14 @@ def up(
             help="processes of the token issuer on its stores (blind signing is CPU-bound)",
         ),
     ] = 1,
+    taskprov: Annotated[
+        bool,
+        typer.Option(
+            "--taskprov",
+            help="the aggregators opt into DAP-19 tasks a DAP-Taskprov header announces, with "
+            "secrets from DATA_DIR/keys (`sagg task create --dap 19 --taskprov` makes such tasks)",
+        ),
+    ] = False,
     tls: Annotated[
         bool,
         typer.Option(
@@ -143,6 +151,7 @@ def up(
             startup_timeout=startup_timeout,
             tls=tls,
             token_issuer_workers=token_issuer_workers,
+            taskprov=taskprov,
         )
     )
     deployment = cluster.start()

@@ -286,7 +286,9 @@ class DemoContext:
         """A `RecipeDraft` from `body` with B = the accounting's smallest batch size that
         delivers the claim at the recipe's sampling rate."""
         draft = RecipeDraft.model_validate({**body, "min_batch_size": 1})
-        needed = required_batch_size(draft.randomizer, draft.sampling_rate, draft.privacy)
+        needed = required_batch_size(
+            draft.randomizer, draft.sampling_rate, draft.privacy, draft.dummy_rate
+        )
         if needed is None:
             raise DemoError(f"{draft.recipe_id}: no batch size delivers {draft.privacy}")
         return draft.model_copy(update={"min_batch_size": needed})

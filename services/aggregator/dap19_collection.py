@@ -6,13 +6,16 @@ The checks are DAP-19's (digest §9, "Leader @collection job"); the job itself i
 
 Decided here (digest §16 item 3): a time-interval job's id is SHA-256(task_id ||
 CollectionJobReq)[0..16], so an identical POST finds its job. Every leader-selected request is
-the same 9 bytes ("the next batch"), so identity holds only while the job it created is
-unfinished: an identical POST then gets that job, and once it has finished, failed or been
-deleted the next one creates a new job for the next batch (its id hashes the request and the
-number of jobs the request created before). A time-interval request has one encoding per
-interval, so after a job of it failed for want of the helper (no DAP problem: the leader gave up
-retrying) the identical request is the collector's only way to ask again: it then creates a new
-job the same way, which collects the batch the failed one froze.
+the same 9 bytes ("the next batch"), so identity holds only until the collector has read the
+job's outcome: while the job it created is unfinished, or has ended but no poll has been
+answered its result or failure yet, an identical POST gets that job; once a poll has delivered
+the outcome, or the job was deleted, the next one creates a new job for the next batch (its id
+hashes the request and the number of jobs the request created before). So a collector that
+stopped between its POST and storing the Location gets its batch by asking again, even if the
+job finished meanwhile. A time-interval request has one encoding per interval, so after a job
+of it failed for want of the helper (no DAP problem: the leader gave up retrying) the identical
+request is the collector's only way to ask again: it then creates a new job the same way, which
+collects the batch the failed one froze.
 """
 
 from __future__ import annotations
@@ -36,7 +39,13 @@ from shared.dap.messages19 import BatchMode, CollectionJobReq, Query
 from shared.dap.problems import ProblemType
 
 HTTP_CREATED = 201
-_UNFINISHED = (CollectionState.PENDING, CollectionState.COLLECTING)
+#: States of a job whose outcome a collector may not have read yet (`delivered` says).
+_UNDELIVERED = (
+    CollectionState.PENDING,
+    CollectionState.COLLECTING,
+    CollectionState.FINISHED,
+    CollectionState.FAILED,
+)
 
 
 def _helper_unavailable(job: Row) -> bool:
@@ -54,7 +63,7 @@ def _job_id(agg: Aggregator, task: Task, request: CollectionJobReq, body: bytes)
             return resource_id(task, body)
         current = [job for job in jobs if not _helper_unavailable(job)]
     else:
-        current = [job for job in jobs if job["state"] in _UNFINISHED]
+        current = [job for job in jobs if job["state"] in _UNDELIVERED and not job["delivered"]]
     # At most one is current: a new job is only created when none is.
     if current:
         return CollectionJobId(bytes(current[0]["job_id"])).to_b64url()

@@ -158,12 +158,13 @@ _DETAILS: Final = {
 
 
 #: DAP-19 codes where the DAP-09 PrepareError does not say it (digest §5.4, §6.5): a helper
-#: share of impossible size, an unsupported extension (#789) and a report into a collected
-#: batch at upload (ambiguity 9: the text's report_replayed).
+#: share of impossible size and an unsupported extension (#789). A report into a collected
+#: batch gets `batch_collected` at upload too (ambiguity 9: the text MAY answer
+#: report_replayed), the code the helper gives it at commit: a client then reads
+#: `report_replayed` on a resend as "stored by an earlier attempt" (`client_sdk.upload`).
 _REPORT_ERRORS: Final = {
     Refusal.HELPER_SHARE_SIZE: ReportError.INVALID_MESSAGE,
     Refusal.UNSUPPORTED_EXTENSION: ReportError.UNSUPPORTED_EXTENSION,
-    Refusal.BATCH_COLLECTED: ReportError.REPORT_REPLAYED,
 }
 
 #: The refusal of an upload the datastore did not store (`UploadOutcome`), for both versions'

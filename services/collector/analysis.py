@@ -46,6 +46,15 @@ honest aggregator's noise suffices (004 §5).
 
 Sampling: the estimates are counts among the `report_count` devices that reported; with a
 sampling rate q < 1 a population count is about the estimate divided by q (not done here).
+
+Dummy reports (001 §4.6, a recipe's `dummy_rate` q'): a dummy adds nothing to the aggregate but
+counts in `report_count`, and every estimator's debias subtracts a per-report bias. Of n reports
+each is real with probability rho = q / (q + (1 - q) q') (`accounting.real_report_share`),
+independently, so the estimators take n rho real reports: unbiased, since each is affine in the
+report count, and the count's binomial variance n rho (1 - rho) reaches the estimate times the
+square of its slope in the count (`_count_slope`). Bit pushing's tallies count the real reports
+themselves and need nothing. The privacy statement is at a lower bound on the real reports
+(`accounting.aggregate_guarantee`).
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -67,7 +76,7 @@ from services.common.problems import InternalError
 from shared.dap.task import CALIBRATION_RTOL, VDAF_OF_DAP, AggregatorNoise, CollectorTaskInfo
 from shared.dp import amplification as amp
 from shared.dp.aggregator_noise import decode_signed, noise_guarantee
-from shared.dp.estimators import Estimate, z_value
+from shared.dp.estimators import Estimate, FloatArray, z_value
 from shared.dp.heavy_hitters import sfp_candidate_estimates
 from shared.dp.policy import TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
@@ -82,7 +91,7 @@ from shared.dp.vdaf_mapping import (
     sfp_length,
     sfp_sketches_from_aggregate,
 )
-from shared.recipe.accounting import expected_vdaf, trust_model_guarantees
+from shared.recipe.accounting import expected_vdaf, real_report_share, trust_model_guarantees
 from shared.recipe.model import (
     BitPushingRandomizer,
     BucketFeature,
@@ -462,16 +471,27 @@ def analyze(
     r = recipe.randomizer
     notes: list[str] = []
     statistic = "count"
+    # Real reports among the n (module docstring, dummy reports): expected count and variance.
+    rho = real_report_share(recipe.sampling_rate, recipe.dummy_rate)
+    real, real_var = n * rho, n * rho * (1 - rho)
+    if rho < 1:
+        notes.append(
+            f"dummy reports at q'={recipe.dummy_rate:g}: the estimates take n rho = {real:.1f} "
+            f"of the {n} reports as real (rho = {rho:.4g})"
+        )
     if isinstance(r, OneHotRandomizer):
         d = recipe.encoding.dimension
         _check_length(agg, d, f"one_hot over {d} buckets")
         one_hot = DpOneHot(r.eps0, d, r.symmetric)
-        est = one_hot.estimate(agg, n)
+        est = one_hot.estimate(agg, real)
         if noise_var:
             # The debias is affine per coordinate: estimate_j = gain_j * sum_j + offset_j, so
             # the aggregate's added variance reaches estimate_j times gain_j^2.
-            gain = one_hot.debias(np.ones(d), n) - one_hot.debias(np.zeros(d), n)
+            gain = one_hot.debias(np.ones(d), real) - one_hot.debias(np.zeros(d), real)
             est = est.plus_variance(gain**2 * noise_var)
+        est = est.plus_variance(
+            _count_slope(lambda k: one_hot.debias(agg, k), real) ** 2 * real_var
+        )
         labels = item_labels(recipe.encoding)
         items = _items(labels, list(range(d)), est, confidence, threshold_level, floor)
         name = f"one_hot({'symmetric' if r.symmetric else 'asymmetric'})"
@@ -484,21 +504,26 @@ def analyze(
             cms = CountMeanSketch(r.eps0, r.k, r.m, r.seed)
             _check_length(agg, r.k * r.m + r.k, f"cms(k={r.k}, m={r.m})")
             rows = int(agg[r.k * r.m :].sum())
-            if _off(rows, n, r.k * noise_var):
+            if _off(rows, real, r.k * noise_var + real_var):
                 # MultiHotHistogram bounds a report's weight, not its row indicator: a
                 # malicious client can set none or several (vdaf_mapping docstring).
-                notes.append(f"row indicators sum to {rows}, not report_count {n}")
-            est = cms.estimate(cms_sketch_from_aggregate(cms, agg), n, keys)
+                notes.append(f"row indicators sum to {rows}, not {_reports(n, rho)}")
+            sketch = cms_sketch_from_aggregate(cms, agg)
+            est = cms.estimate(sketch, real, keys)
             est = est.plus_variance(cms_noise_variance(cms, noise_var))
+            slope = _count_slope(lambda k: cms.estimate_counts(sketch, k, keys), real)
             name = "cms"
         else:
             hcms = HadamardCountMeanSketch(r.eps0, r.k, r.m, r.seed)
             _check_length(agg, 2 * r.k * r.m, f"hcms(k={r.k}, m={r.m})")
-            if _off(int(agg.sum()), n, agg.size * noise_var):
-                notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
-            est = hcms.estimate(hcms_sketch_from_aggregate(hcms, agg), n, keys)
+            if _off(int(agg.sum()), real, agg.size * noise_var + real_var):
+                notes.append(f"the aggregate sums to {int(agg.sum())}, not {_reports(n, rho)}")
+            sketch = hcms_sketch_from_aggregate(hcms, agg)
+            est = hcms.estimate(sketch, real, keys)
             est = est.plus_variance(hcms_noise_variance(hcms, noise_var))
+            slope = _count_slope(lambda k: hcms.estimate_counts(sketch, k, keys), real)
             name = "hcms"
+        est = est.plus_variance(slope**2 * real_var)
         labels = [all_labels[i] if all_labels else str(i) for i in chosen]
         items = _items(labels, chosen, est, confidence, threshold_level, floor)
         notes.append(
@@ -509,7 +534,7 @@ def analyze(
         if candidates is not None:
             raise AnalysisError("sfp discovers its own dictionary; it takes no candidates")
         items, threshold_level, sfp_notes = _sfp_items(
-            r, agg, n, confidence, threshold_level, floor, noise_var
+            r, agg, n, rho, confidence, threshold_level, floor, noise_var
         )
         notes.extend(sfp_notes)
         name = "sfp"
@@ -519,8 +544,8 @@ def analyze(
         assert isinstance(feature, IntegerFeature)
         bp = BitPushing(feature.bits, r.eps0)
         _check_length(agg, 2 * feature.bits, f"bit_pushing over {feature.bits} bits")
-        if _off(int(agg.sum()), n, agg.size * noise_var):
-            notes.append(f"the aggregate sums to {int(agg.sum())}, not report_count {n}")
+        if _off(int(agg.sum()), real, agg.size * noise_var + real_var):
+            notes.append(f"the aggregate sums to {int(agg.sum())}, not {_reports(n, rho)}")
         tallies = bit_tallies_from_aggregate(bp, agg)
         items = _bit_pushing_items(
             bp, tallies, feature.field, confidence, threshold_level, floor, noise_var
@@ -554,8 +579,21 @@ def analyze(
 NOISE_TOLERANCE_SDS = 6.0
 
 
-def _off(total: int, expected: int, noise_variance: float) -> bool:
-    return abs(total - expected) > NOISE_TOLERANCE_SDS * math.sqrt(noise_variance)
+def _off(total: int, expected: float, variance: float) -> bool:
+    """Whether a checked total is off by more than its randomness (the aggregator noise's,
+    the dummies') explains."""
+    return abs(total - expected) > NOISE_TOLERANCE_SDS * math.sqrt(variance)
+
+
+def _reports(n: int, rho: float) -> str:
+    """What a checked total should be near: the report count, or with dummies n rho."""
+    return f"report_count {n}" if rho >= 1 else f"n rho = {n * rho:.1f} real reports of {n}"
+
+
+def _count_slope(estimate: Callable[[float], FloatArray], count: float) -> FloatArray:
+    """How much each estimate moves per report of the count its debias subtracts for (the
+    estimators are affine in it, so one difference is exact)."""
+    return np.asarray(estimate(count + 1) - estimate(count), dtype=np.float64)
 
 
 def _noise(recipe: AnyRecipe | None, task: CollectorTaskInfo | None) -> AggregatorNoise | None:
@@ -637,6 +675,7 @@ def _sfp_items(
     r: SfpRandomizer,
     agg: npt.NDArray[np.int64],
     n: int,
+    rho: float,
     confidence: float,
     threshold_level: float,
     floor: float,
@@ -645,23 +684,30 @@ def _sfp_items(
     """002 Algorithm 10 on the decoded sketches: the discovered words, largest first, and the
     per-candidate level they cleared (see `analyze`). The word estimates are CMS estimates on
     the word sketch, so aggregator noise of `noise_var` per coordinate adds
-    `cms_noise_variance` of that sketch."""
+    `cms_noise_variance` of that sketch; `rho` is the real share of the n reports (module
+    docstring, dummy reports)."""
     sfp = r.puzzle()
     _check_length(agg, sfp_length(sfp), f"sfp(length={r.length}, fragment={r.fragment_length})")
     notes: list[str] = []
     sketches = sfp_sketches_from_aggregate(sfp, agg)
+    real, real_var = n * rho, n * rho * (1 - rho)
     word_rows = sfp.word_sketch.k
-    if _off(sketches.n, n, word_rows * noise_var):
-        notes.append(f"word row indicators sum to {sketches.n}, not report_count {n}")
+    if _off(int(sketches.n), real, word_rows * noise_var + real_var):
+        notes.append(f"word row indicators sum to {sketches.n:g}, not {_reports(n, rho)}")
     fragment_reports = [m for _, m in sketches.fragments]
     fragment_rows = len(fragment_reports) * sfp.fragment_sketch.k
-    if _off(sum(fragment_reports), n, fragment_rows * noise_var):
-        notes.append(f"fragment row indicators sum to {sum(fragment_reports)}, not {n}")
+    if _off(sum(fragment_reports), real, fragment_rows * noise_var + real_var):
+        notes.append(
+            f"fragment row indicators sum to {sum(fragment_reports)}, not {_reports(n, rho)}"
+        )
     try:
-        words, est = sfp_candidate_estimates(sfp, replace(sketches, n=n), r.top)
+        words, est = sfp_candidate_estimates(sfp, replace(sketches, n=real), r.top)
     except ValueError as exc:
         raise AnalysisError(str(exc)) from None
     est = est.plus_variance(cms_noise_variance(sfp.word_sketch, noise_var))
+    if real_var:
+        slope = _count_slope(lambda k: sfp.word_estimates(replace(sketches, n=k), words), real)
+        est = est.plus_variance(slope**2 * real_var)
     # Bonferroni over the data-dependent dictionary: about 1 - threshold_level false
     # discoveries in all, instead of that many per candidate.
     level = 1 - (1 - threshold_level) / max(1, len(words))
@@ -753,11 +799,15 @@ def privacy_statement(
     if n < 1:
         notes.append("no report: nothing was released, no amplification to state")
     # The analyses need n >= 1; with none there is no amplification (+inf) to take.
-    found = trust_model_guarantees(recipe.randomizer, max(n, 1), q, claim, noise, vdaf)
+    found = trust_model_guarantees(
+        recipe.randomizer, max(n, 1), q, claim, noise, vdaf, recipe.dummy_rate
+    )
     amplified_basis = f"amplification by aggregation ({claim.analysis}, n={max(n, 1)})"
     if central is not None and n >= 1:
         # Both mechanisms hold under OAMC; the line states the stronger, this note both.
-        alone = trust_model_guarantees(recipe.randomizer, n, q, claim)[TrustModel.OAMC]
+        alone = trust_model_guarantees(
+            recipe.randomizer, n, q, claim, dummy_rate=recipe.dummy_rate
+        )[TrustModel.OAMC]
         notes.append(
             f"OAMC: amplification alone gives epsilon={_num(alone.eps)}, the aggregator noise "
             f"alone epsilon={_num(central.eps)} (delta {central.delta:.3g})"

@@ -15,10 +15,11 @@ A DAP-19 task's job (`LeaderClient19`, DAP-19 §4.6.1) is created by POSTing its
 CollectionJobReq, which the leader answers with the job's Location (stored with the job) and
 possibly the result; later steps GET the Location, an empty answer meaning pending. A
 collector that stopped between the POST and storing the Location POSTs the identical request
-again, which names the same job while it is unfinished (creation is idempotent, DAP-19 §3.2);
-once the Location is stored a restart only GETs it, so a finished leader-selected job is never
-asked for again as "the next batch" (digest §16 item 3). The result is decrypted against the
-collector's own request (`decrypt_collection_job`). Once such a job has ended (complete or
+again, which names the same job until a poll has delivered its outcome (creation is
+idempotent, DAP-19 §3.2; `services.aggregator.dap19_collection`); once the Location is stored a
+restart only GETs it, so a finished leader-selected job is never asked for again as "the next
+batch" (digest §16 item 3). The result is decrypted against the collector's own request
+(`decrypt_collection_job`). Once such a job has ended (complete or
 failed) and that is stored, the collector DELETEs it at the leader (DAP-19 §4.6.1 "Collection
 Job Deletion": the leader may then drop the job and its result, never the replay or
 collected-batch state); best effort, once: a crash in between leaves the job at the leader,

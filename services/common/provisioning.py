@@ -163,8 +163,14 @@ def create_task(
     recipe_digest: str | None = None,
     tokens: TokenPolicy | None = None,
     task_configuration: bytes | None = None,
+    taskprov_collector_token: str | None = None,
 ) -> dict[str, Any]:
     """Create a fresh task on collector, leader and helper; returns what a client needs.
+
+    `taskprov_collector_token` makes a taskprov task (dap-19.md §11): only the collector is
+    provisioned, with that token (the leader's taskprov setting) and its taskprov key; the
+    aggregators opt in when uploads announce it, so it has none of the settings only a
+    provisioned aggregator holds (tokens, recipe binding, rate validation, noise, expiry age).
 
     A dap-19 task binds `task_configuration` (the encoded TaskConfiguration, default a new one
     from `params`), and its id defaults to the taskprov derivation from those bytes.
@@ -177,6 +183,9 @@ def create_task(
     """
     if isinstance(credentials, str):
         credentials = PartyTokens.shared(credentials)
+    taskprov = taskprov_collector_token is not None
+    if taskprov:
+        _check_taskprov(params, task_id, recipe_digest, tokens)
     expiration = None
     if params.expires_in is not None:
         expiration = (int(time.time()) if now is None else now) + params.expires_in
@@ -203,7 +212,7 @@ def create_task(
             raise ProvisionError(f"invalid task id: {exc}") from None
     verify_key = b64url_encode(secrets.token_bytes(params.vdaf.verify_key_size))
     aggregator_token = secrets.token_urlsafe(32)
-    collector_token = secrets.token_urlsafe(32)
+    collector_token = taskprov_collector_token or secrets.token_urlsafe(32)
 
     own = http is None
     client = http or http_client(TransportPolicy(), timeout=30.0)
@@ -216,6 +225,7 @@ def create_task(
                 vdaf=params.vdaf,
                 dap=params.dap,
                 task_configuration=configuration,
+                taskprov=taskprov,
                 collector_auth_token=collector_token,
                 min_batch_size=params.min_batch_size,
                 time_precision=params.time_precision,
@@ -231,6 +241,8 @@ def create_task(
         )
         if "collector_hpke_config" not in answer:
             raise ProvisionError("the collector did not return its HPKE config")
+        if taskprov:
+            return _client_info(params, task_id, configuration, expiration) | {"taskprov": True}
         common: dict[str, Any] = {
             "task_id": task_id,
             "leader_endpoint": params.leader,
@@ -267,6 +279,24 @@ def create_task(
         if own:
             client.close()
 
+    info = _client_info(params, task_id, configuration, expiration)
+    if params.report_expiry_age is not None:
+        info["report_expiry_age"] = params.report_expiry_age
+    if recipe_digest is not None:
+        info["recipe_digest"] = recipe_digest
+    if tokens is not None:
+        info["tokens"] = tokens.model_dump()
+    if params.rate_validation is not None:
+        info["rate_validation"] = params.rate_validation.model_dump()
+    if params.aggregator_noise is not None:
+        info["aggregator_noise"] = params.aggregator_noise.model_dump(exclude_none=True)
+    return info
+
+
+def _client_info(
+    params: TaskParams, task_id: str, configuration: str | None, expiration: int | None
+) -> dict[str, Any]:
+    """What every task's clients and collector need to know of it."""
     info: dict[str, Any] = {
         "task_id": task_id,
         "leader": params.leader,
@@ -284,14 +314,30 @@ def create_task(
         info["max_batch_size"] = params.max_batch_size
     if expiration is not None:
         info["task_expiration"] = expiration
-    if params.report_expiry_age is not None:
-        info["report_expiry_age"] = params.report_expiry_age
-    if recipe_digest is not None:
-        info["recipe_digest"] = recipe_digest
-    if tokens is not None:
-        info["tokens"] = tokens.model_dump()
-    if params.rate_validation is not None:
-        info["rate_validation"] = params.rate_validation.model_dump()
-    if params.aggregator_noise is not None:
-        info["aggregator_noise"] = params.aggregator_noise.model_dump(exclude_none=True)
     return info
+
+
+def _check_taskprov(
+    params: TaskParams,
+    task_id: str | None,
+    recipe_digest: str | None,
+    tokens: TokenPolicy | None,
+) -> None:
+    """A taskprov task has what its TaskConfiguration says and nothing only a provisioned
+    aggregator would hold; its id is the configuration's."""
+    if params.dap != "dap-19":
+        raise ProvisionError("taskprov provisions DAP-19 tasks only")
+    aggregator_only = {
+        "a task id": task_id,
+        "a recipe binding": recipe_digest,
+        "tokens": tokens,
+        "rate_validation": params.rate_validation,
+        "aggregator_noise": params.aggregator_noise,
+        "report_expiry_age": params.report_expiry_age,
+    }
+    given = [name for name, value in aggregator_only.items() if value is not None]
+    if given:
+        raise ProvisionError(
+            f"a taskprov task cannot have {', '.join(given)}: the aggregators learn the task "
+            "only from its TaskConfiguration"
+        )

@@ -241,6 +241,7 @@ class RecipeService:
             draft.privacy,
             noise,
             expected,
+            draft.dummy_rate,
         )
         if not assessment.claim_met:
             needed = (

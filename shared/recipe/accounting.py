@@ -16,6 +16,14 @@ Privacy accounting (000 §3 and §4.3 check 3; 001 §4.1 and Theorem 4), with th
 The claim holds iff eps_a <= ln(1 + (e^epsilon - 1) / q) at that delta_a; the smallest B for
 which it does is `required_batch_size`.
 
+Dummy reports (001 §4.6, a recipe's optional `dummy_rate` q'): a device not sampled sends a
+measurement that adds nothing with probability q', so the batch size hides how many devices
+contributed. A dummy is not randomized, so it hides nobody: only the batch's real reports
+amplify. Each report is real with probability rho = q / (q + (1 - q) q') (`real_report_share`),
+independently of the data, so of n reports at least m = `real_reports_lower_bound` are real
+except with probability delta_d = `DUMMY_DELTA_SHARE` delta_a; the aggregation is then stated at
+m reports and delta_a - delta_d (a data-independent event of probability delta_d adds delta_d).
+
 3. Aggregator noise (004 §5, a recipe's optional `aggregator_noise`): one honest aggregator's
    noise alone gives `shared.dp.aggregator_noise.noise_guarantee` at the claim's delta, for any
    batch size and whatever the other clients send (the VDAF's validity proof bounds one report's
@@ -28,6 +36,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from scipy.stats import binom
 
 from shared.dap.task import CALIBRATION_RTOL, AggregatorNoise
 from shared.dp import amplification as amp
@@ -66,6 +76,27 @@ __all__ = [
 
 MAX_AGGREGATION_DELTA = 1e-2
 
+#: The share of the aggregation's delta spent on the chance that a batch holds fewer real
+#: reports than the bound the analysis is stated at (module docstring, dummy reports).
+DUMMY_DELTA_SHARE = 0.1
+
+
+def real_report_share(q: float, dummy_rate: float | None) -> float:
+    """rho: the probability that a report of the batch is real, not a dummy (001 §4.6)."""
+    if not dummy_rate:
+        return 1.0
+    return q / (q + (1 - q) * dummy_rate)
+
+
+def real_reports_lower_bound(n: int, rho: float, delta: float) -> int:
+    """The largest m with P(Binomial(n, rho) < m) <= delta: at least m of n reports are real
+    except with probability delta."""
+    if rho >= 1:
+        return n
+    # ppf(delta) is the least k with P(X <= k) >= delta, so P(X < k) < delta, and one more
+    # would give P(X < k + 1) >= delta.
+    return int(binom.ppf(delta, n, rho))
+
 
 def analysis_epsilon(randomizer: Randomizer, analysis: amp.Analysis) -> float:
     """The eps0 that `analysis` takes for this randomizer."""
@@ -83,29 +114,73 @@ def _aggregation_target(claim: PrivacyClaim, q: float) -> tuple[float, float]:
     return math.log1p(math.expm1(claim.epsilon) / q), min(claim.delta / q, MAX_AGGREGATION_DELTA)
 
 
-def aggregate_guarantee(
-    randomizer: Randomizer, batch_size: int, q: float, claim: PrivacyClaim
-) -> tuple[float, float]:
-    """(epsilon, delta) of a batch of `batch_size` reports sampled at rate q, at the claim's
-    delta split; epsilon is +inf where the analysis does not apply (closed form out of range)."""
+def _split_for_dummies(delta_a: float, dummy_rate: float | None) -> tuple[float, float]:
+    """(the aggregation's delta, delta_d) of the module docstring; delta_d 0 without dummies."""
+    if not dummy_rate:
+        return delta_a, 0.0
+    return delta_a * (1 - DUMMY_DELTA_SHARE), delta_a * DUMMY_DELTA_SHARE
+
+
+def real_batch_size(
+    batch_size: int, q: float, claim: PrivacyClaim, dummy_rate: float | None
+) -> int:
+    """How many of `batch_size` reports the aggregation is stated at: all of them, or with
+    dummies the lower bound on the real ones (module docstring)."""
     _, delta_a = _aggregation_target(claim, q)
+    _, delta_d = _split_for_dummies(delta_a, dummy_rate)
+    return real_reports_lower_bound(batch_size, real_report_share(q, dummy_rate), delta_d)
+
+
+def aggregate_guarantee(
+    randomizer: Randomizer,
+    batch_size: int,
+    q: float,
+    claim: PrivacyClaim,
+    dummy_rate: float | None = None,
+) -> tuple[float, float]:
+    """(epsilon, delta) of a batch of `batch_size` reports sampled at rate q, dummies sent at
+    `dummy_rate`, at the claim's delta split; epsilon is +inf where the analysis does not apply
+    (closed form out of range, no real report to count on)."""
+    _, delta_total = _aggregation_target(claim, q)
+    delta_a, _ = _split_for_dummies(delta_total, dummy_rate)
+    real = real_batch_size(batch_size, q, claim, dummy_rate)
     eps0 = analysis_epsilon(randomizer, claim.analysis)
-    if claim.analysis == "closed_form" and not amp.closed_form_valid(eps0, batch_size, delta_a):
+    if real < 1 or (
+        claim.analysis == "closed_form" and not amp.closed_form_valid(eps0, real, delta_a)
+    ):
         return math.inf, claim.delta
-    eps_a = amp.shuffle_epsilon(eps0, batch_size, delta_a, claim.analysis)
+    eps_a = amp.shuffle_epsilon(eps0, real, delta_a, claim.analysis)
     if q >= 1:
-        return eps_a, delta_a
-    return amp.poisson_sampling(eps_a, delta_a, q)
+        return eps_a, delta_total
+    return amp.poisson_sampling(eps_a, delta_total, q)
 
 
-def required_batch_size(randomizer: Randomizer, q: float, claim: PrivacyClaim) -> int | None:
+def required_batch_size(
+    randomizer: Randomizer, q: float, claim: PrivacyClaim, dummy_rate: float | None = None
+) -> int | None:
     """Smallest B meeting the claim (None if no B up to 10^9 does)."""
-    eps_a, delta_a = _aggregation_target(claim, q)
+    eps_a, delta_total = _aggregation_target(claim, q)
+    delta_a, _ = _split_for_dummies(delta_total, dummy_rate)
     eps0 = analysis_epsilon(randomizer, claim.analysis)
     try:
-        return amp.min_batch_size(eps0, eps_a, delta_a, claim.analysis)
+        needed = amp.min_batch_size(eps0, eps_a, delta_a, claim.analysis)
     except ValueError:
         return None
+    if not dummy_rate:
+        return needed
+    # The real-report bound grows with B: the least B whose bound reaches `needed`.
+    lo, hi = needed, needed
+    while real_batch_size(hi, q, claim, dummy_rate) < needed:
+        lo, hi = hi + 1, 2 * hi
+        if hi > amp.MAX_BATCH_SIZE:
+            return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if real_batch_size(mid, q, claim, dummy_rate) >= needed:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def trust_model_guarantees(
@@ -115,16 +190,21 @@ def trust_model_guarantees(
     claim: PrivacyClaim,
     noise: AggregatorNoise | None = None,
     vdaf: VdafSpec | None = None,
+    dummy_rate: float | None = None,
 ) -> dict[TrustModel, Guarantee]:
     """The guarantee under each trust model (module docstring, 3.) of a batch of `batch_size`
-    reports sampled at q, with the aggregators' `noise` on the task's `vdaf` if any.
+    reports sampled at q (dummies at `dummy_rate`), with the aggregators' `noise` on the task's
+    `vdaf` if any.
 
     The amplified guarantee is `aggregate_guarantee` (+inf epsilon where its analysis does
     not apply); the noise's is computed at the claim's delta. A VDAF without a known
     sensitivity gives the noise no guarantee (`noise_problems` refuses such recipes).
     """
-    eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim)
+    eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim, dummy_rate)
     basis = f"amplification by aggregation ({claim.analysis}, n={batch_size})"
+    if dummy_rate:
+        real = real_batch_size(batch_size, q, claim, dummy_rate)
+        basis += f" at {real} real reports (dummies at q'={dummy_rate:g})"
     if q < 1:
         basis += f", then Poisson sampling at q={q:g}"
     amplified = Guarantee(TrustModel.OAMC, eps, delta, basis)
@@ -163,12 +243,15 @@ def assess_privacy(
     claim: PrivacyClaim,
     noise: AggregatorNoise | None = None,
     vdaf: VdafSpec | None = None,
+    dummy_rate: float | None = None,
 ) -> PrivacyAssessment:
-    oamc = trust_model_guarantees(randomizer, batch_size, q, claim, noise, vdaf)[TrustModel.OAMC]
+    oamc = trust_model_guarantees(randomizer, batch_size, q, claim, noise, vdaf, dummy_rate)[
+        TrustModel.OAMC
+    ]
     # The analyses' bisections overshoot by at most EPS_TOL, so compare with that slack: a B
     # the library's own min_batch_size returns must pass.
     met = oamc.eps <= claim.epsilon + amp.EPS_TOL and oamc.delta <= claim.delta * (1 + 1e-12)
-    needed = batch_size if met else required_batch_size(randomizer, q, claim)
+    needed = batch_size if met else required_batch_size(randomizer, q, claim, dummy_rate)
     return PrivacyAssessment(oamc.eps, oamc.delta, met, needed, oamc.basis)
 
 
@@ -238,6 +321,7 @@ def check_recipe_claims(recipe: Recipe) -> list[str]:
         recipe.privacy,
         noise,
         expected,
+        recipe.dummy_rate,
     )
     if not assessment.claim_met:
         problems.append(

@@ -53,7 +53,7 @@ from shared.dap.messages19 import TaskConfiguration
 from shared.dap.task import VDAF_OF_DAP, AggregatorNoise, DapVersion, RateValidation, TokenPolicy
 from shared.dap.taskprov import task_id_of
 from shared.dap.vdaf_codepoints import vdaf_spec
-from shared.dp.amplification import Analysis
+from shared.dp.amplification import MAX_BATCH_SIZE, Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
 from shared.dp.vdaf_mapping import sfp_length
@@ -728,7 +728,12 @@ class _RecipeBody(_Frozen):
     encoding: Encoding
     randomizer: Randomizer
     sampling_rate: float = Field(gt=0, le=1)
-    min_batch_size: int = Field(ge=1, le=10**9)
+    #: q' of 001 §4.6: the probability that a device not sampled sends a dummy report (a
+    #: measurement that adds nothing), so the batch size hides how many devices contributed.
+    #: The accounting and the collector's estimates count with it (`shared.recipe.accounting`).
+    #: None (left out of the canonical bytes): no dummies.
+    dummy_rate: float | None = Field(default=None, gt=0, le=1)
+    min_batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
     privacy: PrivacyClaim
     #: 004 §5 aggregator randomization, provisioned into both aggregators' task. None (left out
     #: of the canonical bytes, so older recipes still verify): client randomization only.
@@ -769,6 +774,8 @@ class _RecipeBody(_Frozen):
             isinstance(self.randomizer, OneHotRandomizer) and self.randomizer.symmetric
         ):
             raise ValueError(f"analysis {self.privacy.analysis} is for symmetric one_hot only")
+        if self.dummy_rate is not None and self.sampling_rate >= 1:
+            raise ValueError("dummy_rate needs sampling_rate < 1: every device reports")
         return self
 
 
@@ -777,6 +784,14 @@ class Recipe(_RecipeBody):
 
     task: RecipeTask
     token_issuer: TokenIssuerRef
+
+    @model_validator(mode="after")
+    def _dummies_possible(self) -> Recipe:
+        if self.dummy_rate is not None and self.task.vdaf.zero_measurement() is None:
+            raise ValueError(
+                f"dummy_rate: {self.task.vdaf.describe()} has no measurement that adds nothing"
+            )
+        return self
 
     @model_validator(mode="after")
     def _rate_follows(self) -> Recipe:

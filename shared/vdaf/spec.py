@@ -158,6 +158,15 @@ class VdafSpec(BaseModel):
         version = draft if draft == "VDAF-20" else None
         return cls(version=version, type="Prio3Histogram", length=length, chunk_length=chunk_length)
 
+    def zero_measurement(self) -> int | list[int] | None:
+        """The measurement that adds nothing to the aggregate (a dummy report, 001 §4.6); None
+        for Histogram, whose measurement is exactly one bucket."""
+        if self.type in ("Prio3Count", "Prio3Sum"):
+            return 0
+        if self.type == "Prio3Histogram" or self.length is None:
+            return None
+        return [0] * self.length
+
     def instance(self) -> Prio3:
         """The Prio3 object for two aggregators (ValueError for unusable parameters)."""
         p: dict[str, Any] = self.model_dump(exclude_none=True, exclude={"type", "version"})

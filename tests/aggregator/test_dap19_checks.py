@@ -275,8 +275,9 @@ def test_upload_outside_task_interval_is_dropped(fx_interval: Fx) -> None:
     ]
 
 
-def test_upload_into_collected_bucket_is_replayed(fx: Fx) -> None:
-    """Ambiguity 9: the text's report_replayed."""
+def test_upload_into_collected_bucket_is_batch_collected(fx: Fx) -> None:
+    """Ambiguity 9: batch_collected, not the text's optional report_replayed, so a client can
+    tell a report stored by its earlier attempt from one too late for its batch."""
     assert fx.errors(fx.report()) == []
     request = CollectionJobReq(Query.time_interval(fx.bucket()), b"")
     created = fx.collect_req(request)
@@ -287,7 +288,7 @@ def test_upload_into_collected_bucket_is_replayed(fx: Fx) -> None:
             break
         fx.env.advance(1)
     late = fx.report()
-    assert fx.errors(late) == [(late.report_metadata.report_id, REPORT_REPLAYED)]
+    assert fx.errors(late) == [(late.report_metadata.report_id, BATCH_COLLECTED)]
 
 
 # --- Helper @aggregation-job init ------------------------------------------------------------

@@ -103,6 +103,38 @@ def test_leader_selected_count_next_batches(db_factory: DbFactory, clock: TestCl
     assert c19.unshard(task, request, resp2) == 3
 
 
+def test_leader_selected_job_survives_a_lost_location(
+    db_factory: DbFactory, clock: TestClock
+) -> None:
+    """A collector that stopped between its POST and storing the Location asks again after the
+    job finished: it gets the same job and its batch, not the next one; once a poll has
+    delivered that result, the request means the next batch again."""
+    task = c19.make_task(COUNT, query_type="fixed_size", min_batch_size=3)
+    env, lc, hc = setup(db_factory, clock, task)
+    now = clock.now()
+    first = [1, 1, 0]
+    assert c19.upload(env.leader, task, [c19.make_report(task, lc, hc, m, now) for m in first])
+    env.drive()
+    request = CollectionJobReq(Query.leader_selected(), b"")
+    lost = start(env, task, request)
+    assert lost.status_code == 201
+    for _ in range(5):
+        env.drive()
+        env.advance(1)
+    # Later uploads fill a second batch, which a new job would collect.
+    second = [1, 1, 1]
+    reports = [c19.make_report(task, lc, hc, m, now + 5) for m in second]
+    assert c19.upload(env.leader, task, reports).status_code == 200
+    env.drive()
+
+    location, resp = collect(env, task, request)
+    assert location == lost.headers["location"]
+    assert c19.unshard(task, request, resp) == sum(first)
+    location2, resp2 = collect(env, task, request)
+    assert location2 != location
+    assert c19.unshard(task, request, resp2) == sum(second)
+
+
 def test_derived_configuration(db_factory: DbFactory, clock: TestClock) -> None:
     """Provisioned without a TaskConfiguration, the aggregators bind the one the digest's
     fields give with an empty task_info (#787): the client's hand-made bytes decrypt."""

@@ -240,6 +240,32 @@ def test_server_errors_are_retried_then_given_up() -> None:
     assert (result.status, result.detail) == ("failed", "leader answered 502")
 
 
+def test_replayed_on_a_resend_means_stored_before() -> None:
+    """A leader that stored the reports and then answered 503 answers the resend with
+    report_replayed (2) for them: they count as sent. A collected batch (1) stays refused."""
+    bodies, ids = _reports(2)
+    errors = ids[0] + b"\x02" + ids[1] + b"\x01"
+    answer = httpx.Response(200, content=errors, headers={"Content-Type": ERRORS})
+    leader = _Leader(httpx.Response(503), answer)
+    results = _uploader(leader).post("http://l", "T", bodies)
+    assert [r.status for r in results] == ["sent", "rejected"]
+    assert results[1].detail == "leader refused the report: batch_collected"
+
+    # Sent in an earlier round (the device's `resent`), not in an earlier attempt of this call.
+    leader = _Leader(httpx.Response(200, content=errors, headers={"Content-Type": ERRORS}))
+    uploader = _uploader(leader)
+    resent = [True, True]
+    assert [r.status for r in uploader.post("http://l", "T", bodies, resent=resent)] == [
+        "sent",
+        "rejected",
+    ]
+    # The first send of a report with a seen id is a real replay.
+    replayed = ids[0] + b"\x02" + ids[1] + b"\x02"
+    leader = _Leader(httpx.Response(200, content=replayed, headers={"Content-Type": ERRORS}))
+    results = _uploader(leader).upload("dap-19", "http://l", "T", bodies, resent=[False, True])
+    assert [r.status for r in results] == ["rejected", "sent"]
+
+
 def test_upload_reports_sends_per_request_reports_per_upload_request() -> None:
     leader_key, helper_key = _keys()
     lists = {

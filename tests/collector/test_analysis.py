@@ -58,10 +58,14 @@ from shared.dp.vdaf_mapping import (
     hcms_noise_variance,
 )
 from shared.recipe.accounting import (
+    DUMMY_DELTA_SHARE,
     aggregate_guarantee,
     analysis_epsilon,
     assess_privacy,
     expected_vdaf,
+    real_report_share,
+    real_reports_lower_bound,
+    required_batch_size,
 )
 from shared.recipe.model import Encoding, NgramFeature, RecipeDraft, SfpRandomizer
 from tests.recipe.helpers import complete, example_recipe
@@ -842,3 +846,126 @@ def test_noised_sfp_word_estimates_carry_the_noise() -> None:
         assert it.estimate == before[it.label].estimate
         assert it.stderr == pytest.approx(math.sqrt(before[it.label].stderr ** 2 + added))
     assert not any("not report_count" in n or "not included" in n for n in a.notes)
+
+
+# --- dummy reports (001 §4.6) ---------------------------------------------------------------------
+
+
+def _binomial_lower_bound(n: int, rho: float, delta: float) -> int:
+    """The largest m with P(Binomial(n, rho) < m) <= delta: the lower tail summed term by term
+    from the binomial pmf in logs (not scipy's incomplete-beta inversion)."""
+    below, m = 0.0, 0
+    while m <= n:
+        log_pmf = (
+            math.lgamma(n + 1)
+            - math.lgamma(m + 1)
+            - math.lgamma(n - m + 1)
+            + m * math.log(rho)
+            + (n - m) * math.log1p(-rho)
+        )
+        below += math.exp(log_pmf)
+        if below > delta:
+            return m
+        m += 1
+    return n
+
+
+@pytest.mark.parametrize("n", [1, 7, 60, 400, 5000])
+@pytest.mark.parametrize("rho", [0.3, 2 / 3, 0.97])
+@pytest.mark.parametrize("delta", [1e-9, 1e-3, 0.2])
+def test_real_reports_lower_bound_is_the_exact_binomial_quantile(
+    n: int, rho: float, delta: float
+) -> None:
+    assert real_reports_lower_bound(n, rho, delta) == _binomial_lower_bound(n, rho, delta)
+
+
+def test_real_report_share() -> None:
+    # q = 1/2, q' = 1/2: per device 1/2 real, 1/4 dummy, so 2/3 of the reports are real.
+    assert real_report_share(0.5, 0.5) == pytest.approx(2 / 3, rel=1e-15)
+    assert real_report_share(0.1, None) == 1.0
+
+
+@pytest.mark.parametrize("analysis", ["stronger_clones", "sym_rappor_exact"])
+def test_privacy_statement_with_dummies_is_stated_at_the_real_report_bound(analysis: str) -> None:
+    """Dummies hide nobody: the batch is stated at the binomial lower bound on its real
+    reports (exact oracle above) with a tenth of the aggregation's delta spent on that bound."""
+    q, dummies, n = 0.5, 0.5, 3000
+    randomizer = {"name": "one_hot", "eps0": 1.5, "symmetric": True}
+    privacy = {"epsilon": 1.0, "delta": 1e-6, "analysis": analysis}
+    plain = draft(randomizer, sampling_rate=q, min_batch_size=1000, privacy=privacy)
+    with_dummies = draft(
+        randomizer, sampling_rate=q, dummy_rate=dummies, min_batch_size=1000, privacy=privacy
+    )
+    delta_a = 1e-6 / q
+    real = _binomial_lower_bound(n, 2 / 3, delta_a * DUMMY_DELTA_SHARE)
+    assert 1800 < real < 2000  # n rho = 2000 less about 5 standard deviations (25.8)
+    eps0 = analysis_epsilon(plain.randomizer, analysis)  # type: ignore[arg-type]
+    eps_a = amp.shuffle_epsilon(eps0, real, delta_a * (1 - DUMMY_DELTA_SHARE), analysis)  # type: ignore[arg-type]
+    expected = amp.poisson_sampling(eps_a, delta_a, q)
+    st = privacy_statement(with_dummies, n)
+    assert (st.epsilon, st.delta) == pytest.approx(expected, rel=1e-12)
+    assert f"at {real} real reports" in st.guarantees[0].basis
+    assert st.epsilon > privacy_statement(plain, n).epsilon
+
+
+def test_required_batch_size_with_dummies_is_the_least_that_meets_the_claim() -> None:
+    recipe = draft(
+        {"name": "one_hot", "eps0": 2.0, "symmetric": False},
+        sampling_rate=0.25,
+        dummy_rate=0.2,
+        min_batch_size=1,
+        privacy={"epsilon": 1.0, "delta": 1e-6, "analysis": "stronger_clones"},
+    )
+    args = (recipe.randomizer, 0.25, recipe.privacy)
+    plain = required_batch_size(*args)
+    needed = required_batch_size(*args, 0.2)
+    assert plain is not None and needed is not None and needed > plain
+    assert assess_privacy(recipe.randomizer, needed, 0.25, recipe.privacy, dummy_rate=0.2).claim_met
+    assert not assess_privacy(
+        recipe.randomizer, needed - 1, 0.25, recipe.privacy, dummy_rate=0.2
+    ).claim_met
+
+
+def _with_dummies(
+    n_devices: int, q: float, dummies: float, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
+    """The one-hot indices of the devices that sampled themselves, and how many reports the
+    batch holds with the dummies of those that did not."""
+    idx = zipf_indices(rng, n_devices)
+    sampled = rng.random(n_devices) < q
+    dummy = ~sampled & (rng.random(n_devices) < dummies)
+    return idx[sampled], int(sampled.sum() + dummy.sum())
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "asymmetric", "cms", "hcms"])
+def test_estimates_with_dummy_reports_cover_the_real_counts(kind: str) -> None:
+    """Dummies are zero vectors counted in report_count: the estimates are debiased for the
+    expected real reports, their intervals widened by the real count's variance, and still
+    cover the true counts of the devices that reported for real. Without the correction the
+    one-hot and sketch debias would subtract the dummies' share of bias too: far off."""
+    q, dummies = 0.5, 0.5
+    rng = _rng(31)
+    covered = total = 0
+    for rep in range(16):
+        if kind in ("symmetric", "asymmetric"):
+            params: dict[str, Any] = {
+                "name": "one_hot",
+                "eps0": 1.5,
+                "symmetric": kind == "symmetric",
+            }
+        else:
+            params = {"name": kind, "eps0": 3.0, "k": 8, "m": 64, "seed": rep}
+        recipe = draft(params, sampling_rate=q, dummy_rate=dummies)
+        idx, n = _with_dummies(8000, q, dummies, rng)
+        if kind == "cms":
+            agg = cms_aggregate(CountMeanSketch(3.0, 8, 64, rep), idx, rng)
+        elif kind == "hcms":
+            agg = hcms_aggregate(HadamardCountMeanSketch(3.0, 8, 64, rep), idx, rng)
+        else:
+            agg = one_hot_aggregate(DpOneHot(1.5, D + 1, kind == "symmetric"), idx, rng)
+        a = analyze(recipe, collection(agg, n))
+        assert any("dummy reports at q'=0.5" in note for note in a.notes)
+        truth = true_counts(idx)
+        covered += sum(it.ci_low <= t <= it.ci_high for it, t in zip(a.items, truth, strict=True))
+        total += D + 1
+    assert coverage_ok(covered, total), covered / total

@@ -142,11 +142,12 @@ def _drop_databases(base_url: str) -> None:
 @pytest.fixture
 def up(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Up]:
     """`sagg up` on free ports; `request.param` picks the store (sqlite or postgres), or
-    "tls": SQLite, and every service on HTTPS with a local CA (`sagg up --tls`)."""
+    "tls": SQLite, and every service on HTTPS with a local CA (`sagg up --tls`), or
+    "taskprov": SQLite with taskprov (`sagg up --taskprov`)."""
     store = getattr(request, "param", "sqlite")
     store_args: list[str] = []
-    if store == "tls":
-        store, store_args = "sqlite", ["--tls"]
+    if store in ("tls", "taskprov"):
+        store, store_args = "sqlite", [f"--{store}"]
     postgres_base = None
     if store == "postgres":
         postgres_base = _postgres_base()

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.deploy.conftest import Up, age_buckets_draft, collect_args
@@ -131,3 +132,37 @@ def test_a_leader_selected_dap_19_task_collects_the_next_batch(up: Up, tmp_path:
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
     assert (body["result"], body["report_count"]) == (sum(measurements), 20), body
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("up", ["taskprov"], indirect=True)
+def test_a_taskprov_task_through_the_cli(up: Up, tmp_path: Path) -> None:
+    """`sagg up --taskprov`, `sagg task create --dap 19 --taskprov`: only the collector knows the
+    task until `sagg upload` announces it; then both aggregators opt in and `sagg collect`
+    gets exactly the measurements."""
+    common = ["--min-batch-size", str(REPORTS), "--time-precision", str(PRECISION)]
+    info = _create(up, "--dap", "19", "--taskprov", "--vdaf", json.dumps(HIST20), *common)
+    assert info["taskprov"] is True
+    deployment = json.loads((up.data_dir / "deployment.json").read_text())
+    for role in ("leader", "helper"):
+        token = deployment["admin_tokens"][role]
+        known = httpx.get(
+            f"{deployment[role]}/internal/tasks/{info['task_id']}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
+        assert known.status_code == 404, known.text
+    noise = '{"mechanism":"discrete_gaussian","sigma":"8.5402"}'
+    refused = up.sagg(
+        "task", "create", "--dap", "19", "--taskprov", "--vdaf", json.dumps(HIST20),
+        "--aggregator-noise", noise,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "cannot have aggregator_noise" in refused.stderr
+
+    now = int(time.time())
+    measurements = [(j * 5) % 4 for j in range(REPORTS)]
+    _upload(up, tmp_path, info, measurements, now)
+    counts = Counter(measurements)
+    body = _collect(up, info["task_id"], now - now % PRECISION - PRECISION, 2 * PRECISION)
+    assert body["state"] == "complete", body
+    assert (body["result"], body["report_count"]) == ([counts[b] for b in range(4)], REPORTS)

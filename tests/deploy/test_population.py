@@ -129,23 +129,22 @@ def _count(pattern: str, text: str) -> int:
 @pytest.mark.slow
 def test_dummy_reports_add_nothing_and_replayed_tokens_are_refused(up: Up, tmp_path: Path) -> None:
     """The same seeded population (a quarter offline, q = 1/2) twice: once plain, once with
-    dummy reports (q' = 1/2) and a tenth of the devices malicious. The aggregate is the same
-    count for count (dummies are zeros, every replay is refused); only the batch is larger,
-    by the dummies uploaded."""
+    the recipe's dummy reports (q' = 1/2) and a tenth of the devices malicious. The aggregate
+    is the same count for count (dummies are zeros, every replay is refused); only the batch is
+    larger, by the dummies uploaded."""
     tasks = {}
     for name in ("plain", "mixed"):
         draft = age_buckets_draft(name, "ages", BOUNDARIES, 60, 1.5)
         draft["sampling_rate"] = 0.5
+        if name == "mixed":
+            draft["dummy_rate"] = 0.5
         (tmp_path / f"{name}.json").write_text(json.dumps(draft))
         published = up.sagg("recipe", "publish", str(tmp_path / f"{name}.json"))
         assert published.returncode == 0, published.stderr
         tasks[name] = json.loads(published.stdout)["task_id"]
     common = ["--count", str(DEVICES), "--data", "ages", "--seed", str(SEED), "--offline", "0.25"]
     plain = up.sagg("devices", "run", "--recipe", "plain.ages", *common)
-    mixed = up.sagg(
-        "devices", "run", "--recipe", "mixed.ages", *common,
-        "--dummy-rate", "0.5", "--malicious", "0.1",
-    )  # fmt: skip
+    mixed = up.sagg("devices", "run", "--recipe", "mixed.ages", *common, "--malicious", "0.1")
     assert plain.returncode == 0 and mixed.returncode == 0, plain.stderr + mixed.stderr
     offline = _count(r"offline (\d+)", mixed.stdout)
     assert 0 < offline < DEVICES / 2

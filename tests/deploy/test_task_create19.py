@@ -126,6 +126,8 @@ def test_from_a_file_of_bytes_or_text(
         (["--dap", "19", "--task-configuration-file", "missing.bin"], "cannot read missing.bin"),
         (["--dap", "19", "--vdaf", '{"type":"Prio3Count"}', *URLS], "runs VDAF-20"),
         (["--dap", "20", "--vdaf", HIST20, *URLS], "--dap"),
+        (["--taskprov", "--vdaf", '{"type":"Prio3Count"}', *URLS], "pass --dap 19"),
+        (["--dap", "19", "--taskprov", "--vdaf", HIST20, *URLS], "sagg up --taskprov"),
     ],
 )
 def test_refusals_are_one_line(

@@ -321,3 +321,21 @@ def test_a_calibration_below_the_vdafs_sensitivity_is_refused() -> None:
     (problem,) = noise_problems(noisy.aggregator_noise, recipe.task.vdaf, 1e-8)  # type: ignore[arg-type]
     assert "more than its stated epsilon=1" in problem
     assert problem in check_recipe_claims(noisy)
+
+
+def test_dummy_rate_is_signed_optional_and_needs_a_zero_measurement() -> None:
+    """001 §4.6's q': left out of the canonical bytes when absent (older signatures verify),
+    signed when present; only with q < 1 (else no device is left to send dummies) and a task
+    VDAF with a measurement that adds nothing (a Histogram report is exactly one bucket)."""
+    assert b"dummy_rate" not in recipe_bytes(example_recipe())
+    recipe = example_recipe(sampling_rate=0.5, min_batch_size=6000, dummy_rate=0.25)
+    assert b'"dummy_rate":0.25' in recipe_bytes(recipe)
+    assert Recipe.model_validate_json(recipe_bytes(recipe)) == recipe
+    with pytest.raises(ValidationError, match="dummy_rate needs sampling_rate < 1"):
+        example_recipe(sampling_rate=1.0, dummy_rate=0.25)
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        example_recipe(sampling_rate=0.5, dummy_rate=1.5)
+    body = recipe.model_dump(mode="json", exclude_none=True)
+    body["task"]["vdaf"] = VdafSpec.of_histogram(5, 2).model_dump(exclude_none=True)
+    with pytest.raises(ValidationError, match="has no measurement that adds nothing"):
+        Recipe.model_validate(body)

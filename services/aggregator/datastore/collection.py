@@ -137,13 +137,23 @@ class CollectionStore(StoreBase):
 
     def collection_jobs_of_request(self, task_id: bytes, request: bytes) -> list[Row]:
         """The task's collection jobs created by this exact request (its hash): their ids,
-        states and errors."""
+        states, errors and whether their final state was delivered."""
         return self.db.run(
             "collection_jobs_of_request",
             lambda tx: tx.query(
-                "SELECT job_id, state, error FROM collection_jobs WHERE task_id = :t"
+                "SELECT job_id, state, error, delivered FROM collection_jobs WHERE task_id = :t"
                 " AND request_hash = :rh",
                 {"t": task_id, "rh": hashlib.sha256(request).digest()},
+            ),
+        )
+
+    def mark_collection_delivered(self, task_id: bytes, job_id: bytes) -> None:
+        """Record that the collector has been answered the job's final state."""
+        self.db.run(
+            "mark_collection_delivered",
+            lambda tx: tx.execute(
+                "UPDATE collection_jobs SET delivered = 1 WHERE task_id = :t AND job_id = :j",
+                {"t": task_id, "j": job_id},
             ),
         )
 

@@ -87,7 +87,7 @@ def _check_keys(keys: npt.ArrayLike) -> IntArray:
 
 
 def _sketch_estimate(
-    family: HashFamily, sketch: FloatArray, n: int, keys: npt.ArrayLike
+    family: HashFamily, sketch: FloatArray, n: float, keys: npt.ArrayLike
 ) -> FloatArray:
     m = family.m
     rows = family.buckets(_check_keys(keys))
@@ -150,17 +150,17 @@ class CountMeanSketch:
         np.add.at(out, reports.j, rows)
         return out
 
-    def estimate_counts(self, sketch: FloatArray, n: int, keys: npt.ArrayLike) -> FloatArray:
+    def estimate_counts(self, sketch: FloatArray, n: float, keys: npt.ArrayLike) -> FloatArray:
         return _sketch_estimate(self.family, sketch, n, keys)
 
-    def variance(self, n: int, counts: npt.ArrayLike) -> FloatArray:
+    def variance(self, n: float, counts: npt.ArrayLike) -> FloatArray:
         """Var f~(d) for every item d of a dictionary whose true counts are `counts`."""
         f = np.asarray(counts, dtype=np.float64)
         m, c2 = self.m, self.c**2
         inner = n * (c2 - 1) / 4 + (n - f) * (m - 1) / m**2 + _collision_term(self.family, f)
         return np.asarray((m / (m - 1)) ** 2 * inner, dtype=np.float64)
 
-    def estimate(self, sketch: FloatArray, n: int, keys: npt.ArrayLike) -> Estimate:
+    def estimate(self, sketch: FloatArray, n: float, keys: npt.ArrayLike) -> Estimate:
         """Estimates for `keys`, taken as the whole dictionary for the collision term."""
         value = self.estimate_counts(sketch, n, keys)
         return Estimate(value, np.sqrt(self.variance(n, np.clip(value, 0, n))))
@@ -237,15 +237,15 @@ class HadamardCountMeanSketch:
         np.add.at(raw, (reports.j, reports.col), self.k * self.c * reports.bits)
         return fwht(raw)
 
-    def estimate_counts(self, sketch: FloatArray, n: int, keys: npt.ArrayLike) -> FloatArray:
+    def estimate_counts(self, sketch: FloatArray, n: float, keys: npt.ArrayLike) -> FloatArray:
         return _sketch_estimate(self.family, sketch, n, keys)
 
-    def variance(self, n: int, counts: npt.ArrayLike) -> FloatArray:
+    def variance(self, n: float, counts: npt.ArrayLike) -> FloatArray:
         f = np.asarray(counts, dtype=np.float64)
         m, c2 = self.m, self.c**2
         inner = f * (c2 - 1) + (n - f) * (c2 - 1 / m**2) + _collision_term(self.family, f)
         return np.asarray((m / (m - 1)) ** 2 * inner, dtype=np.float64)
 
-    def estimate(self, sketch: FloatArray, n: int, keys: npt.ArrayLike) -> Estimate:
+    def estimate(self, sketch: FloatArray, n: float, keys: npt.ArrayLike) -> Estimate:
         value = self.estimate_counts(sketch, n, keys)
         return Estimate(value, np.sqrt(self.variance(n, np.clip(value, 0, n))))

@@ -61,11 +61,11 @@ class OneHotRandomizer:
         bits[rows, idx] = rng.random(idx.size) < self.p_true
         return bits.astype(np.uint8)
 
-    def debias(self, sums: npt.ArrayLike, n: int) -> FloatArray:
+    def debias(self, sums: npt.ArrayLike, n: float) -> FloatArray:
         s = np.asarray(sums, dtype=np.float64)
         return (s - n * self.p_false) / (self.p_true - self.p_false)
 
-    def variance(self, n: int, counts: npt.ArrayLike | float = 0.0) -> FloatArray:
+    def variance(self, n: float, counts: npt.ArrayLike | float = 0.0) -> FloatArray:
         """Var of the debiased count of a bucket with true count `counts` among n reports."""
         f = np.asarray(counts, dtype=np.float64)
         pt, pf = self.p_true, self.p_false
@@ -73,7 +73,7 @@ class OneHotRandomizer:
             (f * pt * (1 - pt) + (n - f) * pf * (1 - pf)) / (pt - pf) ** 2, dtype=np.float64
         )
 
-    def estimate(self, sums: npt.ArrayLike, n: int) -> Estimate:
+    def estimate(self, sums: npt.ArrayLike, n: float) -> Estimate:
         """Debiased counts; the stderr plugs the (clipped) estimate into the variance."""
         value = self.debias(sums, n)
         return Estimate(value, np.sqrt(self.variance(n, np.clip(value, 0, n))))

@@ -70,7 +70,9 @@ class SfpSketches:
     (`shared.dp.vdaf_mapping.sfp_sketches_from_aggregate`)."""
 
     word: FloatArray
-    n: int
+    #: Reports behind the word sketch (a float: the collector's expected real count, when the
+    #: batch may hold dummy reports).
+    n: float
     fragments: tuple[tuple[FloatArray, int], ...]
 
 
