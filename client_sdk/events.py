@@ -106,6 +106,35 @@ class EventStore:
                 "INSERT INTO event (device, stream, time, record) VALUES (?, ?, ?, ?)", rows
             )
 
+    def add_devices(
+        self,
+        stream: str,
+        events: Iterable[tuple[int, Iterable[tuple[Mapping[str, Any], int]]]],
+        retention_seconds: int = DEFAULT_RETENTION,
+    ) -> None:
+        """For each (device, its events): register `stream` for the device and store its
+        events, every device in one transaction (a simulator's chunk; a transaction a device
+        cost more than writing its rows)."""
+        if retention_seconds < 1:
+            raise ValueError("retention must be positive")
+        streams: list[tuple[int, str, int]] = []
+        rows: list[tuple[int, str, int, str]] = []
+        for device, records in events:
+            streams.append((device, stream, retention_seconds))
+            rows += [
+                (device, stream, int(t), json.dumps(dict(r), separators=(",", ":")))
+                for r, t in records
+            ]
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO stream (device, name, retention) VALUES (?, ?, ?) "
+                "ON CONFLICT (device, name) DO UPDATE SET retention = excluded.retention",
+                streams,
+            )
+            self._conn.executemany(
+                "INSERT INTO event (device, stream, time, record) VALUES (?, ?, ?, ?)", rows
+            )
+
     def records(self, stream: str, since: int, until: int) -> list[dict[str, Any]]:
         """Records of `stream` with since <= time <= until, oldest first."""
         with self._lock:

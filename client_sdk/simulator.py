@@ -16,7 +16,8 @@ not share:
 - Prio3 sharding: `shard_batch` over a chunk of reports (fresh report ids and randomness per
   report); HPKE sealing stays per report (`client_sdk.reports`);
 - requests: one thread pool (started once per simulator) over one keep-alive client
-  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request). Every device
+  (`client_sdk.http.pooled_client`: httpx cost five times its CPU per request), a network
+  phase as one task per thread taking the next device (`Simulator._each`). Every device
   sends its own requests (enrolment, its batched token request, its upload), as a real one
   would; nothing of two devices is merged into one request, except in relay mode below.
 
@@ -33,9 +34,11 @@ again, one fresh report). DAP-09 has no bulk upload: one PUT per report in eithe
 A device's store transactions stay per device (budget with its pending row, tokens, sealed
 report, sent mark): each is the crash-safety unit `client_sdk.device` describes. One
 transaction per chunk would keep those semantics (a chunk's rows commit or roll back
-together, and a resumed run re-sends sealed reports the leader deduplicates), but in a worker
-store (file lock held, no sync per commit) a transaction costs about 3 µs, under 1% of a
-device's CPU, so nothing would be bought by coupling devices' fates.
+together, and a resumed run re-sends sealed reports the leader deduplicates); in a worker
+store (file lock held, no sync per commit) a transaction writing a row or two costs about
+16 µs (2 µs empty), some 5% of a device's CPU with tokens. The synthetic data a chunk's
+devices start with is not theirs to decide: it goes into the event store in one transaction
+per chunk (`EventStore.add_devices`; one per device cost 55 µs a device, 12 now).
 
 The recipe is fetched and verified once (by the first device, through the log) and the
 verified bytes handed to every device, and the issuer directory is fetched once for all: they
@@ -63,11 +66,11 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar, cast
 
 import numpy as np
 import rich.progress
@@ -99,6 +102,10 @@ from shared.recipe.query_class import QueryClass
 
 __all__ = ["SimulationSummary", "Simulator", "permissive_policy", "worker_stores"]
 
+_T = TypeVar("_T")
+#: The end of `Simulator._each`'s feed.
+_DONE = object()
+
 
 @dataclass
 class SimulationSummary:
@@ -109,6 +116,8 @@ class SimulationSummary:
     uploaded: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    #: CPU seconds of the simulating process (all its threads) while it ran: summed over shards.
+    cpu_seconds: float = 0.0
     report_bytes: int = 0
     #: One-hot index (the value, for bit pushing; the string, for SFP) -> number of uploaded
     #: real reports that encoded it.
@@ -144,7 +153,8 @@ class SimulationSummary:
             f"refused {sum(self.refused.values())}, uploaded {self.uploaded}, "
             f"failed {sum(self.failed.values())}",
             f"{self.seconds:.1f} s, {self.reports_per_second:.1f} reports/s, "
-            f"{self.report_bytes / max(1, self.uploaded):.0f} bytes/report",
+            f"{self.report_bytes / max(1, self.uploaded):.0f} bytes/report, "
+            f"CPU {self.cpu_seconds:.2f} s",
         ]
         if self.offline or self.dummies or self.sybils:
             out.append(
@@ -323,11 +333,12 @@ class Simulator:
         mix = self.mix
         total = count + mix.sybils
         summary = SimulationSummary(devices=shard.devices(total))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         verified = verified or self.verify(recipe_id, version)
         if verified is None:
             summary.refused["recipe could not be verified"] = summary.devices
             summary.seconds = time.perf_counter() - start
+            summary.cpu_seconds = time.process_time() - cpu
             return summary
         recipe = verified.recipe
         policy = self.policy or self._permissive(recipe.query.fields, recipe.query.stream)
@@ -346,13 +357,18 @@ class Simulator:
                     self._member(i, policy, state, events, offset)
                     for i, offset in zip(online, offsets, strict=True)
                 ]
-                for i, device in zip(online, devices, strict=True):
-                    device.events.register_stream(recipe.query.stream)
-                    data_rng = device_random(self.seed, "data", i)
-                    device.events.add_many(
-                        recipe.query.stream,
-                        generate_events(data, recipe, data_rng, device.clock()),
-                    )
+                events.add_devices(
+                    recipe.query.stream,
+                    (
+                        (
+                            i,
+                            generate_events(
+                                data, recipe, device_random(self.seed, "data", i), d.clock()
+                            ),
+                        )
+                        for i, d in zip(online, devices, strict=True)
+                    ),
+                )
                 fixed: list[Answer | None] = [
                     mix.sybil_answer if i >= count else None for i in online
                 ]
@@ -378,6 +394,7 @@ class Simulator:
                     self._dummies.clear()
                 bar.add(len(numbers))
         summary.seconds = time.perf_counter() - start
+        summary.cpu_seconds = time.process_time() - cpu
         return summary
 
     def _member(
@@ -406,7 +423,7 @@ class Simulator:
         """Steps 2-7 of `client_sdk.device` for one verified recipe on these devices (enrolling
         those not yet enrolled with the recipe's attester). The devices stay open."""
         summary = summary if summary is not None else SimulationSummary(devices=len(devices))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self._enroll(devices, verified, summary)
         # A kept population is not a seeded one: its noise comes from the OS CSPRNG.
         self._answer(
@@ -414,6 +431,7 @@ class Simulator:
         )
         self._donate(devices, summary)
         summary.seconds += time.perf_counter() - start
+        summary.cpu_seconds += time.process_time() - cpu
         return summary
 
     def _enroll(
@@ -463,7 +481,31 @@ class Simulator:
                 summary.failed[f"{label}: {exc}"] += 1
             bar.add()
 
-        list(self.pool.map(one, devices))
+        self._each(one, devices)
+
+    def _each(self, fn: Callable[[_T], object], items: Sequence[_T]) -> None:
+        """`fn` on every item over the pool's threads: a few tasks, each taking the next item
+        until none is left (a task per item cost a future and a thread wake-up each). An
+        exception of `fn` does not stop the others: the first is raised once all are done."""
+        feed = iter(items)
+        lock = threading.Lock()
+
+        def drain() -> Exception | None:
+            failure: Exception | None = None
+            while True:
+                with lock:
+                    item = next(feed, _DONE)
+                if item is _DONE:
+                    return failure
+                try:
+                    fn(cast(_T, item))
+                except Exception as exc:
+                    failure = failure or exc
+
+        tasks = [self.pool.submit(drain) for _ in range(min(self.concurrency, len(items)))]
+        failures = [failure for failure in (task.result() for task in tasks) if failure]
+        if failures:
+            raise failures[0]
 
     def _answer(
         self,
@@ -575,7 +617,7 @@ class Simulator:
                 device, item = pair
                 self._record(device, item, device.send(item, now), summary, bar, malicious, now)
 
-            list(self.pool.map(send, stored))
+            self._each(send, stored)
 
     def _send_bulk(
         self,

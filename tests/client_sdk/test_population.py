@@ -86,6 +86,31 @@ def test_devices_in_one_store_keep_their_own_state(tmp_path: Path) -> None:
     events.close()
 
 
+def test_a_chunks_events_in_one_write_are_each_devices_own(tmp_path: Path) -> None:
+    """`add_devices` stores what `register_stream` and `add_many` on each device's view
+    would: compared with a store written device by device."""
+    data = {
+        3: [({"v": 1}, 10), ({"v": 2}, 30)],
+        5: [({"v": 7}, 20)],
+        8: [],
+    }
+    batched = EventStore(tmp_path / "batched.sqlite3")
+    batched.add_devices("s", data.items(), retention_seconds=100)
+    one_by_one = EventStore(tmp_path / "one_by_one.sqlite3")
+    for device, events in data.items():
+        view = one_by_one.scoped(device)
+        view.register_stream("s", 100)
+        view.add_many("s", events)
+    for device in (*data, 4):
+        mine, theirs = batched.scoped(device), one_by_one.scoped(device)
+        assert mine.retention("s") == theirs.retention("s")
+        assert mine.records("s", 0, 100) == theirs.records("s", 0, 100)
+    assert batched.scoped(3).latest("s", 100) == {"v": 2}
+    assert batched.scoped(4).retention("s") is None
+    batched.close()
+    one_by_one.close()
+
+
 def test_a_one_device_store_from_before_is_device_zeros(tmp_path: Path) -> None:
     """A store written before stores held several devices (no device column) is upgraded in
     place: its rows are device 0's, and its upserts still work."""

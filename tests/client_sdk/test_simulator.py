@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,29 @@ def test_a_sybil_surge_answers_one_value_at_one_instant(tmp_path: Path) -> None:
     # 30 reports at the start's time bucket: the Sybils'; the others spread over the hour before.
     start_bucket = world.clock.now() - world.clock.now() % 3600
     assert sum(t == start_bucket for t in times) == 30
+
+
+def test_network_phases_reach_every_device_even_when_one_fails() -> None:
+    """`Simulator._each` (a few pool tasks pulling devices): every item is handled exactly
+    once, by up to `concurrency` threads, and an unexpected failure of one item is raised
+    after all the others were done."""
+    for concurrency in (1, 4):
+        _each_reaches_every_item(concurrency)
+
+
+def _each_reaches_every_item(concurrency: int) -> None:
+    simulator = Simulator(DeviceConfig(), trusted=TRUSTED, concurrency=concurrency, progress=None)
+    seen: list[int] = []
+    threads: set[int] = set()
+
+    def fn(item: int) -> None:
+        threads.add(threading.get_ident())
+        if item == 7:
+            raise RuntimeError("device 7")
+        seen.append(item)
+
+    with pytest.raises(RuntimeError, match="device 7"):
+        simulator._each(fn, list(range(100)))
+    assert sorted(seen) == [i for i in range(100) if i != 7]
+    assert 1 <= len(threads) <= concurrency
+    simulator._each(fn, [])
