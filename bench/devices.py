@@ -41,7 +41,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 class _AcceptAll(Uploader):
-    def put(self, leader: str, task_id: str, body: bytes) -> UploadResult:
+    def put(self, leader: str, task_id: str, body: bytes, resent: bool = False) -> UploadResult:
         return UploadResult("sent")
 
 

@@ -20,11 +20,12 @@ simulator, ``sagg upload`` (`deploy.cli`) and the interop client role (`deploy.i
 
 Network errors and 5xx answers are retried a bounded number of times with exponential backoff
 and jitter (so that thousands of simulated devices do not retry in lockstep); a 4xx is final.
-A leader may have stored a report before its 5xx or the lost answer: a DAP-19 resend of it is
-then answered ``report_replayed``, which for a report that went out before (a retry here, or
-`resent` by the device's earlier rounds) means it was stored, so it counts as sent; report ids
-are 16 random bytes, so no other report has that id. DAP-09's ``reportRejected`` does not say
-why a report was refused, so a DAP-09 resend refused that way stays refused.
+A leader may have stored a report before its 5xx or the lost answer: a resend of it is then
+refused as a replay, which for a report that went out before (a retry here, or `resent` by the
+device's earlier rounds) means it was stored, so it counts as sent; report ids are 16 random
+bytes, so no other report has that id. DAP-19 says so (``report_replayed``); DAP-09's
+``reportRejected`` does not say why, so there only sagg's detail says it
+(`shared.dap.problems.REPORT_REPLAYED_DETAIL`; a leader that ignores a duplicate answers 201).
 
 - `fetch_hpke_config` asks an aggregator for its configs (``GET /hpke_config``, with
   ``?task_id=`` for DAP-09 only: DAP-19 has no per-task configs, §4.4.1). A device never does:
@@ -67,7 +68,7 @@ from shared.dap.messages import (
     HpkeConfig,
     HpkeConfigList,
 )
-from shared.dap.problems import PROBLEM_URN_PREFIX
+from shared.dap.problems import PROBLEM_URN_PREFIX, REPORT_REPLAYED_DETAIL
 from shared.dap.task import DapVersion
 from shared.transport import TransportPolicy, http_failure
 from shared.vdaf.spec import VdafSpec
@@ -109,15 +110,18 @@ class UploadResult:
     attempts: int = 1
 
 
-def _problem_token(response: HttpResponse) -> str | None:
-    """The DAP problem type token of a refusal (``outdatedConfig``, ...), if it names one."""
+def _problem(response: HttpResponse) -> tuple[str, str | None] | None:
+    """The DAP problem type token of a refusal (``outdatedConfig``, ...) and its detail, if it
+    names one."""
     try:
         body = response.json()
     except ValueError:
         return None
-    kind = body.get("type") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    kind, detail = body.get("type"), body.get("detail")
     if isinstance(kind, str) and kind.startswith(PROBLEM_URN_PREFIX):
-        return kind[len(PROBLEM_URN_PREFIX) :]
+        return kind[len(PROBLEM_URN_PREFIX) :], detail if isinstance(detail, str) else None
     return None
 
 
@@ -163,8 +167,8 @@ class Uploader:
     def _url(leader: str, task_id: str) -> str:
         return f"{leader.rstrip('/')}/tasks/{task_id}/reports"
 
-    def put(self, leader: str, task_id: str, body: bytes) -> UploadResult:
-        """One DAP-09 report."""
+    def put(self, leader: str, task_id: str, body: bytes, resent: bool = False) -> UploadResult:
+        """One DAP-09 report; `resent`: it went out in an earlier call (module docstring)."""
         response, detail, attempts = self._send(
             "PUT", self._url(leader, task_id), body, MEDIA_REPORT
         )
@@ -172,9 +176,16 @@ class Uploader:
             return UploadResult("failed", detail, attempts)
         if response.is_success:
             return UploadResult("sent", attempts=attempts)
-        token = _problem_token(response)
+        problem = _problem(response)
+        token, why = problem if problem is not None else (None, None)
         if token == "outdatedConfig":
             return UploadResult("outdated_config", "outdatedConfig", attempts)
+        stored_before = (resent or attempts > 1) and (token, why) == (
+            "reportRejected",
+            REPORT_REPLAYED_DETAIL,
+        )
+        if stored_before:
+            return UploadResult("sent", attempts=attempts)
         name = token or str(response.status_code)
         return UploadResult("rejected", f"leader refused the report: {name}", attempts)
 
@@ -200,7 +211,8 @@ class Uploader:
         if response is None:
             return [UploadResult("failed", detail, attempts)] * len(reports)
         if not response.is_success:
-            name = _problem_token(response) or str(response.status_code)
+            problem = _problem(response)
+            name = problem[0] if problem is not None else str(response.status_code)
             refused = UploadResult("rejected", f"leader refused the reports: {name}", attempts)
             return [refused] * len(reports)
         if not response.content:
@@ -255,7 +267,11 @@ class Uploader:
         if dap == "dap-09":
             if announce is not None:
                 raise ValueError("taskprov announces DAP-19 tasks only")
-            return [self.put(leader, task_id, report) for report in reports]
+            again = list(resent) + [False] * (len(reports) - len(resent))
+            return [
+                self.put(leader, task_id, report, was)
+                for report, was in zip(reports, again, strict=True)
+            ]
         out: list[UploadResult] = []
         per = max(1, per_request)
         for lo in range(0, len(reports), per):

@@ -32,7 +32,7 @@ from services.aggregator.tokens import (
     IssuerUnavailableError,
     issuer_answer,
 )
-from services.aggregator.uploads import QueueFullError
+from services.aggregator.uploads import Queued
 from services.common.limits import HTTP_CONTENT_TOO_LARGE
 from services.common.problems import HttpProblemError
 from shared.codec import DecodeError
@@ -137,23 +137,26 @@ def bulk_upload(
         done(issuer_answer(task.b64, exc))
         return
     pending = _Request([r.report_metadata.report_id for r in request.reports], done)
-    for i, verdict in enumerate(verdicts):
-        try:
-            if isinstance(verdict, Refusal):
-                # The refusal stands whether or not its count could be stored.
-                settle_refusal = functools.partial(_settle_refusal, pending, i, verdict)
-                agg.uploads.count_refusal(task.id.value, verdict.reason, settle_refusal)
-            else:
-                agg.uploads.store(verdict, functools.partial(pending.settle, i))
-        except QueueFullError:
-            full = HttpProblemError(
-                503,
-                "the upload queue is full",
-                task_id=task.b64,
-                retry_after=agg.settings.upload_retry_after_s,
-            )
-            pending.stop_at(i, full)
-            return
+    items = [
+        # A refusal stands whether or not its count could be stored.
+        Queued(
+            None,
+            (task.id.value, verdict.reason),
+            functools.partial(_settle_refusal, pending, i, verdict),
+        )
+        if isinstance(verdict, Refusal)
+        else Queued(verdict, None, functools.partial(pending.settle, i))
+        for i, verdict in enumerate(verdicts)
+    ]
+    queued = agg.uploads.queue_all(items)
+    if queued < len(items):
+        full = HttpProblemError(
+            503,
+            "the upload queue is full",
+            task_id=task.b64,
+            retry_after=agg.settings.upload_retry_after_s,
+        )
+        pending.stop_at(queued, full)
 
 
 def _settle_refusal(

@@ -56,7 +56,7 @@ from shared.dap.messages import (
     Role,
 )
 from shared.dap.messages19 import ReportError
-from shared.dap.problems import ProblemType
+from shared.dap.problems import REPORT_REPLAYED_DETAIL, ProblemType
 from shared.privacypass.verify import InvalidTokenError, verify_token
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ _DETAILS: Final = {
     Refusal.TASK_EXPIRED: "task expired",
     Refusal.REPORT_EXPIRED: "report older than the expiry age",
     Refusal.EXTENSION: "unrecognized or repeated report extension",
-    Refusal.REPLAYED: "report id already seen",
+    Refusal.REPLAYED: REPORT_REPLAYED_DETAIL,
     Refusal.BATCH_COLLECTED: "the report's batch was already collected",
 }
 

@@ -54,6 +54,7 @@ from services.aggregator.bulk_upload import bulk_upload
 from services.aggregator.datastore import (
     CollectionState,
     Datastore,
+    JobSizes,
     JobState,
     NewReport,
     ReportOutcome,
@@ -381,6 +382,9 @@ class Aggregator:
         self.uploads = UploadWriter(
             datastore,
             max_group=settings.upload_group_max,
+            jobs=JobSizes(
+                settings.min_job_size, settings.max_job_size, settings.upload_job_group_min
+            ),
             max_queue=settings.upload_queue_max,
             metrics=metrics,
         )

@@ -61,6 +61,10 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     min_job_size: int = Field(default=100, ge=1)
     max_job_size: int = Field(default=500, ge=1)
     max_report_wait_s: int = Field(default=5, ge=0)
+    #: An upload group commit holding at least this many reports of one time_interval task
+    #: makes their jobs in its own transaction (`Datastore.put_reports`); smaller groups wait
+    #: for the job creator, which gathers them from several commits into fuller jobs.
+    upload_job_group_min: int = Field(default=100, ge=1)
     #: How long a driver owns a leased job before another may take it over.
     lease_duration_s: int = Field(default=60, ge=1)
     #: A job that failed this many attempts (helper down, 5xx) is abandoned.

@@ -8,10 +8,12 @@ survives kill -9, while N concurrent uploads cost one transaction instead of N c
 (SQLite has one writer; on PostgreSQL each commit is a WAL flush).
 
 Groups form by themselves: while one commit runs, the next uploads queue up, so a lone upload
-is stored at once and a busy leader writes large groups. Refusals found before the store are
-counted in the same transaction. If a group's transaction fails on its data, its uploads are
-stored one by one, so one bad row fails only its own request; if the store stays busy or
-unreachable through the retries, every upload of the group gets that error at once.
+is stored at once and a busy leader writes large groups. A group with a job's worth of one
+task's reports also makes their aggregation jobs (`Datastore.put_reports`). Refusals found
+before the store are counted in the same transaction. If a group's transaction fails on its
+data, its uploads are stored one by one, so one bad row fails only its own request; if the
+store stays busy or unreachable through the retries, every upload of the group gets that
+error at once.
 
 The queue is bounded (`max_queue`): when the store falls behind, a new upload is refused with
 `QueueFullError` (the route answers 503 with Retry-After) and everything already queued is
@@ -23,12 +25,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.aggregator.datastore import Datastore, NewReport
+from services.aggregator.datastore import Datastore, JobSizes, NewReport
 from services.common.db import TransientDbError
 from services.common.problems import InternalError
 
@@ -45,7 +47,10 @@ class QueueFullError(InternalError):
 
 
 @dataclass(frozen=True)
-class _Pending:
+class Queued:
+    """One upload for the writer: a validated report to store, or the (task id, reason) of a
+    refusal to count, and whom to tell the outcome."""
+
     report: NewReport | None
     refusal: tuple[bytes, str] | None
     done: Done
@@ -60,14 +65,16 @@ class UploadWriter:
         *,
         max_group: int,
         max_queue: int,
+        jobs: JobSizes | None = None,
         idle_s: float = 2.0,
         metrics: CollectorRegistry | None = None,
     ) -> None:
         self._ds = datastore
         self._max_group = max_group
         self._max_queue = max_queue
+        self._jobs = jobs
         self._idle_s = idle_s
-        self._queue: deque[_Pending] = deque()
+        self._queue: deque[Queued] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -88,24 +95,32 @@ class UploadWriter:
     def store(self, report: NewReport, done: Done) -> None:
         """Queue a validated report; `done` runs in the writer thread after the commit.
         Raises `QueueFullError` (and `done` never runs) when the queue is full."""
-        self._submit(_Pending(report, None, done))
+        if not self.queue_all([Queued(report, None, done)]):
+            raise QueueFullError
 
     def count_refusal(self, task_id: bytes, reason: str, done: Done) -> None:
         """Queue the count of an upload refused before the store."""
-        self._submit(_Pending(None, (task_id, reason), done))
+        if not self.queue_all([Queued(None, (task_id, reason), done)]):
+            raise QueueFullError
 
-    def _submit(self, pending: _Pending) -> None:
+    def queue_all(self, items: Sequence[Queued]) -> int:
+        """Queue uploads in order, as many as the queue has room for: how many (the `done` of
+        the others never runs). One lock and one wake-up of the writer for them all: a
+        DAP-19 request's reports cost no hand-over each, and go into one group."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("the upload writer is closed")
-            if len(self._queue) >= self._max_queue:
-                raise QueueFullError
-            self._queue.append(pending)
+            room = max(0, self._max_queue - len(self._queue))
+            taken = items[:room]
+            if not taken:
+                return 0
+            self._queue.extend(taken)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="upload-writer", daemon=True)
                 self._thread.start()
             else:
                 self._cond.notify()
+            return len(taken)
 
     def close(self, timeout: float = 10.0) -> None:
         """Commit what is queued, then refuse new uploads."""
@@ -127,11 +142,11 @@ class UploadWriter:
                 group = [self._queue.popleft() for _ in range(take)]
             self._commit(group)
 
-    def _commit(self, group: list[_Pending]) -> None:
+    def _commit(self, group: list[Queued]) -> None:
         reports = [p.report for p in group if p.report is not None]
         refusals = [p.refusal for p in group if p.refusal is not None]
         try:
-            stored = iter(self._ds.put_reports(reports, refusals))
+            stored = iter(self._ds.put_reports(reports, refusals, self._jobs))
         except TransientDbError as exc:
             # The store stayed busy or unreachable through every retry: one by one would only
             # wait that long again per upload. Every request gets the error (a 500: retry).
@@ -157,7 +172,7 @@ class UploadWriter:
             self._tell(pending, next(stored) if pending.report is not None else COUNTED)
 
     @staticmethod
-    def _tell(pending: _Pending, outcome: str | Exception) -> None:
+    def _tell(pending: Queued, outcome: str | Exception) -> None:
         try:
             pending.done(outcome)
         except Exception as exc:

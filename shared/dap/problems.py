@@ -17,6 +17,11 @@ MEDIA_PROBLEM: Final = "application/problem+json"
 #: Prefix of every DAP problem type URN (DAP-09 §3.2).
 PROBLEM_URN_PREFIX: Final = "urn:ietf:params:ppm:dap:error:"
 
+#: The `detail` of sagg's DAP-09 ``reportRejected`` for a report id the leader has stored:
+#: DAP-09's type does not say why a report was refused, and a client that sent the report
+#: before (the answer lost, or a 5xx after the commit) learns from it that it was stored.
+REPORT_REPLAYED_DETAIL: Final = "report id already seen"
+
 
 __all__ = ["ProblemType"]
 

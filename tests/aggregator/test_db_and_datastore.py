@@ -18,6 +18,7 @@ from services.aggregator.datastore import (
     MIGRATIONS,
     TASK_TABLES,
     Datastore,
+    JobSizes,
     LeaseLostError,
     NewReport,
     ReportOutcome,
@@ -118,6 +119,42 @@ def test_transaction_rolls_back_on_error(db_url: str) -> None:
         )
         rows = db.run("read", lambda tx: tx.query("SELECT k, v FROM t"))
         assert rows == [{"k": 2, "v": b"\x00\xff"}]
+    finally:
+        db.close()
+
+
+def test_read_sees_committed_rows_only_and_copy_inserts_rows(db_url: str) -> None:
+    """`Database.read` outside a transaction sees what is committed, not what another
+    transaction is still writing; `Tx.insert_rows` stores rows as an INSERT would."""
+    db = Database.open(db_url)
+    try:
+        db.migrate(
+            (Migration(1, "t", ("CREATE TABLE t (k {bigint} PRIMARY KEY, v {blob}, s {text})",)),)
+        )
+        columns = (("k", "bigint"), ("v", "blob"), ("s", "text"))
+        db.run("put", lambda tx: tx.insert_rows("t", columns, [(1, b"\x00", "a"), (2, None, "b")]))
+        inside, release = threading.Event(), threading.Event()
+
+        def writing(tx: Tx) -> None:
+            tx.insert_rows("t", columns, [(3, b"c", "c")])
+            inside.set()
+            assert release.wait(5)
+
+        writer = threading.Thread(target=db.run, args=("writing", writing))
+        writer.start()
+        try:
+            assert inside.wait(5)
+            rows = db.read("peek", "SELECT k, v, s FROM t ORDER BY k")
+            assert rows == [{"k": 1, "v": b"\x00", "s": "a"}, {"k": 2, "v": None, "s": "b"}]
+        finally:
+            release.set()
+            writer.join()
+        assert [r["k"] for r in db.read("peek", "SELECT k FROM t WHERE k > :n", {"n": 1})] == [
+            2,
+            3,
+        ]
+        with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+            db.run("again", lambda tx: tx.insert_rows("t", columns, [(1, b"", "x")]))
     finally:
         db.close()
 
@@ -283,6 +320,46 @@ def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
     ds.db.run("mark", lambda tx: mark_collected(tx, TASK, key, key + b"\x00", 0))
     assert _put(ds, b"s" * 16, 7300, key) == "collected"
     assert _put(ds, b"t" * 16, 3600, bucket_key(3600, 3600)) == "stored"
+
+
+def test_a_large_upload_group_makes_its_jobs(ds: Datastore) -> None:
+    """A group holding `from_group` of a time_interval task's reports makes their jobs in its
+    transaction, cut as the creator cuts them; the rest is left to the creator, and every
+    stored report ends up in exactly one job."""
+    key = bucket_key(7200, 3600)
+    jobs = JobSizes(minimum=2, maximum=3, from_group=4)
+
+    def ids(first: int, n: int) -> list[bytes]:
+        return [bytes([i]) * 16 for i in range(first, first + n)]
+
+    small = [_new(rid, 7200, key) for rid in ids(0, 3)]
+    assert ds.put_reports(small, (), jobs) == ["stored"] * 3
+    assert ds.unaggregated_reports(TASK) == 3
+    assert ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10) == []
+
+    large = [_new(rid, 7200 + i, key) for i, rid in enumerate(ids(10, 7))]
+    replay = _new(bytes([0]) * 16, 7200, key)
+    # Seven new reports make two jobs of three; the seventh is below a job's minimum.
+    assert ds.put_reports([*large, replay], (), jobs) == ["stored"] * 7 + ["replayed"]
+    assert ds.unaggregated_reports(TASK) == 4
+    # Nor does a fixed_size task's group (its jobs fill batches in order).
+    fixed = [_new(rid, 7200, None) for rid in ids(20, 4)]
+    assert ds.put_reports(fixed, (), jobs) == ["stored"] * 4
+    assert ds.unaggregated_reports(TASK) == 8
+
+    leases = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+    members = sorted([r.report_id for r in ds.leader_job(lease)[1]] for lease in leases)
+    assert members == [ids(10, 3), ids(13, 3)]
+    assert (
+        ds.create_aggregation_jobs(
+            TASK, fixed_size_target=None, min_job_size=1, max_job_size=10, flush_before=0, now=100
+        )
+        == 1
+    )
+    assert ds.unaggregated_reports(TASK) == 0
+    rows = ds.db.run("members", lambda tx: tx.query("SELECT report_id FROM report_aggregations"))
+    in_jobs = [bytes(r["report_id"]) for r in rows]
+    assert sorted(in_jobs) == sorted(ids(0, 3) + ids(10, 7) + ids(20, 4))
 
 
 def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:

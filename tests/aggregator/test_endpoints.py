@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from client_sdk.upload import Uploader
 from services.common.clock import TestClock
 from shared.dap.ids import AggregationJobId, BatchId, CollectionJobId, ReportId, TaskId
 from shared.dap.messages import (
@@ -202,6 +203,24 @@ def test_upload_replay_is_rejected(env: Env) -> None:
     assert_problem(env.upload(report), ProblemType.REPORT_REJECTED, env.tid)
     same_id = env.report(0, report_id=report.report_metadata.report_id)
     assert_problem(env.upload(same_id), ProblemType.REPORT_REJECTED, env.tid)
+    assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 1
+
+
+def test_the_sdk_reads_a_replay_of_its_own_resend_as_stored(env: Env) -> None:
+    """A device whose report was stored but whose answer was lost sends it again: this leader's
+    refusal says "already seen", which the SDK's uploader counts as sent for a report it sent
+    before, and as refused for one it had not (a replay)."""
+    report = env.report(1)
+    assert env.upload(report).status_code == 201
+    base = str(env.leader.base_url)
+    uploader = Uploader(env.leader, retries=0)
+    tid = env.tid
+    resent = uploader.upload("dap-09", base, tid, [report.encode()], resent=[True])
+    assert [r.status for r in resent] == ["sent"]
+    fresh = uploader.upload("dap-09", base, tid, [report.encode()], resent=[False])
+    assert [(r.status, r.detail) for r in fresh] == [
+        ("rejected", "leader refused the report: reportRejected")
+    ]
     assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 1
 
 

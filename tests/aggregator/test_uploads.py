@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.aggregator.datastore import Datastore, NewReport, UploadOutcome
-from services.aggregator.uploads import COUNTED, UploadWriter
+from services.aggregator.uploads import COUNTED, Queued, QueueFullError, UploadWriter
 from services.common.db import Database, TransientDbError
 
 TASK = b"\x02" * 32
@@ -118,12 +118,12 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
     original = ds.put_reports
     calls: list[int] = []
 
-    def gated(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
+    def gated(reports: Any, *args: Any, **kwargs: Any) -> list[UploadOutcome]:
         calls.append(len(reports))
         if len(calls) == 1:
             entered.set()
             gate.wait(5)
-        return original(reports, refusals)
+        return original(reports, *args, **kwargs)
 
     ds.put_reports = gated  # type: ignore[method-assign]
     writer.store(_report(100), answers.callback(100))
@@ -138,6 +138,39 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
     assert isinstance(answers.outcomes[2], Exception)
     # The failed group of four was retried report by report.
     assert calls == [1, 4, 1, 1, 1, 1]
+    assert ds.count_rows("client_reports", TASK) == 4
+    writer.close()
+
+
+def test_queue_all_takes_what_fits_in_order_and_answers_it(ds: Datastore) -> None:
+    """A DAP-19 request's uploads go in at once: as many as the queue has room for, in order;
+    those are committed in one group and answered, the rest never are."""
+    writer = UploadWriter(ds, max_group=64, max_queue=4)
+    gate, entered = threading.Event(), threading.Event()
+    original = ds.put_reports
+    groups: list[int] = []
+
+    def held(reports: Any, *args: Any, **kwargs: Any) -> list[UploadOutcome]:
+        groups.append(len(reports))
+        entered.set()
+        gate.wait(5)
+        return original(reports, *args, **kwargs)
+
+    ds.put_reports = held  # type: ignore[method-assign]
+    first = _Answers(ds, 1)
+    writer.store(_report(100), first.callback(100))
+    assert entered.wait(5)
+    answers = _Answers(ds, 4)
+    items = [Queued(_report(i), None, answers.callback(i)) for i in range(3)]
+    items.insert(1, Queued(None, (TASK, "hpke_decrypt_error"), answers.callback(50)))
+    items.append(Queued(_report(3), None, answers.callback(3)))
+    assert writer.queue_all(items) == 4
+    with pytest.raises(QueueFullError):
+        writer.store(_report(4), answers.callback(4))
+    gate.set()
+    assert answers.all_in.wait(10)
+    assert answers.outcomes == {0: "stored", 50: COUNTED, 1: "stored", 2: "stored"}
+    assert groups == [1, 3]
     assert ds.count_rows("client_reports", TASK) == 4
     writer.close()
 
@@ -178,7 +211,7 @@ def test_a_store_that_stays_unavailable_fails_the_group_at_once(ds: Datastore) -
     calls: list[int] = []
     gate, entered = threading.Event(), threading.Event()
 
-    def unavailable(reports: Any, refusals: Any = ()) -> list[UploadOutcome]:
+    def unavailable(reports: Any, *_: Any, **__: Any) -> list[UploadOutcome]:
         calls.append(len(reports))
         entered.set()
         gate.wait(5)

@@ -61,6 +61,9 @@ AGGREGATOR_ENV = {
     "SAGG_AGGREGATOR_MIN_JOB_SIZE": "5",
     "SAGG_AGGREGATOR_MAX_JOB_SIZE": "20",
     "SAGG_AGGREGATOR_MAX_REPORT_WAIT_S": "1",
+    # Groups of 8 or more of a task's reports (a DAP-19 request of 10, a busy DAP-09 leader)
+    # make their jobs at upload, smaller ones through the creator: crashes hit both paths.
+    "SAGG_AGGREGATOR_UPLOAD_JOB_GROUP_MIN": "8",
     "SAGG_AGGREGATOR_DRIVER_POLL_S": "0.1",
     "SAGG_AGGREGATOR_DRIVER_BATCH": "2",
     "SAGG_AGGREGATOR_LEASE_DURATION_S": "3",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from services.aggregator.datastore.records import ReportOutcome
 from services.aggregator.datastore.states import JobState, ReportAggregationState
-from services.common.db import Params, Tx
+from services.common.db import Tx
 
 
 def insert_job(
@@ -46,28 +46,42 @@ def insert_job(
     )
 
 
-def insert_report_aggregations(tx: Tx, rows: Sequence[Params]) -> None:
-    """`rows` as `outcome_rows` makes them."""
-    tx.execute_many(
-        "INSERT INTO report_aggregations (task_id, job_id, ord, report_id, client_time, state,"
-        " error) VALUES (:t, :j, :o, :r, :time, :s, :e)",
-        rows,
+#: What a report aggregation is inserted with: report id, client time, state, error.
+Entry = tuple[bytes, int, ReportAggregationState, int | None]
+
+_COLUMNS = (
+    ("task_id", "blob"),
+    ("job_id", "blob"),
+    ("ord", "bigint"),
+    ("report_id", "blob"),
+    ("client_time", "bigint"),
+    ("state", "text"),
+    ("error", "bigint"),
+)
+
+
+def insert_report_aggregations(
+    tx: Tx, task_id: bytes, job_id: bytes, entries: Sequence[Entry]
+) -> None:
+    """A job's report aggregations, one per entry, in job order."""
+    tx.insert_rows(
+        "report_aggregations",
+        _COLUMNS,
+        [
+            (task_id, job_id, ord_, report_id, time, state.value, error)
+            for ord_, (report_id, time, state, error) in enumerate(entries)
+        ],
     )
 
 
-def outcome_rows(task_id: bytes, job_id: bytes, outcomes: Sequence[ReportOutcome]) -> list[Params]:
+def outcome_entries(outcomes: Sequence[ReportOutcome]) -> list[Entry]:
     """The report aggregations of a job's finished reports, in job order."""
     return [
-        {
-            "t": task_id,
-            "j": job_id,
-            "o": ord_,
-            "r": o.report_id,
-            "time": o.client_time,
-            "s": ReportAggregationState.FAILED
-            if o.error is not None
-            else ReportAggregationState.FINISHED,
-            "e": None if o.error is None else int(o.error),
-        }
-        for ord_, o in enumerate(outcomes)
+        (
+            o.report_id,
+            o.client_time,
+            ReportAggregationState.FINISHED if o.error is None else ReportAggregationState.FAILED,
+            None if o.error is None else int(o.error),
+        )
+        for o in outcomes
     ]

@@ -11,7 +11,7 @@ from services.aggregator.batches import MAX_STORED_TIME
 from services.aggregator.datastore.aggregation_jobs import (
     insert_job,
     insert_report_aggregations,
-    outcome_rows,
+    outcome_entries,
 )
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import (
@@ -165,7 +165,7 @@ class HelperJobStore(StoreBase):
                 request_hash=request_hash,
                 response=response,
             )
-            insert_report_aggregations(tx, outcome_rows(task_id, job_id, final))
+            insert_report_aggregations(tx, task_id, job_id, outcome_entries(final))
             return "created", response
 
         return self.db.run("helper_init_job", body)

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from services.aggregator.datastore.aggregation_jobs import (
     insert_job,
     insert_report_aggregations,
-    outcome_rows,
 )
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import add_outcomes
@@ -41,6 +40,27 @@ def unassign(tx: Tx, task_id: bytes, batch_id: bytes | None, count: int) -> None
         " WHERE task_id = :t AND batch_key = :k",
         {"t": task_id, "k": batch_id, "n": count},
     )
+
+
+def insert_leader_job(
+    tx: Tx,
+    task_id: bytes,
+    batch_id: bytes | None,
+    reports: Sequence[tuple[bytes, int]],
+    now: int,
+) -> bytes:
+    """A new leader job over `reports` (report id, client time), in this order; its id. The
+    caller marks the reports started in the same transaction."""
+    job_id = secrets.token_bytes(16)
+    times = [time for _, time in reports]
+    insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
+    insert_report_aggregations(
+        tx,
+        task_id,
+        job_id,
+        [(report_id, time, ReportAggregationState.START, None) for report_id, time in reports],
+    )
+    return job_id
 
 
 class LeaderJobStore(StoreBase):
@@ -137,23 +157,12 @@ class LeaderJobStore(StoreBase):
     def _insert_leader_job(
         self, tx: Tx, task_id: bytes, batch_id: bytes | None, chunk: list[Row], now: int
     ) -> None:
-        job_id = secrets.token_bytes(16)
-        times = [int(r["client_time"]) for r in chunk]
-        insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
-        insert_report_aggregations(
+        job_id = insert_leader_job(
             tx,
-            [
-                {
-                    "t": task_id,
-                    "j": job_id,
-                    "o": ord_,
-                    "r": r["report_id"],
-                    "time": r["client_time"],
-                    "s": ReportAggregationState.START,
-                    "e": None,
-                }
-                for ord_, r in enumerate(chunk)
-            ],
+            task_id,
+            batch_id,
+            [(bytes(r["report_id"]), int(r["client_time"])) for r in chunk],
+            now,
         )
         # One statement over the job's rows (the report_aggregations just inserted) rather
         # than one parameter set per report.
@@ -241,9 +250,9 @@ class LeaderJobStore(StoreBase):
                 "UPDATE report_aggregations SET state = :s, error = :e"
                 " WHERE task_id = :t AND job_id = :j AND ord = :o",
                 [
-                    row
-                    for row in outcome_rows(lease.task_id, lease.job_id, final)
-                    if row["e"] is not None
+                    {**ids, "o": ord_, "s": ReportAggregationState.FAILED, "e": int(o.error)}
+                    for ord_, o in enumerate(final)
+                    if o.error is not None
                 ],
             )
             requeue = {

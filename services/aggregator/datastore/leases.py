@@ -58,6 +58,15 @@ class LeaseStore(StoreBase):
         lease_duration: int,
         limit: int,
     ) -> list[Lease]:
+        # Most looks find nothing due: a plain read says so for a fraction of the claiming
+        # transaction's cost (`Database.read`).
+        due = self.db.read(
+            f"due_{table}",
+            f"SELECT 1 AS due FROM {table} WHERE {where} AND lease_expiry <= :now LIMIT 1",
+            {"now": now, **states},
+        )
+        if not due:
+            return []
         token = secrets.token_bytes(16)
         sql = (
             f"UPDATE {table} SET lease_expiry = :exp, lease_token = :tok,"

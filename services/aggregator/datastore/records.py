@@ -116,6 +116,17 @@ class LeaderReport:
 
 
 @dataclass(frozen=True)
+class JobSizes:
+    """Reports per leader aggregation job: at least `minimum` (fewer only once they waited
+    long enough) and at most `maximum`; an upload group makes the jobs of a task it holds at
+    least `from_group` reports of (`put_reports`)."""
+
+    minimum: int
+    maximum: int
+    from_group: int
+
+
+@dataclass(frozen=True)
 class TokenSpend:
     """A verified token to record as spent: unique per (issuer key, redemption context)."""
 

@@ -79,11 +79,16 @@ class TaskStore(StoreBase):
         rows = self.db.run("task_ids", lambda tx: tx.query("SELECT task_id FROM tasks"))
         return frozenset(bytes(r["task_id"]) for r in rows)
 
-    def leader_tasks(self) -> list[TaskRecord]:
-        rows = self.db.run(
-            "leader_tasks", lambda tx: tx.query("SELECT * FROM tasks WHERE role = 'leader'")
+    def leader_tasks_with_waiting_reports(self) -> list[bytes]:
+        """The leader tasks with reports in no job yet: what the job creator looks at. One
+        index probe per task in one statement (`Database.read`), so an idle pass costs one
+        round trip however many tasks there are."""
+        rows = self.db.read(
+            "leader_tasks_with_waiting_reports",
+            "SELECT task_id FROM tasks WHERE role = 'leader' AND EXISTS (SELECT 1 FROM"
+            " client_reports c WHERE c.task_id = tasks.task_id AND c.aggregation_started = 0)",
         )
-        return [self._task_record(r) for r in rows]
+        return [bytes(r["task_id"]) for r in rows]
 
     def all_tasks(self) -> list[TaskRecord]:
         rows = self.db.run("all_tasks", lambda tx: tx.query("SELECT * FROM tasks"))

@@ -1,6 +1,14 @@
 """Leader uploads (DAP-09 §4.4.2): reports stored in groups, against the anti-replay set
 (``client_reports``) and the spent tokens, refusals counted in the same transaction.
 
+A group that holds many of one time_interval task's reports (`JobSizes.from_group`: a DAP-19
+bulk upload, a busy leader) makes their aggregation jobs in the transaction that stores them
+(DAP-09 §4.5.1.1 leaves job formation to the leader): the job creator would otherwise read
+every report row back, shares and all, and rewrite it to mark it started. Smaller groups (the
+creator batches them across commits into fuller jobs), the remainder below a job's minimum and
+fixed_size tasks (whose jobs fill batches in order) are left to the creator
+(`LeaderJobStore.create_aggregation_jobs`).
+
 A token is spent in the transaction that stores the report (leader, at upload) or that
 finishes it (helper, `helper_jobs`), so a crash neither loses a spend nor counts one twice.
 """
@@ -8,15 +16,26 @@ finishes it (helper, `helper_jobs`), so a crash neither loses a spend nor counts
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import is_collected
-from services.aggregator.datastore.records import NewReport, TokenSpend
+from services.aggregator.datastore.leader_jobs import insert_leader_job
+from services.aggregator.datastore.records import JobSizes, NewReport, TokenSpend
 from services.aggregator.datastore.states import Stage, UploadOutcome
 from services.aggregator.datastore.stats import count_rejections
 from services.common.db import Tx
 
+#: The columns of a stored upload, in `put_reports`'s order.
+_REPORT_COLUMNS = (
+    ("task_id", "blob"),
+    ("report_id", "blob"),
+    ("client_time", "bigint"),
+    ("public_share", "blob"),
+    ("leader_input_share", "blob"),
+    ("helper_encrypted_share", "blob"),
+    ("aggregation_started", "bigint"),
+    ("received_at", "bigint"),
+)
 #: Reasons of `rejection_counts` the datastore itself decides.
 REASON_TOKEN_SPENT = "token_spent"
 #: The counter reason of each refusal `put_reports` makes.
@@ -64,9 +83,28 @@ def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[byt
     return known
 
 
+def _make_jobs(
+    tx: Tx, task_id: bytes, reports: list[NewReport], jobs: JobSizes
+) -> set[tuple[bytes, bytes]]:
+    """Jobs of at most `jobs.maximum` of these reports, cut as the creator cuts them; a
+    remainder below `jobs.minimum` is left to the creator. The (task, report) ids taken."""
+    taken: set[tuple[bytes, bytes]] = set()
+    for start in range(0, len(reports), jobs.maximum):
+        chunk = reports[start : start + jobs.maximum]
+        if len(chunk) < jobs.minimum:
+            break
+        members = [(r.report_id, r.client_time) for r in chunk]
+        insert_leader_job(tx, task_id, None, members, chunk[0].received_at)
+        taken.update((task_id, r.report_id) for r in chunk)
+    return taken
+
+
 class UploadStore(StoreBase):
     def put_reports(
-        self, reports: Sequence[NewReport], refusals: Sequence[tuple[bytes, str]] = ()
+        self,
+        reports: Sequence[NewReport],
+        refusals: Sequence[tuple[bytes, str]] = (),
+        jobs: JobSizes | None = None,
     ) -> list[UploadOutcome]:
         """Store a group of uploads in one transaction (the upload writer's group commit).
 
@@ -74,7 +112,8 @@ class UploadStore(StoreBase):
         'replayed' (its id was seen before, also earlier in this group); or 'token_spent' (its
         token was spent before, also earlier in this group; the id stays unused). Those
         refusals and `refusals` (task id, reason: uploads refused before the store) are
-        counted in the same transaction."""
+        counted in the same transaction. With `jobs`, the stored reports make aggregation jobs
+        of those sizes where a task has enough of them (module docstring)."""
 
         def body(tx: Tx) -> list[UploadOutcome]:
             by_task: dict[bytes, list[bytes]] = {}
@@ -86,7 +125,9 @@ class UploadStore(StoreBase):
             for task_id, reason in refusals:
                 rejected.setdefault(task_id, []).append(reason)
             outcomes: list[UploadOutcome] = []
-            rows: list[dict[str, Any]] = []
+            stored: list[NewReport] = []
+            # The stored reports of time_interval tasks, by task: what jobs can be made of here.
+            timed: dict[bytes, list[NewReport]] = {}
             for r in reports:
                 outcome = UploadOutcome.STORED
                 if r.batch_key is not None:
@@ -108,24 +149,32 @@ class UploadStore(StoreBase):
                     rejected.setdefault(r.task_id, []).append(_UPLOAD_REASONS[outcome])
                     continue
                 seen[r.task_id].add(r.report_id)
-                rows.append(
-                    {
-                        "t": r.task_id,
-                        "r": r.report_id,
-                        "time": r.client_time,
-                        "ps": r.public_share,
-                        "ls": r.leader_input_share,
-                        "hs": r.helper_encrypted_share,
-                        "now": r.received_at,
-                    }
-                )
+                stored.append(r)
+                if r.batch_key is not None:
+                    timed.setdefault(r.task_id, []).append(r)
+            started: set[tuple[bytes, bytes]] = set()
+            if jobs is not None:
+                for task_id, group in timed.items():
+                    if len(group) >= jobs.from_group:
+                        started |= _make_jobs(tx, task_id, group, jobs)
             # The ids were checked above under the transaction's isolation: a concurrent
             # insert of one of them makes this conflict, and the retry finds it replayed.
-            tx.execute_many(
-                "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
-                " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
-                " VALUES (:t, :r, :time, :ps, :ls, :hs, 0, :now)",
-                rows,
+            tx.insert_rows(
+                "client_reports",
+                _REPORT_COLUMNS,
+                [
+                    (
+                        r.task_id,
+                        r.report_id,
+                        r.client_time,
+                        r.public_share,
+                        r.leader_input_share,
+                        r.helper_encrypted_share,
+                        int((r.task_id, r.report_id) in started),
+                        r.received_at,
+                    )
+                    for r in stored
+                ],
             )
             for task_id, reasons in rejected.items():
                 count_rejections(tx, task_id, Stage.UPLOAD, reasons, self._shard())

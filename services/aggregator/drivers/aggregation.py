@@ -59,8 +59,8 @@ def create_jobs(agg: Aggregator) -> int:
     """One pass of the aggregation-job creator over every leader task."""
     settings, now = agg.settings, agg.clock.now()
     created = 0
-    for record in agg.ds.leader_tasks():
-        task = agg.task_by_id(record.task_id, listed_only=False)
+    for task_id in agg.ds.leader_tasks_with_waiting_reports():
+        task = agg.task_by_id(task_id, listed_only=False)
         if task is None:
             continue
         created += agg.ds.create_aggregation_jobs(
