@@ -135,7 +135,7 @@ class DeploymentKeys:
         return f"DeploymentKeys({str(self.directory)!r})"
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False)  # the default object repr: no token in logs
 class TaskprovKeys:
     """The ``taskprov.*`` files (module docstring); the services read the secrets from them."""
 
@@ -146,9 +146,6 @@ class TaskprovKeys:
     collector_hpke_file: Path
     #: The collector key's HpkeConfig, unpadded base64url (public: what the aggregators seal to).
     collector_hpke_config: str
-
-    def __repr__(self) -> str:
-        return f"TaskprovKeys({str(self.verify_key_init_file.parent)!r})"
 
 
 def _write_new(path: Path, text: str) -> bool:

@@ -799,15 +799,11 @@ def privacy_statement(
     if n < 1:
         notes.append("no report: nothing was released, no amplification to state")
     # The analyses need n >= 1; with none there is no amplification (+inf) to take.
-    found = trust_model_guarantees(
-        recipe.randomizer, max(n, 1), q, claim, noise, vdaf, recipe.dummy_rate
-    )
+    found = trust_model_guarantees(recipe, max(n, 1), noise, vdaf)
     amplified_basis = f"amplification by aggregation ({claim.analysis}, n={max(n, 1)})"
     if central is not None and n >= 1:
         # Both mechanisms hold under OAMC; the line states the stronger, this note both.
-        alone = trust_model_guarantees(
-            recipe.randomizer, n, q, claim, dummy_rate=recipe.dummy_rate
-        )[TrustModel.OAMC]
+        alone = trust_model_guarantees(recipe, n)[TrustModel.OAMC]
         notes.append(
             f"OAMC: amplification alone gives epsilon={_num(alone.eps)}, the aggregator noise "
             f"alone epsilon={_num(central.eps)} (delta {central.delta:.3g})"

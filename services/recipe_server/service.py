@@ -234,15 +234,7 @@ class RecipeService:
                 ("aggregator_noise", m)
                 for m in noise_problems(noise, expected, draft.privacy.delta)
             ]
-        assessment = assess_privacy(
-            draft.randomizer,
-            draft.min_batch_size,
-            draft.sampling_rate,
-            draft.privacy,
-            noise,
-            expected,
-            draft.dummy_rate,
-        )
+        assessment = assess_privacy(draft, expected)
         if not assessment.claim_met:
             needed = (
                 f"min_batch_size >= {assessment.required_batch_size} is needed"

@@ -115,8 +115,8 @@ EPS_TOL = 1e-7
 #: Binomial tail mass left out of the numerical sums, as a fraction of the target delta; it is
 #: added back to delta, so truncation only makes the bound more conservative.
 _TAIL_FRACTION = 1e-6
-#: The largest batch size searched for (a recipe's B is at most this).
-MAX_BATCH_SIZE = 10**9
+#: The largest batch size B searched for (a recipe's B is at most this).
+MAX_B = 10**9
 
 
 # --- closed form (000 Theorem 3.1) -------------------------------------------------------------
@@ -478,11 +478,7 @@ def poisson_sampling(eps: float, delta: float, q: float) -> tuple[float, float]:
 
 
 def min_batch_size(
-    eps0: float,
-    eps: float,
-    delta: float,
-    analysis: Analysis = "clones",
-    n_max: int = MAX_BATCH_SIZE,
+    eps0: float, eps: float, delta: float, analysis: Analysis = "clones", n_max: int = MAX_B
 ) -> int:
     """Smallest n with shuffle_epsilon(eps0, n, delta) <= eps (the aggregator's minimum batch).
 

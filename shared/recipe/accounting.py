@@ -57,6 +57,7 @@ from shared.recipe.model import (
     PrivacyClaim,
     Randomizer,
     Recipe,
+    RecipeDraft,
     SfpRandomizer,
 )
 from shared.vdaf.spec import VdafSpec, VdafVersion
@@ -172,7 +173,7 @@ def required_batch_size(
     lo, hi = needed, needed
     while real_batch_size(hi, q, claim, dummy_rate) < needed:
         lo, hi = hi + 1, 2 * hi
-        if hi > amp.MAX_BATCH_SIZE:
+        if hi > amp.MAX_B:
             return None
     while lo < hi:
         mid = (lo + hi) // 2
@@ -184,22 +185,21 @@ def required_batch_size(
 
 
 def trust_model_guarantees(
-    randomizer: Randomizer,
+    recipe: Recipe | RecipeDraft,
     batch_size: int,
-    q: float,
-    claim: PrivacyClaim,
     noise: AggregatorNoise | None = None,
     vdaf: VdafSpec | None = None,
-    dummy_rate: float | None = None,
 ) -> dict[TrustModel, Guarantee]:
     """The guarantee under each trust model (module docstring, 3.) of a batch of `batch_size`
-    reports sampled at q (dummies at `dummy_rate`), with the aggregators' `noise` on the task's
-    `vdaf` if any.
+    reports of `recipe` (its randomizer, claim, sampling rate q and dummy rate), with the
+    aggregators' `noise` on the task's `vdaf` if any.
 
     The amplified guarantee is `aggregate_guarantee` (+inf epsilon where its analysis does
     not apply); the noise's is computed at the claim's delta. A VDAF without a known
     sensitivity gives the noise no guarantee (`noise_problems` refuses such recipes).
     """
+    randomizer, claim = recipe.randomizer, recipe.privacy
+    q, dummy_rate = recipe.sampling_rate, recipe.dummy_rate
     eps, delta = aggregate_guarantee(randomizer, batch_size, q, claim, dummy_rate)
     basis = f"amplification by aggregation ({claim.analysis}, n={batch_size})"
     if dummy_rate:
@@ -236,22 +236,19 @@ class PrivacyAssessment:
     basis: str = ""
 
 
-def assess_privacy(
-    randomizer: Randomizer,
-    batch_size: int,
-    q: float,
-    claim: PrivacyClaim,
-    noise: AggregatorNoise | None = None,
-    vdaf: VdafSpec | None = None,
-    dummy_rate: float | None = None,
-) -> PrivacyAssessment:
-    oamc = trust_model_guarantees(randomizer, batch_size, q, claim, noise, vdaf, dummy_rate)[
-        TrustModel.OAMC
-    ]
+def assess_privacy(recipe: Recipe | RecipeDraft, vdaf: VdafSpec | None = None) -> PrivacyAssessment:
+    """Whether B = `recipe.min_batch_size` reports meet the recipe's claim, with its sampling,
+    dummies and aggregator noise (on the task's `vdaf`, which the noise's guarantee needs)."""
+    b, claim = recipe.min_batch_size, recipe.privacy
+    oamc = trust_model_guarantees(recipe, b, recipe.aggregator_noise, vdaf)[TrustModel.OAMC]
     # The analyses' bisections overshoot by at most EPS_TOL, so compare with that slack: a B
     # the library's own min_batch_size returns must pass.
     met = oamc.eps <= claim.epsilon + amp.EPS_TOL and oamc.delta <= claim.delta * (1 + 1e-12)
-    needed = batch_size if met else required_batch_size(randomizer, q, claim, dummy_rate)
+    needed = (
+        b
+        if met
+        else required_batch_size(recipe.randomizer, recipe.sampling_rate, claim, recipe.dummy_rate)
+    )
     return PrivacyAssessment(oamc.eps, oamc.delta, met, needed, oamc.basis)
 
 
@@ -314,15 +311,7 @@ def check_recipe_claims(recipe: Recipe) -> list[str]:
     noise = recipe.aggregator_noise
     if noise is not None:
         problems += noise_problems(noise, expected, recipe.privacy.delta)
-    assessment = assess_privacy(
-        recipe.randomizer,
-        recipe.min_batch_size,
-        recipe.sampling_rate,
-        recipe.privacy,
-        noise,
-        expected,
-        recipe.dummy_rate,
-    )
+    assessment = assess_privacy(recipe, expected)
     if not assessment.claim_met:
         problems.append(
             f"B={recipe.min_batch_size} at q={recipe.sampling_rate:g} gives epsilon="

@@ -53,7 +53,7 @@ from shared.dap.messages19 import TaskConfiguration
 from shared.dap.task import VDAF_OF_DAP, AggregatorNoise, DapVersion, RateValidation, TokenPolicy
 from shared.dap.taskprov import task_id_of
 from shared.dap.vdaf_codepoints import vdaf_spec
-from shared.dp.amplification import MAX_BATCH_SIZE, Analysis
+from shared.dp.amplification import MAX_B, Analysis
 from shared.dp.randomizers.cms import CountMeanSketch
 from shared.dp.randomizers.sfp import PUZZLE_RANGE, SequenceFragmentPuzzle
 from shared.dp.vdaf_mapping import sfp_length
@@ -733,7 +733,7 @@ class _RecipeBody(_Frozen):
     #: The accounting and the collector's estimates count with it (`shared.recipe.accounting`).
     #: None (left out of the canonical bytes): no dummies.
     dummy_rate: float | None = Field(default=None, gt=0, le=1)
-    min_batch_size: int = Field(ge=1, le=MAX_BATCH_SIZE)
+    min_batch_size: int = Field(ge=1, le=MAX_B)
     privacy: PrivacyClaim
     #: 004 §5 aggregator randomization, provisioned into both aggregators' task. None (left out
     #: of the canonical bytes, so older recipes still verify): client randomization only.

@@ -333,7 +333,10 @@ def test_privacy_statement_is_the_accounting_for_this_report_count(
         eps, delta = aggregate_guarantee(recipe.randomizer, n, q, claim)
         assert (st.epsilon, st.delta) == (eps, delta)
         assert st.report_count == n and not st.below_min_batch
-        assert st.claim_met == assess_privacy(recipe.randomizer, n, q, claim).claim_met
+        assert (
+            st.claim_met
+            == assess_privacy(recipe.model_copy(update={"min_batch_size": n})).claim_met
+        )
         assert st.neighbouring == (
             "deletion" if analysis == "sym_rappor_deletion_exact" else "replacement"
         )
@@ -920,10 +923,8 @@ def test_required_batch_size_with_dummies_is_the_least_that_meets_the_claim() ->
     plain = required_batch_size(*args)
     needed = required_batch_size(*args, 0.2)
     assert plain is not None and needed is not None and needed > plain
-    assert assess_privacy(recipe.randomizer, needed, 0.25, recipe.privacy, dummy_rate=0.2).claim_met
-    assert not assess_privacy(
-        recipe.randomizer, needed - 1, 0.25, recipe.privacy, dummy_rate=0.2
-    ).claim_met
+    assert assess_privacy(recipe.model_copy(update={"min_batch_size": needed})).claim_met
+    assert not assess_privacy(recipe.model_copy(update={"min_batch_size": needed - 1})).claim_met
 
 
 def _with_dummies(

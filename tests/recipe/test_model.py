@@ -120,8 +120,8 @@ def test_privacy_claim_against_the_library() -> None:
     target = math.log1p(math.expm1(claim.epsilon) / q)
     direct = amp.min_batch_size(2.0, target, claim.delta / q, "stronger_clones")
     assert needed == direct
-    assert assess_privacy(recipe.randomizer, needed, q, claim).claim_met
-    below = assess_privacy(recipe.randomizer, needed - 1, q, claim)
+    assert assess_privacy(recipe.model_copy(update={"min_batch_size": needed})).claim_met
+    below = assess_privacy(recipe.model_copy(update={"min_batch_size": needed - 1}))
     assert not below.claim_met and below.required_batch_size == needed
     # Sampling helps: without it a larger batch is needed.
     unsampled = required_batch_size(recipe.randomizer, 1.0, claim)
@@ -131,7 +131,8 @@ def test_privacy_claim_against_the_library() -> None:
 def test_closed_form_outside_its_regime_is_not_met() -> None:
     recipe = example_recipe()
     claim = PrivacyClaim(epsilon=1.0, delta=1e-8, analysis="closed_form")
-    assert not assess_privacy(recipe.randomizer, 10, 1.0, claim).claim_met
+    closed = {"privacy": claim, "min_batch_size": 10, "sampling_rate": 1.0}
+    assert not assess_privacy(recipe.model_copy(update=closed)).claim_met
 
 
 def test_device_rechecks_the_claims() -> None:
@@ -194,8 +195,8 @@ def test_sfp_recipe_vdaf_and_composed_epsilon() -> None:
         draft_json(randomizer={"name": "cms", "eps0": 1.5, "k": 4, "m": 16})
     )
     assert needed == required_batch_size(cms.randomizer, q, claim)
-    assert assess_privacy(r, needed, q, claim).claim_met
-    assert not assess_privacy(r, needed - 1, q, claim).claim_met
+    assert assess_privacy(draft.model_copy(update={"min_batch_size": needed})).claim_met
+    assert not assess_privacy(draft.model_copy(update={"min_batch_size": needed - 1})).claim_met
     # Signed and logged like the others: the canonical form round-trips.
     assert RecipeDraft.model_validate_json(draft.model_dump_json()) == draft
 
@@ -279,28 +280,28 @@ def test_claim_may_rest_on_the_aggregator_noise() -> None:
     OAMC and OAOC alike, and the device's own check agrees. Weak noise does not."""
     recipe = example_recipe(min_batch_size=100)
     vdaf, claim, q = recipe.task.vdaf, recipe.privacy, recipe.sampling_rate
-    assert not assess_privacy(recipe.randomizer, 100, q, claim).claim_met
+    assert not assess_privacy(recipe).claim_met
     setting = AggregatorNoise.model_validate(_noise_setting(vdaf, 1.0, 1e-8))
     noisy = example_recipe(min_batch_size=100, aggregator_noise=setting.model_dump())
-    assessed = assess_privacy(recipe.randomizer, 100, q, claim, setting, vdaf)
+    assessed = assess_privacy(recipe.model_copy(update={"aggregator_noise": setting}), vdaf)
     central = noise_guarantee(setting, vdaf, claim.delta)
     assert central is not None and "zCDP" in central.basis  # a multi-hot histogram moves many
     rho = min(2 * (vdaf.max_count or 0), vdaf.length or 0) / (2 * float(setting.parameter))
     assert central.eps == pytest.approx(cdp_eps(rho, claim.delta), rel=1e-12)
     assert assessed.claim_met and (assessed.epsilon, assessed.delta) == (central.eps, 1e-8)
     assert check_recipe_claims(noisy) == []
-    lines = trust_model_guarantees(recipe.randomizer, 100, q, claim, setting, vdaf)
+    lines = trust_model_guarantees(recipe, 100, setting, vdaf)
     assert lines[TrustModel.OAMC].eps == lines[TrustModel.OAOC].eps == central.eps
     assert lines[TrustModel.OC].eps == recipe.randomizer.local_epsilon
     # Weak noise: neither mechanism reaches the claim, and the needed B is amplification's.
     weak = AggregatorNoise(mechanism="discrete_gaussian", sigma="3")
-    failed = assess_privacy(recipe.randomizer, 100, q, claim, weak, vdaf)
+    failed = assess_privacy(recipe.model_copy(update={"aggregator_noise": weak}), vdaf)
     assert not failed.claim_met
     assert failed.required_batch_size == required_batch_size(recipe.randomizer, q, claim)
     weak_recipe = example_recipe(min_batch_size=100, aggregator_noise=weak.model_dump())
     assert any("B=100" in p for p in check_recipe_claims(weak_recipe))
     # With a large B, amplification is the stronger OAMC guarantee; OAOC still rests on noise.
-    big = trust_model_guarantees(recipe.randomizer, 10**6, q, claim, setting, vdaf)
+    big = trust_model_guarantees(recipe, 10**6, setting, vdaf)
     assert big[TrustModel.OAMC].basis.startswith("amplification")
     assert big[TrustModel.OAOC].basis.startswith("aggregator noise")
 
