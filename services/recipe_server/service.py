@@ -379,12 +379,15 @@ class RecipeService:
         draft, its result is ours (publication stays idempotent under concurrency)."""
         deadline = time.monotonic() + _AWAIT_SECONDS
         while True:
+            # The pending task first: the winner's commit turns it into the record in one
+            # transaction, so the record read after it sees that commit if the pending read
+            # missed it (the other order let a commit fall between the reads: neither seen).
+            pending = self.store.pending(draft.recipe_id, draft.version)
             record = self.store.get(draft.recipe_id, draft.version)
             if record is not None:
                 if record.draft_hash != draft_digest:
                     break
                 return PublishResult(record, False)
-            pending = self.store.pending(draft.recipe_id, draft.version)
             if pending is None or pending.draft_hash != draft_digest:
                 break
             if time.monotonic() > deadline:

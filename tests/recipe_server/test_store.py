@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.common.clock import TestClock
 from services.common.db import Database
-from services.recipe_server.service import Analyst, ConflictError, RecipeService
+from services.recipe_server.service import (
+    Analyst,
+    ConflictError,
+    PublishResult,
+    RecipeService,
+    draft_hash,
+)
 from services.recipe_server.store import RecipeStore
 from shared.recipe.log import (
     consistency_proof,
@@ -55,6 +62,42 @@ def _draft(**overrides: object) -> RecipeDraft:
     doc = draft_json(**overrides)
     doc["token_issuer"] = {"url": "https://issuer.test"}
     return RecipeDraft.model_validate(doc)
+
+
+def test_the_loser_of_an_identical_race_returns_the_winners_record(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two publications of one draft: the loser waits for the winner, whose commit turns the
+    pending task into the record in one transaction. That commit may fall between the loser's
+    two reads (here: right after the first); the loser must still find the record, never
+    neither (which made it refuse its own draft as a conflict, once in a full-suite run)."""
+    service = _service(db)
+    draft = _draft(version=1)
+    store = service.store
+    real_append, real_get, real_pending = store.append, store.get, store.pending
+    loser: list[PublishResult] = []
+
+    def append(*args: Any, **kw: Any) -> Any:
+        committed: list[Any] = []
+
+        def then_commit(read: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapped(*a: Any, **k: Any) -> Any:
+                found = read(*a, **k)
+                if not committed:
+                    committed.append(real_append(*args, **kw))
+                return found
+
+            return wrapped
+
+        monkeypatch.setattr(store, "get", then_commit(real_get))
+        monkeypatch.setattr(store, "pending", then_commit(real_pending))
+        loser.append(service._await_publication(draft, draft_hash(draft)))
+        return committed[0]
+
+    monkeypatch.setattr(store, "append", append)
+    winner = service.publish(draft, Analyst("a"))
+    assert winner.created
+    assert loser == [PublishResult(winner.record, False)]
 
 
 def test_racing_publishers_build_one_consistent_log(db: Database) -> None:
