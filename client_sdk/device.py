@@ -367,15 +367,20 @@ class Device:
 
     # --- tokens and uploads ---------------------------------------------------------------
 
+    def _canonical(self, recipe_id: str, version: int) -> bytes:
+        """The canonical bytes of a recipe this device verified and stored."""
+        with self.db.lock:
+            row = self.db.conn.execute(
+                "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?",
+                (recipe_id, version),
+            ).fetchone()
+        return bytes(row[0])
+
     def recipe(self, recipe_id: str, version: int) -> Recipe:
         key = (recipe_id, version)
         found = self._parsed.get(key)
         if found is None:
-            with self.db.lock:
-                row = self.db.conn.execute(
-                    "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?", key
-                ).fetchone()
-            found = Recipe.model_validate_json(bytes(row[0]))
+            found = Recipe.model_validate_json(self._canonical(recipe_id, version))
             self._parsed[key] = found
         return found
 
@@ -384,12 +389,9 @@ class Device:
         key = (recipe_id, version)
         found = self._bindings.get(key)
         if found is None:
-            with self.db.lock:
-                row = self.db.conn.execute(
-                    "SELECT canonical FROM recipe_cache WHERE recipe_id = ? AND version = ?", key
-                ).fetchone()
             recipe = self.recipe(recipe_id, version)
-            found = RecipeBinding(recipe_digest(bytes(row[0])), recipe.min_batch_size)
+            canonical = self._canonical(recipe_id, version)
+            found = RecipeBinding(recipe_digest(canonical), recipe.min_batch_size)
             self._bindings[key] = found
         return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from services.common.crypter import Crypter
-from services.common.db import Database, Row
+from services.common.db import Database, Params, Row
 
 
 class StoreBase:
@@ -20,6 +20,10 @@ class StoreBase:
     def _shard(self) -> int:
         """A random shard row of the sharded counters: concurrent writers rarely meet."""
         return secrets.randbelow(self._shards)
+
+    def _statement(self, name: str, sql: str, params: Params) -> int:
+        """One statement as transaction `name`; the number of rows it changed."""
+        return self.db.run(name, lambda tx: tx.execute(sql, params))
 
     def _job_row(self, name: str, table: str, task_id: bytes, job_id: bytes) -> Row | None:
         """A job's row (aggregation or collection job), read in transaction `name`."""

@@ -149,23 +149,19 @@ class CollectionStore(StoreBase):
 
     def mark_collection_delivered(self, task_id: bytes, job_id: bytes) -> None:
         """Record that the collector has been answered the job's final state."""
-        self.db.run(
+        self._statement(
             "mark_collection_delivered",
-            lambda tx: tx.execute(
-                "UPDATE collection_jobs SET delivered = 1 WHERE task_id = :t AND job_id = :j",
-                {"t": task_id, "j": job_id},
-            ),
+            "UPDATE collection_jobs SET delivered = 1 WHERE task_id = :t AND job_id = :j",
+            {"t": task_id, "j": job_id},
         )
 
     def delete_collection_job(self, task_id: bytes, job_id: bytes) -> bool:
         return (
-            self.db.run(
+            self._statement(
                 "delete_collection_job",
-                lambda tx: tx.execute(
-                    "UPDATE collection_jobs SET state = :s, result = NULL, leader_share = NULL"
-                    " WHERE task_id = :t AND job_id = :j",
-                    {"s": CollectionState.DELETED, "t": task_id, "j": job_id},
-                ),
+                "UPDATE collection_jobs SET state = :s, result = NULL, leader_share = NULL"
+                " WHERE task_id = :t AND job_id = :j",
+                {"s": CollectionState.DELETED, "t": task_id, "j": job_id},
             )
             > 0
         )

@@ -173,13 +173,11 @@ class HelperJobStore(StoreBase):
     def defer_helper_job(self, task_id: bytes, job_id: bytes, request: bytes, now: int) -> None:
         """Keep a DAP-19 init request to prepare when the leader polls (DAP-19 §3.1); a
         re-sent identical request (same content-derived id) changes nothing."""
-        self.db.run(
+        self._statement(
             "defer_helper_job",
-            lambda tx: tx.execute(
-                "INSERT INTO deferred_aggregation_jobs (task_id, job_id, request, created_at)"
-                " VALUES (:t, :j, :r, :now) ON CONFLICT (task_id, job_id) DO NOTHING",
-                {"t": task_id, "j": job_id, "r": request, "now": now},
-            ),
+            "INSERT INTO deferred_aggregation_jobs (task_id, job_id, request, created_at)"
+            " VALUES (:t, :j, :r, :now) ON CONFLICT (task_id, job_id) DO NOTHING",
+            {"t": task_id, "j": job_id, "r": request, "now": now},
         )
 
     def deferred_helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, int] | None:
@@ -196,12 +194,10 @@ class HelperJobStore(StoreBase):
 
     def forget_deferred_job(self, task_id: bytes, job_id: bytes) -> None:
         """The deferred request is prepared (its job row holds the response)."""
-        self.db.run(
+        self._statement(
             "forget_deferred_job",
-            lambda tx: tx.execute(
-                "DELETE FROM deferred_aggregation_jobs WHERE task_id = :t AND job_id = :j",
-                {"t": task_id, "j": job_id},
-            ),
+            "DELETE FROM deferred_aggregation_jobs WHERE task_id = :t AND job_id = :j",
+            {"t": task_id, "j": job_id},
         )
 
     def name_aggregate_share(
@@ -209,13 +205,11 @@ class HelperJobStore(StoreBase):
     ) -> None:
         """Record the id a DAP-19 aggregate share answered under (DAP-19 §4.6.4: GET and
         DELETE name it); a re-sent request names the same one."""
-        self.db.run(
+        self._statement(
             "name_aggregate_share",
-            lambda tx: tx.execute(
-                "INSERT INTO aggregate_share_resources (task_id, share_id, batch_selector,"
-                " agg_param) VALUES (:t, :s, :bs, :ap) ON CONFLICT (task_id, share_id) DO NOTHING",
-                {"t": task_id, "s": share_id, "bs": selector, "ap": agg_param},
-            ),
+            "INSERT INTO aggregate_share_resources (task_id, share_id, batch_selector,"
+            " agg_param) VALUES (:t, :s, :bs, :ap) ON CONFLICT (task_id, share_id) DO NOTHING",
+            {"t": task_id, "s": share_id, "bs": selector, "ap": agg_param},
         )
 
     def named_aggregate_share(self, task_id: bytes, share_id: bytes) -> bytes | None:
@@ -234,12 +228,10 @@ class HelperJobStore(StoreBase):
     def forget_aggregate_share(self, task_id: bytes, share_id: bytes) -> None:
         """DELETE of a DAP-19 aggregate-share resource: the name goes, the answer and the
         batch's collected state stay (an identical request still gets the same share)."""
-        self.db.run(
+        self._statement(
             "forget_aggregate_share",
-            lambda tx: tx.execute(
-                "DELETE FROM aggregate_share_resources WHERE task_id = :t AND share_id = :s",
-                {"t": task_id, "s": share_id},
-            ),
+            "DELETE FROM aggregate_share_resources WHERE task_id = :t AND share_id = :s",
+            {"t": task_id, "s": share_id},
         )
 
     def abandon_helper_job(self, task_id: bytes, job_id: bytes) -> bool:

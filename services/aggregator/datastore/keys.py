@@ -88,12 +88,10 @@ class KeyStore(StoreBase):
     def expire_hpke_key(self, config_id: int) -> bool:
         """Stop advertising a key; it still decrypts reports sealed to it."""
         return (
-            self.db.run(
+            self._statement(
                 "expire_hpke_key",
-                lambda tx: tx.execute(
-                    "UPDATE hpke_keys SET state = :s WHERE config_id = :c",
-                    {"c": config_id, "s": KeyState.EXPIRED},
-                ),
+                "UPDATE hpke_keys SET state = :s WHERE config_id = :c",
+                {"c": config_id, "s": KeyState.EXPIRED},
             )
             > 0
         )
