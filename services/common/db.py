@@ -165,6 +165,10 @@ def _create_store_file(path: Path) -> None:
     create_private(path, b"")
 
 
+#: Page size of a new SQLite store (bytes; `_SqliteEngine._conn` says why not the 4 KiB default).
+SQLITE_PAGE_SIZE = 8192
+
+
 class _SqliteEngine(_Engine):
     """One connection per thread; WAL lets readers run beside the single writer."""
 
@@ -186,6 +190,12 @@ class _SqliteEngine(_Engine):
             conn.row_factory = sqlite3.Row
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                # Only a new, empty store takes it (WAL fixes the page size): a leader's report
+                # row (its input share, ~2.7 KiB for Histogram(100)) fits once in a 4 KiB page,
+                # so every insert, and the scrub after aggregation, wrote and checkpointed a
+                # page per report; 8 KiB pages hold three such rows, a third less I/O per
+                # report and ~15 us/report less leader CPU (#15).
+                conn.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")
                 # Switching a new store to WAL can answer "locked" at once, without the busy
                 # handler, while other processes open it too: the caller retries.
                 conn.execute("PRAGMA journal_mode = WAL")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import sqlite3
 import threading
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,7 +29,7 @@ from services.aggregator.datastore import (
 from services.aggregator.datastore.batch_aggregations import mark_collected
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
-from services.common.db import Database, Migration, TransientDbError, Tx
+from services.common.db import SQLITE_PAGE_SIZE, Database, Migration, TransientDbError, Tx
 from shared.dap.messages import PrepareError
 from shared.vdaf.prio3 import prio3_count
 
@@ -119,6 +121,29 @@ def test_transaction_rolls_back_on_error(db_url: str) -> None:
         )
         rows = db.run("read", lambda tx: tx.query("SELECT k, v FROM t"))
         assert rows == [{"k": 2, "v": b"\x00\xff"}]
+    finally:
+        db.close()
+
+
+def test_a_new_sqlite_store_has_large_pages(tmp_path: Path) -> None:
+    """A new store takes `SQLITE_PAGE_SIZE` (not SQLite's 4 KiB), so a leader's report row of
+    ~2.7 KiB does not take a page of its own; a store made before keeps its size."""
+    path = tmp_path / "new.sqlite3"
+    db = Database.open(f"sqlite:///{path}")
+    try:
+        db.migrate((Migration(1, "t", ("CREATE TABLE t (k {bigint} PRIMARY KEY)",)),))
+        assert db.read("size", "PRAGMA page_size") == [{"page_size": SQLITE_PAGE_SIZE}]
+        assert SQLITE_PAGE_SIZE > 4096
+    finally:
+        db.close()
+    old = tmp_path / "old.sqlite3"
+    with contextlib.closing(sqlite3.connect(old)) as conn:
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+        conn.commit()
+    db = Database.open(f"sqlite:///{old}")
+    try:
+        assert db.read("size", "PRAGMA page_size") == [{"page_size": 4096}]
+        assert db.read("mode", "PRAGMA journal_mode") == [{"journal_mode": "wal"}]
     finally:
         db.close()
 
