@@ -34,7 +34,7 @@ def leader_init(
     """The leader's state and outbound `initialize` message per report (None if rejected)."""
     batch = vdaf.prep_init_batch(verify_key, 0, nonces, public_shares, input_shares, ctx)
     outbound = [
-        PingPongMessage.initialize(share).encode() if ok else None
+        PingPongMessage.encode_one(MessageType.INITIALIZE, share) if ok else None
         for ok, share in zip(batch.ok, batch.prep_shares, strict=True)
     ]
     return batch, outbound
@@ -58,12 +58,15 @@ def helper_init(
     batch = vdaf.prep_init_batch(verify_key, 1, nonces, public_shares, input_shares, ctx)
     leader_shares: list[bytes | None] = []
     for r, payload in enumerate(inbound):
-        message = _parse(payload)
-        if message is None:
+        try:
+            share = PingPongMessage.one_field(payload, MessageType.INITIALIZE)
+        except DecodeError:
             _reject(batch, r, PrepStatus.DECODE_ERROR)
-        elif message.message_type != MessageType.INITIALIZE:
-            _reject(batch, r, PrepStatus.PREP_ERROR)
-        leader_shares.append(message.prep_share if message is not None else None)
+            share = None
+        else:
+            if share is None:
+                _reject(batch, r, PrepStatus.PREP_ERROR)
+        leader_shares.append(share)
 
     combinable = [r for r in range(len(inbound)) if batch.ok[r] and leader_shares[r] is not None]
     combined = vdaf.prep_shares_to_prep_batch(
@@ -74,7 +77,7 @@ def helper_init(
         prep_msgs[r] = msg
     finished = vdaf.prep_next_batch(batch, prep_msgs)
     outbound = [
-        PingPongMessage.finish(msg).encode() if done and msg is not None else None
+        PingPongMessage.encode_one(MessageType.FINISH, msg) if done and msg is not None else None
         for done, msg in zip(finished, prep_msgs, strict=True)
     ]
     return batch, outbound
@@ -89,21 +92,16 @@ def leader_continued(
     """
     prep_msgs: list[bytes | None] = []
     for r, payload in enumerate(inbound):
-        message = _parse(payload) if payload is not None else None
-        if message is None or message.message_type != MessageType.FINISH:
-            if batch.ok[r]:
-                _reject(batch, r, PrepStatus.PREP_ERROR)
-            prep_msgs.append(None)
-        else:
-            prep_msgs.append(message.prep_msg)
+        try:
+            msg = (
+                None if payload is None else PingPongMessage.one_field(payload, MessageType.FINISH)
+            )
+        except DecodeError:
+            msg = None
+        if msg is None and batch.ok[r]:
+            _reject(batch, r, PrepStatus.PREP_ERROR)
+        prep_msgs.append(msg)
     return vdaf.prep_next_batch(batch, prep_msgs)
-
-
-def _parse(payload: bytes) -> PingPongMessage | None:
-    try:
-        return PingPongMessage.decode(payload)
-    except DecodeError:
-        return None
 
 
 def _reject(batch: PrepBatch, index: int, status: PrepStatus) -> None:

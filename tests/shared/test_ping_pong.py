@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.dap.messages import PingPongMessage
+from shared.codec import DecodeError
+from shared.dap.messages import MessageType, PingPongMessage
 from shared.vdaf import ping_pong
 from shared.vdaf.prio3 import PrepStatus, Prio3, prio3_count, prio3_sum
 from tests.shared.vectors import load_vector
@@ -81,3 +82,31 @@ def test_leader_rejects_a_bad_helper_message(inbound: bytes | None) -> None:
     assert not ping_pong.leader_continued(vdaf, leader, [inbound]).any()
     assert leader.status[0] == PrepStatus.PREP_ERROR
     assert not leader.out_shares.any()
+
+
+@pytest.mark.parametrize("kind", [MessageType.INITIALIZE, MessageType.FINISH])
+@pytest.mark.parametrize("field", [b"", b"\x02", bytes(range(200))])
+def test_one_field_framing_is_the_message_encoding(kind: MessageType, field: bytes) -> None:
+    """`encode_one` writes what the dataclass encodes; `one_field` reads it back and answers
+    as `decode` does for everything else: None for another type, DecodeError for no message."""
+    message = (
+        PingPongMessage.initialize(field)
+        if kind == MessageType.INITIALIZE
+        else PingPongMessage.finish(field)
+    )
+    encoded = PingPongMessage.encode_one(kind, field)
+    assert encoded == message.encode()
+    assert PingPongMessage.one_field(encoded, kind) == field
+    other = MessageType.FINISH if kind == MessageType.INITIALIZE else MessageType.INITIALIZE
+    assert PingPongMessage.one_field(encoded, other) is None
+    continued = PingPongMessage.continued(field, field).encode()
+    assert PingPongMessage.one_field(continued, kind) is None
+    for broken in (
+        encoded[:-1] if field else encoded[:4],
+        encoded + b"\x00",
+        b"\x07" + encoded[1:],
+    ):
+        with pytest.raises(DecodeError):
+            PingPongMessage.one_field(broken, kind)
+    with pytest.raises(ValueError, match="not one field"):
+        PingPongMessage.encode_one(MessageType.CONTINUE, field)
