@@ -387,6 +387,82 @@ def test_a_large_upload_group_makes_its_jobs(ds: Datastore) -> None:
     assert sorted(in_jobs) == sorted(ids(0, 3) + ids(10, 7) + ids(20, 4))
 
 
+def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url: str) -> None:
+    """A job the upload group made in this process comes to its first lease here as committed,
+    without reading the shares back; a later lease (a retry) reads the store, as does every
+    job of a store that keeps none (`fresh_job_reports` 0) and one dropped past the bound. A
+    body retried after a transient failure keeps only the committed attempt's jobs."""
+    db = Database.open(db_url)
+    ds = Datastore(db, shards=2, fresh_job_reports=4)
+    ds.migrate()
+    try:
+        key = bucket_key(7200, 3600)
+        jobs = JobSizes(minimum=2, maximum=2, from_group=2)
+        rids = [bytes([i]) * 16 for i in range(6)]
+        # The first attempt fails after its jobs were made (and rolls back; `Database.run`
+        # tries again): its job ids must not be kept.
+        real_run = db.run
+
+        def flaky_run(name: str, body: Any) -> Any:
+            attempts: list[int] = []
+
+            def flaky(tx: Tx) -> Any:
+                result = body(tx)
+                attempts.append(1)
+                if len(attempts) == 1:
+                    raise TransientDbError("busy")
+                return result
+
+            return real_run(name, flaky)
+
+        db.run = flaky_run  # type: ignore[method-assign]
+        assert ds.put_reports([_new(r, 7200, key) for r in rids[:2]], (), jobs) == ["stored"] * 2
+        db.run = real_run  # type: ignore[method-assign]
+        assert ds.put_reports([_new(r, 7200, key) for r in rids[2:]], (), jobs) == ["stored"] * 4
+        # Stored shares that differ from the committed ones show which were read (nothing
+        # changes them in a real store before the job finishes).
+        ds.db.run(
+            "tamper",
+            lambda tx: tx.execute(
+                "UPDATE client_reports SET leader_input_share = :x", {"x": b"db"}
+            ),
+        )
+        leases = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+        assert len(leases) == 3
+        shares = {}
+        for lease in leases:
+            _, reports = ds.leader_job(lease)
+            shares[reports[0].report_id] = [r.leader_input_share for r in reports]
+            assert [r.ord for r in reports] == [0, 1]
+            assert all(
+                r.public_share == b"" and r.helper_encrypted_share == b"helper" for r in reports
+            )
+        # The first group's job (bound 4 reports: the last two jobs) was dropped: read back.
+        assert shares == {rids[0]: [b"db"] * 2, rids[2]: [b"leader"] * 2, rids[4]: [b"leader"] * 2}
+        ds.release_aggregation_job(leases[1], 0)
+        again = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+        assert [r.leader_input_share for r in ds.leader_job(again[0])[1]] == [b"db"] * 2
+    finally:
+        db.close()
+    # The same store, opened by a process that runs no driver.
+    plain = Database.open(db_url)
+    keeps_none = Datastore(plain, shards=2)
+    try:
+        stored = [_new(bytes([9]) * 16, 7200, key), _new(bytes([10]) * 16, 7200, key)]
+        assert keeps_none.put_reports(stored, (), JobSizes(2, 2, 2)) == ["stored"] * 2
+        plain.run(
+            "tamper",
+            lambda tx: tx.execute(
+                "UPDATE client_reports SET leader_input_share = :x WHERE report_id = :r",
+                {"x": b"db", "r": bytes([9]) * 16},
+            ),
+        )
+        (lease,) = keeps_none.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+        assert [r.leader_input_share for r in keeps_none.leader_job(lease)[1]] == [b"db", b"leader"]
+    finally:
+        plain.close()
+
+
 def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:
     vdaf = prio3_count()
     for i in range(5):

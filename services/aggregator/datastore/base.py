@@ -1,9 +1,11 @@
-"""What every part of the `Datastore` holds: the database, the shard count and the crypter."""
+"""What every part of the `Datastore` holds: the database, the shard count, the crypter and
+the reports of the leader jobs this process just committed (`fresh_jobs`)."""
 
 from __future__ import annotations
 
 import secrets
 
+from services.aggregator.datastore.fresh_jobs import FreshJobs
 from services.common.crypter import Crypter
 from services.common.db import Database, Params, Row
 
@@ -11,9 +13,18 @@ from services.common.db import Database, Params, Row
 class StoreBase:
     """The state the datastore's parts share; each public method is one named transaction."""
 
-    def __init__(self, db: Database, *, shards: int = 8, crypter: Crypter | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        shards: int = 8,
+        crypter: Crypter | None = None,
+        fresh_job_reports: int = 0,
+    ) -> None:
         self.db = db
         self._shards = shards
+        #: For this process's own aggregation driver (0: it runs none here).
+        self._fresh = FreshJobs(fresh_job_reports)
         #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
         self._crypter = crypter or Crypter()
 

@@ -173,10 +173,14 @@ class LeaderJobStore(StoreBase):
         )
 
     def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
-        """The job row and its reports (with their stored shares), in job order."""
+        """The job row and its reports (with their stored shares), in job order: as this
+        process committed them if it made the job just now (`fresh_jobs`), else as stored."""
 
         def body(tx: Tx) -> tuple[Row, list[LeaderReport]]:
             job = leased_row(tx, "aggregation_jobs", lease)
+            fresh = self._fresh.take(lease.task_id, lease.job_id)
+            if fresh is not None:
+                return job, fresh
             rows = tx.query(
                 "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
                 " cr.leader_input_share, cr.helper_encrypted_share"

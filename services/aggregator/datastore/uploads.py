@@ -85,18 +85,17 @@ def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[byt
 
 def _make_jobs(
     tx: Tx, task_id: bytes, reports: list[NewReport], jobs: JobSizes
-) -> set[tuple[bytes, bytes]]:
+) -> list[tuple[bytes, list[NewReport]]]:
     """Jobs of at most `jobs.maximum` of these reports, cut as the creator cuts them; a
-    remainder below `jobs.minimum` is left to the creator. The (task, report) ids taken."""
-    taken: set[tuple[bytes, bytes]] = set()
+    remainder below `jobs.minimum` is left to the creator. Each job's id and reports."""
+    made: list[tuple[bytes, list[NewReport]]] = []
     for start in range(0, len(reports), jobs.maximum):
         chunk = reports[start : start + jobs.maximum]
         if len(chunk) < jobs.minimum:
             break
         members = [(r.report_id, r.client_time) for r in chunk]
-        insert_leader_job(tx, task_id, None, members, chunk[0].received_at)
-        taken.update((task_id, r.report_id) for r in chunk)
-    return taken
+        made.append((insert_leader_job(tx, task_id, None, members, chunk[0].received_at), chunk))
+    return made
 
 
 class UploadStore(StoreBase):
@@ -113,9 +112,10 @@ class UploadStore(StoreBase):
         token was spent before, also earlier in this group; the id stays unused). Those
         refusals and `refusals` (task id, reason: uploads refused before the store) are
         counted in the same transaction. With `jobs`, the stored reports make aggregation jobs
-        of those sizes where a task has enough of them (module docstring)."""
+        of those sizes where a task has enough of them (module docstring); once committed,
+        their reports are kept for this process's driver (`fresh_jobs`)."""
 
-        def body(tx: Tx) -> list[UploadOutcome]:
+        def body(tx: Tx) -> tuple[list[UploadOutcome], list[tuple[bytes, list[NewReport]]]]:
             by_task: dict[bytes, list[bytes]] = {}
             for r in reports:
                 by_task.setdefault(r.task_id, []).append(r.report_id)
@@ -152,11 +152,12 @@ class UploadStore(StoreBase):
                 stored.append(r)
                 if r.batch_key is not None:
                     timed.setdefault(r.task_id, []).append(r)
-            started: set[tuple[bytes, bytes]] = set()
+            made: list[tuple[bytes, list[NewReport]]] = []
             if jobs is not None:
-                for task_id, group in timed.items():
+                for group in timed.values():
                     if len(group) >= jobs.from_group:
-                        started |= _make_jobs(tx, task_id, group, jobs)
+                        made += _make_jobs(tx, group[0].task_id, group, jobs)
+            started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
             # The ids were checked above under the transaction's isolation: a concurrent
             # insert of one of them makes this conflict, and the retry finds it replayed.
             tx.insert_rows(
@@ -178,6 +179,11 @@ class UploadStore(StoreBase):
             )
             for task_id, reasons in rejected.items():
                 count_rejections(tx, task_id, Stage.UPLOAD, reasons, self._shard())
-            return outcomes
+            return outcomes, made
 
-        return self.db.run("put_reports", body)
+        # After the commit, and only the jobs of the attempt that committed: a retried body
+        # makes new job ids.
+        outcomes, made = self.db.run("put_reports", body)
+        for job_id, chunk in made:
+            self._fresh.add(chunk[0].task_id, job_id, chunk)
+        return outcomes
