@@ -115,6 +115,10 @@ REPO = Path(__file__).resolve().parents[1]
 PRECISION = 3600
 #: Token issuer processes: one a core.
 ISSUER_WORKERS = 2
+#: Simulator processes (`sagg devices run --workers`): one a core too. One process leaves the
+#: machine idle while it works alone (making a chunk's devices, answering, sealing: the services
+#: wait) and cannot use more than a core between its threads (the GIL).
+SIMULATOR_WORKERS = 2
 #: Seconds given the aggregators after a run before their CPU is read (they aggregate what
 #: arrived meanwhile; what is left after this is not counted).
 SETTLE_S = 2.0
@@ -365,7 +369,7 @@ def run(
         before = up.cpu_seconds()
         tokens = up.sagg(
             "devices", "run", "--recipe", "bench.buckets", "--count", str(devices),
-            "--concurrency", "8", "--seed", "2",
+            "--concurrency", "8", "--seed", "2", "--workers", str(SIMULATOR_WORKERS),
         )  # fmt: skip
         issued = 2 * tokens.count("uploaded")
         issuer_cpu = up.cpu_seconds()["token-issuer"] - before["token-issuer"]

@@ -13,9 +13,10 @@ asked for a token, never for which task, report or role (the request is blinded 
 key by its truncated id only), and the two tokens of a report are two independent blindings, so
 neither the issuer nor the attester can link either to its redemption; a batch tells the
 attester only what it knew (one device asks for two tokens), and it relays the requests to the
-issuer one by one, though back to back. Tokens are cached per (task, window, role) in the state
-database and each is used once: `take` marks it used in the caller's transaction, the one that
-stores the sealed report carrying it.
+issuer one by one, though back to back. Every token obtained is recorded in the state database
+per (task, window, role) and used once: a batch fetched for one report is recorded used in the
+transaction that attaches it to that report's pending row (`client_sdk.device.Device.prefetch`);
+a cached one is marked used by `take` in the caller's transaction, the one that attaches it.
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ class TokenWallet:
             token = finalize_token(state, response.content)
         except ValueError as exc:
             raise TokenError(f"invalid token response: {type(exc).__name__}") from None
-        self._store(task_id, report_time, policy, [(role, token)])
+        with self._db.transaction() as conn:
+            self.store(conn, task_id, report_time, policy, [(role, token)])
 
     def fetch_batch(
         self,
@@ -175,10 +177,26 @@ class TokenWallet:
         now: int,
         key_ids: tuple[str, ...] = (),
     ) -> None:
-        """As `fetch`, a token for each of `roles`, in one round trip: one batched request
-        (`shared.privacypass.batch`) of independently blinded TokenRequests, one nonce and
-        one signature. Tokens the issuer refused are simply not cached (a later `fetch`
-        retries them)."""
+        """As `fetch`, a token for each of `roles`, in one round trip (`request_batch`), and
+        cache them. Tokens the issuer refused are simply not cached (a later `fetch` retries
+        them)."""
+        tokens = self.request_batch(task_id, report_time, policy, roles, attester_url, now, key_ids)
+        with self._db.transaction() as conn:
+            self.store(conn, task_id, report_time, policy, tokens)
+
+    def request_batch(
+        self,
+        task_id: TaskId,
+        report_time: int,
+        policy: TokenPolicy,
+        roles: tuple[Role, ...],
+        attester_url: str,
+        now: int,
+        key_ids: tuple[str, ...] = (),
+    ) -> list[tuple[Role, Token]]:
+        """A token for each of `roles` that the issuer granted, in one round trip: one batched
+        request (`shared.privacypass.batch`) of independently blinded TokenRequests, one nonce
+        and one signature. Nothing is stored: the caller stores them (`store`)."""
         key = self._pinned_key(policy, now, key_ids)
         pairs = [
             create_token_request(token_challenge(task_id, report_time, policy, role), key)
@@ -192,14 +210,13 @@ class TokenWallet:
             answers = BatchTokenResponse.decode(response.content).responses
             if len(answers) != len(pairs):
                 raise ValueError("one response per request")
-            tokens = [
+            return [
                 (role, finalize_token(state, answer))
                 for role, (_, state), answer in zip(roles, pairs, answers, strict=True)
                 if answer is not None
             ]
         except ValueError as exc:
             raise TokenError(f"invalid batch token response: {type(exc).__name__}") from None
-        self._store(task_id, report_time, policy, tokens)
 
     def _pinned_key(self, policy: TokenPolicy, now: int, key_ids: tuple[str, ...]) -> TokenKey:
         if self._identity is None:
@@ -251,23 +268,28 @@ class TokenWallet:
             },
         )
 
-    def _store(
+    def store(
         self,
+        conn: sqlite3.Connection,
         task_id: TaskId,
         report_time: int,
         policy: TokenPolicy,
         tokens: list[tuple[Role, Token]],
+        *,
+        used: bool = False,
     ) -> None:
+        """Record obtained tokens on `conn` (the caller's transaction): cached for a later
+        `take`, or `used` when the caller attaches them to a report in the same transaction
+        (every token the device holds stays on record either way)."""
         start = token_window_start(report_time, policy.window_seconds)
-        with self._db.transaction() as conn:
-            conn.executemany(
-                "INSERT INTO token (device, task_id, window_start, role, token) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (self._db.device, task_id.to_b64url(), start, int(role), token.encode())
-                    for role, token in tokens
-                ],
-            )
+        conn.executemany(
+            "INSERT INTO token (device, task_id, window_start, role, token, used) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (self._db.device, task_id.to_b64url(), start, int(role), token.encode(), int(used))
+                for role, token in tokens
+            ],
+        )
 
     def take(
         self,

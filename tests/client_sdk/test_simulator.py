@@ -17,7 +17,7 @@ from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
 from client_sdk.population import PopulationMix
 from client_sdk.sampling import DonationSchedule
-from client_sdk.simulator import Progress, Simulator
+from client_sdk.simulator import Progress, SimulationSummary, Simulator
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
@@ -224,3 +224,17 @@ def _each_reaches_every_item(concurrency: int) -> None:
     assert sorted(seen) == [i for i in range(100) if i != 7]
     assert 1 <= len(threads) <= concurrency
     simulator._each(fn, [])
+
+
+def test_shards_side_by_side_take_the_span_from_first_start_to_last_end() -> None:
+    """`sagg devices run --workers N` merges its processes' summaries: they started a little
+    apart, so the merged time is from the first start to the last end, not the longest shard's
+    own (which made the merged devices/s too high)."""
+    merged = SimulationSummary()
+    for started, seconds in ((100.0, 10.0), (101.5, 10.5)):
+        shard = SimulationSummary(devices=50, uploaded=50, seconds=seconds, cpu_seconds=1.0)
+        shard.started, shard.ended = started, started + seconds
+        merged.merge(shard)
+    assert merged.seconds == pytest.approx(12.0)
+    assert (merged.devices, merged.uploaded, merged.cpu_seconds) == (100, 100, 2.0)
+    assert (merged.started, merged.ended) == (100.0, 112.0)
