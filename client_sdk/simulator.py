@@ -34,15 +34,15 @@ again, one fresh report). DAP-09 has no bulk upload: one PUT per report in eithe
 A device's store writes keep their units (budget with its pending row, tokens with the row
 they are attached to, sealed report, sent mark: the crash-safety units `client_sdk.device`
 describes), but the main thread's phases commit a chunk's at once (`together`: each device's
-unit a savepoint of one transaction per chunk): its budget charges, its sealed reports (all
-stored before any is sent) and its upload outcomes (recorded after the chunk's uploads; a
-crash before that commit leaves them pending, and a resumed run re-sends the same bytes, which
-the leader deduplicates). A commit in a worker store (file lock held, no sync) cost about 27
-µs, six a device with tokens; now a device commits twice alone (its enrolment mark, and its
-tokens attached to its pending row as they arrive on a pool thread) and shares three with its
-chunk. The synthetic data a chunk's devices start with is not theirs to decide: it goes into
-the event store in one transaction per chunk (`EventStore.add_devices`; one per device cost
-55 µs a device, 12 now).
+unit a savepoint of one transaction per chunk): its enrolment marks (after the chunk's
+enrolments; enrolling again after a crash is harmless), budget charges, sealed reports (all
+stored before any is sent) and upload outcomes (recorded after the chunk's uploads; a crash
+before that commit leaves them pending, and a resumed run re-sends the same bytes, which the
+leader deduplicates). A commit in a worker store (file lock held, no sync) cost about 27 µs,
+six a device with tokens; now a device commits once alone (its tokens attached to its pending
+row as they arrive on a pool thread) and shares four with its chunk. The synthetic data a
+chunk's devices start with is not theirs to decide: it goes into the event store in one
+transaction per chunk (`EventStore.add_devices`; one per device cost 55 µs a device, 12 now).
 
 The recipe is fetched and verified once (by the first device, through the log) and the
 verified bytes handed to every device, and the issuer directory is fetched once for all: they
@@ -460,9 +460,18 @@ class Simulator:
     ) -> None:
         if self.config.use_tokens and self.identities is not None:
             recipe = verified.recipe
-            self._parallel(
-                lambda d: d.enroll(d.attester_url(recipe)), devices, "enrolling", summary, quiet
-            )
+            enrolled: list[tuple[Device, str]] = []
+
+            def enroll(device: Device) -> None:
+                url = device.attester_url(recipe)
+                if device.tokens.enroll(url, record=False):
+                    enrolled.append((device, url))
+
+            self._parallel(enroll, devices, "enrolling", summary, quiet)
+            # The enrolments recorded in one transaction, not one a device on its thread.
+            with together(devices):
+                for device, url in enrolled:
+                    device.tokens.record_enrolment(url)
 
     def _permissive(self, fields: tuple[str, ...], stream: str) -> DevicePolicy:
         assert self.trusted is not None  # __init__

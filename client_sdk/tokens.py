@@ -97,21 +97,30 @@ class TokenWallet:
         except httpx.HTTPError as exc:
             raise TokenError(f"attester unreachable: {type(exc).__name__}") from None
 
-    def enroll(self, attester_url: str) -> None:
+    def enroll(self, attester_url: str, *, record: bool = True) -> bool:
+        """Present the device's certificate to the attester unless the state records it
+        enrolled there; whether it enrolled now. `record=False` leaves recording it to the
+        caller (`record_enrolment`, in a transaction of its choosing: a simulator's chunk);
+        enrolling again after a crash in between is harmless (the attester knows the device
+        by its key)."""
         if self._identity is None:
             raise TokenError("this device has no identity to enroll")
-        done_key = f"enrolled:{attester_url}"
-        if self._db.get(done_key):
-            return
+        if self._db.get(_enrolled_key(attester_url)):
+            return False
         url = attester_url.rstrip("/") + ATTESTER_ENROLL_PATH
         response = self._post(url, json={"certificate": self._identity.certificate_pem()})
         if response.status_code not in (200, 201):
             raise TokenError(f"enrollment refused: {response.status_code}")
-        self._db.put(done_key, "1")
+        if record:
+            self.record_enrolment(attester_url)
         answer = response.json()
         if "nonce" in answer:
             nonce = b64url_decode(answer["nonce"])
             self._first_nonce[attester_url.rstrip("/")] = (nonce, int(answer["expires"]))
+        return True
+
+    def record_enrolment(self, attester_url: str) -> None:
+        self._db.put(_enrolled_key(attester_url), "1")
 
     def _directory(self, issuer_url: str) -> IssuerDirectory:
         found = self._directories.get(issuer_url)
@@ -312,3 +321,7 @@ class TokenWallet:
             return None
         conn.execute("UPDATE token SET used = 1 WHERE id = ?", (row[0],))
         return Token.decode(row[1])
+
+
+def _enrolled_key(attester_url: str) -> str:
+    return f"enrolled:{attester_url}"

@@ -15,9 +15,10 @@ from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
 from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
-from client_sdk.population import PopulationMix
+from client_sdk.population import CHUNK, PopulationMix
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Progress, SimulationSummary, Simulator
+from client_sdk.storage import StateDb
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
@@ -238,3 +239,40 @@ def test_shards_side_by_side_take_the_span_from_first_start_to_last_end() -> Non
     assert merged.seconds == pytest.approx(12.0)
     assert (merged.devices, merged.uploaded, merged.cpu_seconds) == (100, 100, 2.0)
     assert (merged.started, merged.ended) == (100.0, 112.0)
+
+
+def test_a_chunk_with_tokens_commits_once_a_device_and_four_times_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker store's commits for a chunk of devices with tokens: each device's tokens
+    attached to its pending row as they arrive, and the chunk's enrolment marks, budget
+    charges, sealed reports and upload outcomes one transaction each (six a device before)."""
+    commits: list[str] = []
+
+    class Traced(StateDb):
+        def __init__(self, path: Path | str | None, *, durable: bool = True) -> None:
+            super().__init__(path, durable=durable)
+            self.conn.set_trace_callback(
+                lambda sql: commits.append(sql) if sql == "COMMIT" else None
+            )
+
+    monkeypatch.setattr("client_sdk.simulator.StateDb", Traced)
+    world = World(tmp_path)
+    world.publish()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(1, 0),
+    )
+    simulator = Simulator(
+        config,
+        trusted=TRUSTED,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        concurrency=4,
+        clock=world.clock.now,
+        progress=None,
+    )
+    summary = simulator.run("emoji.daily", CHUNK, "emoji")
+    assert summary.uploaded == CHUNK == len(world.leader.uploads)
+    assert len(commits) == CHUNK + 4
