@@ -651,21 +651,28 @@ class Simulator:
                 self._send_bulk(stored, recipe, now, summary, bar, malicious)
                 continue
 
-            self._finish(self._deliver(stored, now), summary, bar, malicious, now)
+            delivered: list[tuple[Device, PendingUpload, Recipe, UploadResult]] = []
+            try:
+                self._deliver(stored, now, delivered)
+            finally:
+                # Should one device's upload raise, the others' outcomes are recorded first.
+                self._finish(delivered, summary, bar, malicious, now)
 
     def _deliver(
-        self, stored: list[tuple[Device, PendingUpload]], now: int
-    ) -> list[tuple[Device, PendingUpload, Recipe, UploadResult]]:
+        self,
+        stored: list[tuple[Device, PendingUpload]],
+        now: int,
+        delivered: list[tuple[Device, PendingUpload, Recipe, UploadResult]],
+    ) -> None:
         """Each stored report uploaded by its own device over the pool's threads; each one's
-        device, item as sent, recipe and result (`Device.deliver`), not recorded yet."""
-        delivered: list[tuple[Device, PendingUpload, Recipe, UploadResult]] = []
+        device, item as sent, recipe and result (`Device.deliver`) appended to `delivered`, not
+        recorded yet."""
 
         def send(pair: tuple[Device, PendingUpload]) -> None:
             device, item = pair
             delivered.append((device, *device.deliver(item, now)))
 
         self._each(send, stored)
-        return delivered
 
     def _send_bulk(
         self,

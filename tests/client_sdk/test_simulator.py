@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from client_sdk.population import CHUNK, PopulationMix
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Progress, SimulationSummary, Simulator
 from client_sdk.storage import StateDb
+from client_sdk.upload import Uploader, UploadResult
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
@@ -276,3 +278,45 @@ def test_a_chunk_with_tokens_commits_once_a_device_and_four_times_together(
     summary = simulator.run("emoji.daily", CHUNK, "emoji")
     assert summary.uploaded == CHUNK == len(world.leader.uploads)
     assert len(commits) == CHUNK + 4
+
+
+def test_when_one_upload_raises_the_others_outcomes_are_recorded(tmp_path: Path) -> None:
+    """A chunk's upload outcomes are recorded after its uploads: one device's upload raising
+    (a bug, not a refusal) still leaves every other report that went out marked sent, and the
+    one that raised pending (a resumed run re-sends it)."""
+
+    class Failing(Uploader):
+        calls = 0
+
+        def upload(self, *args: Any, **kwargs: Any) -> list[UploadResult]:
+            Failing.calls += 1
+            if Failing.calls == 5:
+                raise RuntimeError("the fifth upload")
+            return super().upload(*args, **kwargs)
+
+    world = World(tmp_path)
+    world.publish()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(1, 0),
+    )
+    simulator = Simulator(
+        config,
+        trusted=TRUSTED,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        directory=tmp_path / "store",
+        concurrency=4,
+        clock=world.clock.now,
+        progress=None,
+        uploader=Failing(world.http),
+    )
+    with pytest.raises(RuntimeError, match="fifth"):
+        simulator.run("emoji.daily", 10, "emoji")
+    with sqlite3.connect(tmp_path / "store" / "shard-0-of-1.state.sqlite3") as conn:
+        states = dict(
+            conn.execute("SELECT state, COUNT(*) FROM pending_upload GROUP BY state").fetchall()
+        )
+        sent = conn.execute("SELECT COUNT(*) FROM audit WHERE kind = 'sent'").fetchone()[0]
+    assert states == {"sent": 9, "pending": 1} and sent == 9 == len(world.leader.uploads)
