@@ -149,9 +149,10 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
 class _OneWriteTransport:
     """A connection's transport as one answer's cycle sees it: what uvicorn writes at the
     answer's start (status line and headers) is held until the first part of its body, and
-    both go out in one write: one send a response where there were two (the second send was
-    a quarter of the token issuer's CPU, py-spy on `bench.population`; the client then reads
-    the answer in one receive too). Everything else is the connection's transport."""
+    both go out in one write: one send a response where there were two (the two were a
+    quarter of the token issuer's samples, py-spy ``--gil`` on `bench.population`; the
+    client then reads the answer in one receive too). Everything else is the connection's
+    transport."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
