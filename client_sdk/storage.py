@@ -143,7 +143,7 @@ class StateDb:
         """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception. A nested call is a savepoint
         of the outer transaction: its exception undoes its own writes only, and nothing of it
         is committed before the outer transaction is (a simulator commits a chunk of devices'
-        writes together: `Simulator.together`)."""
+        writes together: `client_sdk.simulator.together`)."""
         with self.lock:
             if self.conn.in_transaction:
                 self.conn.execute("SAVEPOINT nested")
