@@ -4,13 +4,15 @@ Everything runs on this machine: `python -m deploy.cli up` (SQLite, free loopbac
 joint token issuer) and the simulators as separate processes, so each one's CPU and peak RSS
 are its own (a simulator prints its CPU, `os.wait4` gives its peak RSS; /proc for a service).
 
-- **with tokens**: `sagg devices run` (the CLI users run) on README's ``demo.buckets``-shaped
-  recipe: every device enrolls with the attester, fetches its two tokens in one batched
-  request, shards, seals and uploads. Devices/s is over the simulation's wall time, from the
-  recipe's verification to the last upload accepted; simulator CPU per device is the CPU the
-  process spent simulating, as it prints it (no interpreter start or imports: subtracting a
-  one-device run's CPU instead showed 0.7 ms a device of a true 1.8), first uses in a fresh
-  process included (numba's kernels loaded: about 0.12 s); issuer CPU is per token issued.
+- **with tokens**: `sagg devices run --workers 2` (the CLI users run, a simulator process a
+  core) on README's ``demo.buckets``-shaped recipe: every device enrolls with the attester,
+  fetches its two tokens in one batched request, shards, seals and uploads. Devices/s is over
+  the simulation's wall time, from the first worker's recipe verification to the last upload
+  accepted of either (`SimulationSummary.merge`); simulator CPU per device is the CPU the
+  processes spent simulating, summed, as they print it (no interpreter start or imports:
+  subtracting a one-device run's CPU instead showed 0.7 ms a device of a true 1.8), first uses
+  in each fresh process included (numba's kernels loaded: about 0.12 s); issuer CPU is per
+  token issued.
 - **without tokens**: a task provisioned through the admin APIs bound to a recipe built here,
   requiring no tokens; the simulator (a spawned process running `Simulator.run`) at two
   population sizes, so its peak RSS shows whether memory grows with the population.
@@ -70,6 +72,30 @@ alternated, load 4-5, medians): simulator 1.89 -> 1.85 ms, token issuer 1.53 -> 
 within its run-to-run spread (0.1-0.2 ms). Left per device, by SQL statement (thread CPU in
 each process, 1,000 devices): the simulator's six store transactions cost 27 µs each in BEGIN
 and COMMIT alone (0.16 ms); the leader's spent_tokens insert 12 µs, the helper's 7.
+
+The fifth round. Where the time went, per process (py-spy ``--gil``, thread CPU from /proc):
+the simulator's pool threads (enrolments, token requests, uploads) spent 1.6-2.2 ms a device
+of thread CPU, much of it in `http.client` (two sends a request, the email package parsing each
+answer: 85-97 µs a request, in process); a quarter of the token issuer's samples were uvicorn's
+two sends of each answer (head and body written apart); the one simulator process both capped
+itself at a core (the GIL) and left the services idle while its main thread made, answered and
+sealed a chunk. Changes: a request in one send and its answer parsed by `client_sdk.http`
+(25-32 µs a request); the services' answers in one write (`services.common.serving`); a chunk's
+enrolment marks, budget charges, sealed reports and upload outcomes one transaction each
+(`client_sdk.simulator.together`, a device's own writes a savepoint of it), the token pair
+attached to its pending row as it arrives: 68 commits a chunk of 64 devices where there were
+384; and the simulator in two processes here (``--workers 2``, `SIMULATOR_WORKERS`), their
+devices/s over the span from the first start to the last end. Measured on the shared machine
+(a full test suite running, load 5-6, no idle CPU left), 2,000 devices with tokens, each run in
+a fresh `sagg up`, 8 runs of each alternated, medians [ranges]: main (one simulator process)
+124 [100-128] devices/s, simulator 2.99 ms [2.64-3.42], token issuer 2.31, leader 1.02, helper
+0.54: 6.82 ms a device in all; this round with one process 153 [123-222] devices/s, simulator
+2.17 [1.99-2.60], token issuer 2.01, leader 0.87, helper 0.49: 5.54 ms (19% less CPU); with two
+processes 175 [132-194] devices/s, simulator 2.42, token issuer 2.17, leader 0.95, helper 0.52:
+6.06 ms (each process's first uses paid twice, and more processes contending on the loaded
+machine). Not measured here: the quiet machine's figures (last 364-377 devices/s at 4.0-4.2
+ms), so whether 500 devices/s is reached stays open; at 81% of the CPU the quiet machine's
+4.1 ms would be 3.3 ms, 600 devices/s if both cores were kept busy.
 """
 
 from __future__ import annotations
@@ -115,6 +141,10 @@ REPO = Path(__file__).resolve().parents[1]
 PRECISION = 3600
 #: Token issuer processes: one a core.
 ISSUER_WORKERS = 2
+#: Simulator processes (`sagg devices run --workers`): one a core too. One process leaves the
+#: machine idle while it works alone (making a chunk's devices, answering, sealing: the services
+#: wait) and cannot use more than a core between its threads (the GIL).
+SIMULATOR_WORKERS = 2
 #: Seconds given the aggregators after a run before their CPU is read (they aggregate what
 #: arrived meanwhile; what is left after this is not counted).
 SETTLE_S = 2.0
@@ -365,7 +395,7 @@ def run(
         before = up.cpu_seconds()
         tokens = up.sagg(
             "devices", "run", "--recipe", "bench.buckets", "--count", str(devices),
-            "--concurrency", "8", "--seed", "2",
+            "--concurrency", "8", "--seed", "2", "--workers", str(SIMULATOR_WORKERS),
         )  # fmt: skip
         issued = 2 * tokens.count("uploaded")
         issuer_cpu = up.cpu_seconds()["token-issuer"] - before["token-issuer"]

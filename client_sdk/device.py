@@ -17,11 +17,14 @@ The steps (000 §4; 001 §4.1, §4.8, appendix A):
    measurement and its times) and the audit entry. A device not sampled consumes the budget
    too (`client_sdk.sampling` says why) and records nothing to upload;
 6. at the token fetch time, obtain two Privacy Pass tokens for the task and window, one for
-   each aggregator's share, in one batched request (`client_sdk.tokens`);
-7. at the donation time: take the tokens, shard and seal the report with the recipe-binding
-   extension in both shares and each aggregator's token in its own share
-   (`client_sdk.reports`), store the sealed report in the pending row (same transaction as
-   marking the tokens used), then upload (`client_sdk.upload`): every report due for one
+   each aggregator's share, in one batched request (`client_sdk.tokens`), and in one
+   transaction record them used and attach them to the pending row (`prefetch`; tokens not
+   attached, e.g. one share's only, are cached for any report of the window);
+7. at the donation time: take the tokens (the attached pair, else a cached token of each share
+   marked used and attached in one transaction), shard and seal the report with the
+   recipe-binding extension in both shares and each aggregator's token in its own share
+   (`client_sdk.reports`), store the sealed report in the pending row, then upload
+   (`client_sdk.upload`): every report due for one
    DAP-19 task goes in one UploadRequest (DAP-19 §4.4.2: a request may carry many), with the
    task's DAP-Taskprov announcement if it is a taskprov task (digest §11); a DAP-09 report
    goes alone. On ``outdatedConfig`` fetch and verify the recipe again and send one fresh
@@ -42,7 +45,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -476,8 +479,12 @@ class Device:
         self._configs[(task.task_id, "helper")] = helper
         return None
 
-    def _ensure_tokens(self, item: PendingUpload, recipe: Recipe, now: int) -> None:
-        """A cached token for each aggregator's share, each from its own issuance."""
+    def _ensure_tokens(
+        self, item: PendingUpload, recipe: Recipe, now: int
+    ) -> tuple[Token, Token] | None:
+        """A token for each aggregator's share, each from its own issuance: when neither share
+        has one cached, both fetched in one round trip and attached to the pending row (the
+        pair, or None: the tokens are cached for `_take_tokens`)."""
         task_id = TaskId.from_b64url(item.task_id)
         policy = self.token_policy(recipe)
         missing = tuple(
@@ -486,17 +493,45 @@ class Device:
             if self.tokens.available(task_id, item.donation_time, policy, role) == 0
         )
         if not missing:
-            return
+            return None
         args = (self.attester_url(recipe), now, recipe.token_issuer.key_ids)
         if len(missing) == 1:
             self.tokens.fetch(task_id, item.donation_time, policy, missing[0], *args)
-        else:
-            # One round trip for both shares' tokens (two independent blindings).
-            self.tokens.fetch_batch(task_id, item.donation_time, policy, missing, *args)
+            return None
+        # One round trip for both shares' tokens (two independent blindings).
+        tokens = self.tokens.request_batch(task_id, item.donation_time, policy, missing, *args)
+        pair = dict(tokens)
+        leader, helper = pair.get(TOKEN_ROLES[0]), pair.get(TOKEN_ROLES[1])
+        with self.db.transaction() as conn:
+            attached = (
+                leader is not None
+                and helper is not None
+                and conn.execute(
+                    "UPDATE pending_upload SET token = ?, helper_token = ? "
+                    "WHERE id = ? AND token IS NULL AND helper_token IS NULL",
+                    (leader.encode(), helper.encode(), item.id),
+                ).rowcount
+                == 1
+            )
+            # Taken for this report in the transaction that attaches them (no later `take`:
+            # one transaction a device fewer); a partial answer is cached for the next fetch.
+            self.tokens.store(conn, task_id, item.donation_time, policy, tokens, used=attached)
+        return (leader, helper) if attached and leader and helper else None
+
+    def prefetch(self, item: PendingUpload, now: int) -> PendingUpload:
+        """Step 6 for one pending upload whose token fetch time has come: `item` with its two
+        tokens attached (as unchanged when they are cached instead, or already attached)."""
+        if item.token is not None or not self.config.use_tokens:
+            return item
+        taken = self._ensure_tokens(item, self.recipe(item.recipe_id, item.version), now)
+        if taken is None:
+            return item
+        return replace(item, token=taken[0].encode(), helper_token=taken[1].encode())
 
     def prefetch_tokens(self, now: int | None = None) -> int:
         """Step 6 for every pending upload whose token fetch time has come; the number of
-        uploads whose two tokens are now cached (failures are retried at upload time)."""
+        uploads whose two tokens are now cached or attached (failures are retried at upload
+        time)."""
         if not self.config.use_tokens:
             return 0
         now = self.clock() if now is None else now
@@ -504,15 +539,16 @@ class Device:
         for item in self.pending():
             if item.token is None and item.token_fetch_at <= now:
                 try:
-                    self._ensure_tokens(item, self.recipe(item.recipe_id, item.version), now)
+                    self.prefetch(item, now)
                     fetched += 1
                 except TokenError:
                     continue
         return fetched
 
     def report_input(self, item: PendingUpload, now: int) -> ReportInput:
-        """The report's measurement, time and each share's extensions; takes (marks used) a
-        token for each aggregator's share."""
+        """The report's measurement, time and each share's extensions; the tokens attached to
+        the pending row (`prefetch`), else takes (marks used) a cached token for each
+        aggregator's share, fetching what is missing."""
         recipe = self.recipe(item.recipe_id, item.version)
         binding = self._binding(item.recipe_id, item.version) if self.config.bind_recipe else None
         leader: Token | None = None
@@ -524,8 +560,7 @@ class Device:
             # would cost two more queries a report.
             taken = self._take_tokens(item, recipe)
             if taken is None:
-                self._ensure_tokens(item, recipe, now)
-                taken = self._take_tokens(item, recipe)
+                taken = self._ensure_tokens(item, recipe, now) or self._take_tokens(item, recipe)
                 if taken is None:
                     raise TokenError("no token for this window")
             leader, helper = taken
@@ -596,27 +631,43 @@ class Device:
         return result
 
     def send_many(self, items: Sequence[PendingUpload], now: int) -> list[UploadResult]:
-        """Upload stored reports, one result each in order: the reports of one recipe (one
-        task) together (`_send_group`)."""
+        """Upload stored reports and record their outcomes (`deliver_many`, `finish`), one
+        result each in order."""
+        delivered = self.deliver_many(items, now)
+        for item, recipe, result in delivered:
+            self.finish(item, recipe, result, now)
+        return [result for _, _, result in delivered]
+
+    def deliver(self, item: PendingUpload, now: int) -> tuple[PendingUpload, Recipe, UploadResult]:
+        """Upload one stored report (`deliver_many`), its outcome not recorded yet."""
+        (delivered,) = self.deliver_many([item], now)
+        return delivered
+
+    def deliver_many(
+        self, items: Sequence[PendingUpload], now: int
+    ) -> list[tuple[PendingUpload, Recipe, UploadResult]]:
+        """Upload stored reports, the reports of one recipe (one task) together
+        (`_send_group`); each as sent last (sealed again after outdatedConfig), its recipe and
+        its result, in order. The caller records them (`finish`): until then they are
+        pending, and a resumed run re-sends the same bytes."""
         groups: dict[tuple[str, int], list[int]] = {}
         for index, item in enumerate(items):
             groups.setdefault((item.recipe_id, item.version), []).append(index)
-        results: list[UploadResult | None] = [None] * len(items)
+        out: list[tuple[PendingUpload, Recipe, UploadResult] | None] = [None] * len(items)
         for (recipe_id, version), indices in groups.items():
             recipe = self.recipe(recipe_id, version)
-            sent = self._send_group([items[i] for i in indices], recipe, now)
-            for index, result in zip(indices, sent, strict=True):
-                results[index] = result
-        assert all(result is not None for result in results)
-        return [result for result in results if result is not None]
+            sent, results = self._send_group([items[i] for i in indices], recipe, now)
+            for index, item, result in zip(indices, sent, results, strict=True):
+                out[index] = (item, recipe, result)
+        return [delivered for delivered in out if delivered is not None]
 
     def _send_group(
         self, items: list[PendingUpload], recipe: Recipe, now: int
-    ) -> list[UploadResult]:
+    ) -> tuple[list[PendingUpload], list[UploadResult]]:
         """Upload stored reports of one task (DAP-19: in one UploadRequest of up to
         `client_sdk.upload.DEFAULT_REPORTS_PER_REQUEST`); on outdatedConfig
         one fresh report for each refused one, sealed to the configs the signed recipe
-        authenticates (`_follow_recipe`), if they changed; audit the outcomes."""
+        authenticates (`_follow_recipe`), if they changed. The items as sent, and outcomes."""
         wire = self.wire(recipe)
         announce = self.announcement(recipe)
 
@@ -632,6 +683,7 @@ class Device:
                 resent=[item.attempts > 0 for item in batch],
             )
 
+        items = list(items)
         results = upload(items)
         stale = [i for i, result in enumerate(results) if result.status == "outdated_config"]
         if stale:
@@ -646,9 +698,7 @@ class Device:
                     items[i] = self.seal(items[i], now)
                 for i, result in zip(stale, upload([items[i] for i in stale]), strict=True):
                     results[i] = result
-        for item, result in zip(items, results, strict=True):
-            self.finish(item, recipe, result, now)
-        return results
+        return items, results
 
     def finish(self, item: PendingUpload, recipe: Recipe, result: UploadResult, now: int) -> None:
         """Record the outcome of a stored report's upload (sent, or one more failed round)."""

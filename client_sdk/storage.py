@@ -140,10 +140,20 @@ class StateDb:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception (nested calls join the outer)."""
+        """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception. A nested call is a savepoint
+        of the outer transaction: its exception undoes its own writes only, and nothing of it
+        is committed before the outer transaction is (a simulator commits a chunk of devices'
+        writes together: `client_sdk.simulator.together`)."""
         with self.lock:
             if self.conn.in_transaction:
-                yield self.conn
+                self.conn.execute("SAVEPOINT nested")
+                try:
+                    yield self.conn
+                except BaseException:
+                    self.conn.execute("ROLLBACK TO nested")
+                    self.conn.execute("RELEASE nested")
+                    raise
+                self.conn.execute("RELEASE nested")
                 return
             self.conn.execute("BEGIN IMMEDIATE")
             try:

@@ -13,9 +13,10 @@ asked for a token, never for which task, report or role (the request is blinded 
 key by its truncated id only), and the two tokens of a report are two independent blindings, so
 neither the issuer nor the attester can link either to its redemption; a batch tells the
 attester only what it knew (one device asks for two tokens), and it relays the requests to the
-issuer one by one, though back to back. Tokens are cached per (task, window, role) in the state
-database and each is used once: `take` marks it used in the caller's transaction, the one that
-stores the sealed report carrying it.
+issuer one by one, though back to back. Every token obtained is recorded in the state database
+per (task, window, role) and used once: a batch fetched for one report is recorded used in the
+transaction that attaches it to that report's pending row (`client_sdk.device.Device.prefetch`);
+a cached one is marked used by `take` in the caller's transaction, the one that attaches it.
 """
 
 from __future__ import annotations
@@ -96,21 +97,30 @@ class TokenWallet:
         except httpx.HTTPError as exc:
             raise TokenError(f"attester unreachable: {type(exc).__name__}") from None
 
-    def enroll(self, attester_url: str) -> None:
+    def enroll(self, attester_url: str, *, record: bool = True) -> bool:
+        """Present the device's certificate to the attester unless the state records it
+        enrolled there; whether it enrolled now. `record=False` leaves recording it to the
+        caller (`record_enrolment`, in a transaction of its choosing: a simulator's chunk);
+        enrolling again after a crash in between is harmless (the attester knows the device
+        by its key)."""
         if self._identity is None:
             raise TokenError("this device has no identity to enroll")
-        done_key = f"enrolled:{attester_url}"
-        if self._db.get(done_key):
-            return
+        if self._db.get(_enrolled_key(attester_url)):
+            return False
         url = attester_url.rstrip("/") + ATTESTER_ENROLL_PATH
         response = self._post(url, json={"certificate": self._identity.certificate_pem()})
         if response.status_code not in (200, 201):
             raise TokenError(f"enrollment refused: {response.status_code}")
-        self._db.put(done_key, "1")
+        if record:
+            self.record_enrolment(attester_url)
         answer = response.json()
         if "nonce" in answer:
             nonce = b64url_decode(answer["nonce"])
             self._first_nonce[attester_url.rstrip("/")] = (nonce, int(answer["expires"]))
+        return True
+
+    def record_enrolment(self, attester_url: str) -> None:
+        self._db.put(_enrolled_key(attester_url), "1")
 
     def _directory(self, issuer_url: str) -> IssuerDirectory:
         found = self._directories.get(issuer_url)
@@ -163,7 +173,8 @@ class TokenWallet:
             token = finalize_token(state, response.content)
         except ValueError as exc:
             raise TokenError(f"invalid token response: {type(exc).__name__}") from None
-        self._store(task_id, report_time, policy, [(role, token)])
+        with self._db.transaction() as conn:
+            self.store(conn, task_id, report_time, policy, [(role, token)])
 
     def fetch_batch(
         self,
@@ -175,10 +186,26 @@ class TokenWallet:
         now: int,
         key_ids: tuple[str, ...] = (),
     ) -> None:
-        """As `fetch`, a token for each of `roles`, in one round trip: one batched request
-        (`shared.privacypass.batch`) of independently blinded TokenRequests, one nonce and
-        one signature. Tokens the issuer refused are simply not cached (a later `fetch`
-        retries them)."""
+        """As `fetch`, a token for each of `roles`, in one round trip (`request_batch`), and
+        cache them. Tokens the issuer refused are simply not cached (a later `fetch` retries
+        them)."""
+        tokens = self.request_batch(task_id, report_time, policy, roles, attester_url, now, key_ids)
+        with self._db.transaction() as conn:
+            self.store(conn, task_id, report_time, policy, tokens)
+
+    def request_batch(
+        self,
+        task_id: TaskId,
+        report_time: int,
+        policy: TokenPolicy,
+        roles: tuple[Role, ...],
+        attester_url: str,
+        now: int,
+        key_ids: tuple[str, ...] = (),
+    ) -> list[tuple[Role, Token]]:
+        """A token for each of `roles` that the issuer granted, in one round trip: one batched
+        request (`shared.privacypass.batch`) of independently blinded TokenRequests, one nonce
+        and one signature. Nothing is stored: the caller stores them (`store`)."""
         key = self._pinned_key(policy, now, key_ids)
         pairs = [
             create_token_request(token_challenge(task_id, report_time, policy, role), key)
@@ -192,14 +219,13 @@ class TokenWallet:
             answers = BatchTokenResponse.decode(response.content).responses
             if len(answers) != len(pairs):
                 raise ValueError("one response per request")
-            tokens = [
+            return [
                 (role, finalize_token(state, answer))
                 for role, (_, state), answer in zip(roles, pairs, answers, strict=True)
                 if answer is not None
             ]
         except ValueError as exc:
             raise TokenError(f"invalid batch token response: {type(exc).__name__}") from None
-        self._store(task_id, report_time, policy, tokens)
 
     def _pinned_key(self, policy: TokenPolicy, now: int, key_ids: tuple[str, ...]) -> TokenKey:
         if self._identity is None:
@@ -251,23 +277,28 @@ class TokenWallet:
             },
         )
 
-    def _store(
+    def store(
         self,
+        conn: sqlite3.Connection,
         task_id: TaskId,
         report_time: int,
         policy: TokenPolicy,
         tokens: list[tuple[Role, Token]],
+        *,
+        used: bool = False,
     ) -> None:
+        """Record obtained tokens on `conn` (the caller's transaction): cached for a later
+        `take`, or `used` when the caller attaches them to a report in the same transaction
+        (every token the device holds stays on record either way)."""
         start = token_window_start(report_time, policy.window_seconds)
-        with self._db.transaction() as conn:
-            conn.executemany(
-                "INSERT INTO token (device, task_id, window_start, role, token) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [
-                    (self._db.device, task_id.to_b64url(), start, int(role), token.encode())
-                    for role, token in tokens
-                ],
-            )
+        conn.executemany(
+            "INSERT INTO token (device, task_id, window_start, role, token, used) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (self._db.device, task_id.to_b64url(), start, int(role), token.encode(), int(used))
+                for role, token in tokens
+            ],
+        )
 
     def take(
         self,
@@ -290,3 +321,7 @@ class TokenWallet:
             return None
         conn.execute("UPDATE token SET used = 1 WHERE id = ?", (row[0],))
         return Token.decode(row[1])
+
+
+def _enrolled_key(attester_url: str) -> str:
+    return f"enrolled:{attester_url}"

@@ -127,7 +127,58 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         # Uvicorn hands a request past `limit_concurrency` its own bare 503 app.
         chosen: Any = _busy if app is service_unavailable else app
-        super()._start_asgi_task(cycle, chosen)
+        transport = _OneWriteTransport(cycle.transport)
+        cycle.transport = transport  # type: ignore[assignment]
+
+        async def one_write(scope: Any, receive: Any, send: Any) -> None:
+            async def coalesced(message: Any) -> None:
+                start = message["type"] == "http.response.start"
+                if start:
+                    transport.hold()
+                try:
+                    await send(message)
+                finally:
+                    if not start:
+                        transport.flush()
+
+            await chosen(scope, receive, coalesced)
+
+        super()._start_asgi_task(cycle, one_write)
+
+
+class _OneWriteTransport:
+    """A connection's transport as one answer's cycle sees it: what uvicorn writes at the
+    answer's start (status line and headers) is held until the first part of its body, and
+    both go out in one write: one send a response where there were two (the two were a
+    quarter of the token issuer's samples, py-spy ``--gil`` on `bench.population`; the
+    client then reads the answer in one receive too). Everything else is the connection's
+    transport."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: list[bytes] | None = None
+
+    def hold(self) -> None:
+        self._held = []
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._transport.write(b"".join(held))
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(data)
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        # An app that failed after starting its answer: the head goes out as it used to.
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def server_options(limits: ServerLimits) -> dict[str, Any]:

@@ -445,3 +445,32 @@ def test_a_token_cached_for_one_share_is_used_with_one_fetched_for_the_other(
     assert leader.encode() == bytes(cached) and helper.nonce != leader.nonce
     for role in (Role.LEADER, Role.HELPER):
         assert device.tokens.available(task_id, item.donation_time, token_policy, role) == 0
+
+
+def test_prefetched_tokens_are_attached_to_their_report_and_recorded_used(
+    world: World, tmp_path: Path
+) -> None:
+    """Step 6 attaches the pair it fetched for a pending report to that report's row and
+    records both tokens used, in one transaction: sealing takes them from the row without
+    going to the issuer again, and the device's token table still holds every token it got."""
+    world.publish()
+    device = world.device(tmp_path / "d")
+    assert device.answer(verified(world, device)).status == "queued"
+    (item,) = device.pending()
+    assert device.prefetch_tokens(item.token_fetch_at) == 1
+    (attached,) = device.pending()
+    assert attached.token is not None and attached.helper_token is not None
+    with device.db.lock:
+        cursor = device.db.conn.execute("SELECT role, token, used FROM token ORDER BY role")
+        rows = cursor.fetchall()
+    assert [(role, bytes(token), used) for role, token, used in rows] == [
+        (int(Role.LEADER), attached.token, 1),
+        (int(Role.HELPER), attached.helper_token, 1),
+    ]
+    del world.router.apps["issuer.test"]  # nothing more to fetch
+    sealed = device.seal(attached, item.donation_time)
+    assert device.send(sealed, item.donation_time).status == "sent"
+    (report,) = world.leader.uploads
+    for role, token in ((Role.LEADER, attached.token), (Role.HELPER, attached.helper_token)):
+        carried = decode_extensions(open_share(world, report, role).extensions).token
+        assert carried is not None and carried.encode() == token

@@ -169,3 +169,82 @@ def test_connections_are_reused_above_the_select_limit(server: _Server) -> None:
         for s in held:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _canned(answers: list[bytes]) -> tuple[str, list[bytes], threading.Thread]:
+    """A server on one connection answering its requests with `answers` in turn (closing
+    after the last), recording each request as received: its URL, the requests, the thread."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            pending = b""
+            for answer in answers:
+                while b"\r\n\r\n" not in pending:
+                    pending += conn.recv(65536)
+                head, _, pending = pending.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.lower() == b"content-length":
+                        length = int(value)
+                while len(pending) < length:
+                    pending += conn.recv(65536)
+                requests.append(head + b"\r\n\r\n" + pending[:length])
+                pending = pending[length:]
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", requests, thread
+
+
+def test_answers_in_every_framing_are_read_whole() -> None:
+    """Chunked (with an extension and a trailer), a length, no body (204), a folded header,
+    an interim 100 before the answer, and HTTP/1.0 read to the close."""
+    url, requests, thread = _canned(
+        [
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n"
+            b"4;ext=1\r\nabcd\r\n3\r\nefg\r\n0\r\nX-Trailer: t\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n"
+            b"X-Folded: one\r\n two\r\n\r\nhi",
+            b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",
+        ]
+    )
+    with PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client:
+        chunked = client.get(f"{url}/chunked")
+        assert (chunked.status_code, chunked.content, chunked.headers["x-a"]) == (
+            200,
+            b"abcdefg",
+            "1",
+        )
+        created = client.post(f"{url}/p", content=b"body", headers={"X-Device": "d"})
+        assert (created.status_code, created.content) == (201, b"hi")
+        assert created.headers["x-folded"] == "one two"
+        assert client.get(f"{url}/empty").content == b""
+        assert client.get(f"{url}/old").content == b"until the end"
+    thread.join(5)
+    host = url.removeprefix("http://").encode()
+    assert requests[0].startswith(b"GET /chunked HTTP/1.1\r\nHost: " + host + b"\r\n")
+    assert b"\r\nContent-Length: 4\r\nX-Device: d\r\n\r\nbody" in requests[1]
+    assert requests[1].startswith(b"POST /p HTTP/1.1\r\n")
+
+
+def test_malformed_answers_and_header_injection_are_refused() -> None:
+    url, _, thread = _canned([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"])
+    with PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.get(f"{url}/cut")  # the connection closes five bytes short
+        with pytest.raises(ValueError):
+            client.post(f"{url}/x", content=b"", headers={"X-A": "b\r\nX-Injected: 1"})
+    thread.join(5)
+    url, _, thread = _canned([b"SMTP ready\r\n\r\n"])
+    with (
+        PooledClient(TransportPolicy(), timeout=5.0, max_idle=4) as client,
+        pytest.raises(httpx.RemoteProtocolError),
+    ):
+        client.get(f"{url}/not-http")
+    thread.join(5)

@@ -10,10 +10,14 @@ import pytest
 
 from client_sdk.audit import AuditLog
 from client_sdk.budget import BudgetAccountant
+from client_sdk.device import Device, DeviceConfig
 from client_sdk.events import EventStore
 from client_sdk.population import CHUNK, PopulationMix, Shard, chunk_devices
+from client_sdk.simulator import together
 from client_sdk.storage import StateDb
-from tests.client_sdk.harness import policy
+from shared.recipe.model import RecipeDraft
+from tests.client_sdk.harness import draft, policy
+from tests.recipe.helpers import complete
 
 
 @pytest.mark.parametrize("population", [1, CHUNK, 10 * CHUNK + 7])
@@ -132,3 +136,58 @@ def test_a_one_device_store_from_before_is_device_zeros(tmp_path: Path) -> None:
     usage = BudgetAccountant(db, policy()).analysis_usage("emoji")
     assert (usage.eps_used, usage.reports_used) == (1.5, 2)
     db.close()
+
+
+def test_a_nested_transaction_undoes_only_its_own_writes(tmp_path: Path) -> None:
+    """Inside a chunk's transaction a device's own transaction is a savepoint: its failure
+    undoes its writes, not the others' (before, it joined the outer and kept them)."""
+    store = StateDb(tmp_path / "worker.sqlite3", durable=False)
+    a, b = store.scoped(1), store.scoped(2)
+    with store.transaction():
+        a.put("k", "a")
+        with pytest.raises(RuntimeError), b.transaction() as conn:
+            conn.execute("INSERT INTO kv (device, key, value) VALUES (?, 'k', 'b')", (b.device,))
+            raise RuntimeError("device 2 fails")
+    assert (a.get("k"), b.get("k")) == ("a", None)
+    store.close()
+
+
+def test_a_chunk_commits_its_devices_writes_at_once_each_its_own_unit(tmp_path: Path) -> None:
+    """`together`: a chunk of one worker store's devices commits once; inside it a device's
+    budget charge whose record failed is undone (its savepoint) while the others' stay, and
+    a crash before the chunk ends commits nothing of it (nothing of it left the devices)."""
+    store = StateDb(tmp_path / "worker.sqlite3", durable=False)
+    events = EventStore(tmp_path / "events.sqlite3")
+    recipe = complete(RecipeDraft.model_validate(draft()))
+    devices = [
+        Device(policy(), DeviceConfig(), stores=(store.scoped(i), events.scoped(i)))
+        for i in range(3)
+    ]
+
+    def recorded(conn: sqlite3.Connection) -> None:
+        return None
+
+    def record_fails(conn: sqlite3.Connection) -> None:
+        raise ValueError("the pending row could not be written")
+
+    def used() -> list[int]:
+        return [d.budget.analysis_usage(recipe.analysis_id).reports_used for d in devices]
+
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    with together(devices):
+        for device in devices:
+            device.budget.spend(recipe, recorded)
+        with pytest.raises(ValueError):
+            devices[2].budget.spend(recipe, record_fails)
+    assert statements.count("COMMIT") == 1
+    assert used() == [1, 1, 1]
+    with pytest.raises(RuntimeError), together(devices):
+        devices[0].budget.spend(recipe, recorded)
+        raise RuntimeError("the simulator crashed mid-chunk")
+    assert used() == [1, 1, 1]
+    store.conn.set_trace_callback(None)
+    for device in devices:
+        device.close()
+    store.close()
+    events.close()

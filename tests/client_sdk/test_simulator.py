@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from client_sdk.datagen import GENERATORS, NEW_WORDS, WORDS, generate_events
 from client_sdk.device import DeviceConfig
 from client_sdk.manufacturer import SimulatedDevice
 from client_sdk.policy import FieldAllowance
-from client_sdk.population import PopulationMix
+from client_sdk.population import CHUNK, PopulationMix
 from client_sdk.sampling import DonationSchedule
-from client_sdk.simulator import Progress, Simulator
+from client_sdk.simulator import Progress, SimulationSummary, Simulator
+from client_sdk.storage import StateDb
+from client_sdk.upload import Uploader, UploadResult
 from shared.recipe.model import RecipeDraft
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
@@ -224,3 +227,96 @@ def _each_reaches_every_item(concurrency: int) -> None:
     assert sorted(seen) == [i for i in range(100) if i != 7]
     assert 1 <= len(threads) <= concurrency
     simulator._each(fn, [])
+
+
+def test_shards_side_by_side_take_the_span_from_first_start_to_last_end() -> None:
+    """`sagg devices run --workers N` merges its processes' summaries: they started a little
+    apart, so the merged time is from the first start to the last end, not the longest shard's
+    own (which made the merged devices/s too high)."""
+    merged = SimulationSummary()
+    for started, seconds in ((100.0, 10.0), (101.5, 10.5)):
+        shard = SimulationSummary(devices=50, uploaded=50, seconds=seconds, cpu_seconds=1.0)
+        shard.started, shard.ended = started, started + seconds
+        merged.merge(shard)
+    assert merged.seconds == pytest.approx(12.0)
+    assert (merged.devices, merged.uploaded, merged.cpu_seconds) == (100, 100, 2.0)
+    assert (merged.started, merged.ended) == (100.0, 112.0)
+
+
+def test_a_chunk_with_tokens_commits_once_a_device_and_four_times_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker store's commits for a chunk of devices with tokens: each device's tokens
+    attached to its pending row as they arrive, and the chunk's enrolment marks, budget
+    charges, sealed reports and upload outcomes one transaction each (six a device before)."""
+    commits: list[str] = []
+
+    class Traced(StateDb):
+        def __init__(self, path: Path | str | None, *, durable: bool = True) -> None:
+            super().__init__(path, durable=durable)
+            self.conn.set_trace_callback(
+                lambda sql: commits.append(sql) if sql == "COMMIT" else None
+            )
+
+    monkeypatch.setattr("client_sdk.simulator.StateDb", Traced)
+    world = World(tmp_path)
+    world.publish()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(1, 0),
+    )
+    simulator = Simulator(
+        config,
+        trusted=TRUSTED,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        concurrency=4,
+        clock=world.clock.now,
+        progress=None,
+    )
+    summary = simulator.run("emoji.daily", CHUNK, "emoji")
+    assert summary.uploaded == CHUNK == len(world.leader.uploads)
+    assert len(commits) == CHUNK + 4
+
+
+def test_when_one_upload_raises_the_others_outcomes_are_recorded(tmp_path: Path) -> None:
+    """A chunk's upload outcomes are recorded after its uploads: one device's upload raising
+    (a bug, not a refusal) still leaves every other report that went out marked sent, and the
+    one that raised pending (a resumed run re-sends it)."""
+
+    class Failing(Uploader):
+        calls = 0
+
+        def upload(self, *args: Any, **kwargs: Any) -> list[UploadResult]:
+            Failing.calls += 1
+            if Failing.calls == 5:
+                raise RuntimeError("the fifth upload")
+            return super().upload(*args, **kwargs)
+
+    world = World(tmp_path)
+    world.publish()
+    config = DeviceConfig(
+        recipe_server_url=RECIPES,
+        recipe_server_key=world.signer.public_key,
+        donation=DonationSchedule(1, 0),
+    )
+    simulator = Simulator(
+        config,
+        trusted=TRUSTED,
+        http=world.http,
+        identities=lambda: SimulatedDevice.manufacture(world.ca),
+        directory=tmp_path / "store",
+        concurrency=4,
+        clock=world.clock.now,
+        progress=None,
+        uploader=Failing(world.http),
+    )
+    with pytest.raises(RuntimeError, match="fifth"):
+        simulator.run("emoji.daily", 10, "emoji")
+    with sqlite3.connect(tmp_path / "store" / "shard-0-of-1.state.sqlite3") as conn:
+        states = dict(
+            conn.execute("SELECT state, COUNT(*) FROM pending_upload GROUP BY state").fetchall()
+        )
+        sent = conn.execute("SELECT COUNT(*) FROM audit WHERE kind = 'sent'").fetchone()[0]
+    assert states == {"sent": 9, "pending": 1} and sent == 9 == len(world.leader.uploads)

@@ -5,6 +5,7 @@ read, and a client trickling its headers or its body is cut off with 408."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import threading
@@ -12,12 +13,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
+from uvicorn.server import ServerState
 
 from client_sdk.manufacturer import ManufacturerCA
 from services.aggregator.app import create_app as create_aggregator
@@ -295,3 +298,59 @@ def test_past_the_concurrency_limit_the_answer_is_503_with_retry_after(tmp_path:
     assert status == 503, body
     assert headers["retry-after"] == "1"
     assert headers["content-type"].startswith(MEDIA_PROBLEM)
+
+
+class _RecordingTransport(asyncio.Transport):
+    """A connection's transport that records each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+
+def test_an_answer_goes_out_in_one_write() -> None:
+    """Uvicorn writes an answer's head at its start and its body after: the protocol sends
+    both in one write (one send, not two), and an app failing after its start still gets its
+    head out before the connection closes."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/plain"), (b"content-length", b"5")]})  # fmt: skip
+        if scope["path"] == "/fails":
+            raise RuntimeError("after the start")
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    async def exchange(path: str) -> _RecordingTransport:
+        config = uvicorn.Config(app, **server_options(ServerLimits()), log_level="critical")
+        config.load()
+        protocol_class = config.http_protocol_class
+        assert issubclass(protocol_class, TimedHttpToolsProtocol)
+        protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+        transport = _RecordingTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        for _ in range(100):
+            if transport.writes and (transport.closed or transport.writes[-1].endswith(b"hello")):
+                break
+            await asyncio.sleep(0.01)
+        protocol.connection_lost(None)
+        return transport
+
+    answered = asyncio.run(exchange("/ok"))
+    (write,) = answered.writes
+    assert write.startswith(b"HTTP/1.1 200 OK\r\n") and write.endswith(b"\r\n\r\nhello")
+    failed = asyncio.run(exchange("/fails"))
+    assert failed.closed and failed.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
