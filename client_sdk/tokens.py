@@ -8,7 +8,7 @@ each by its own blinding: ``POST /attester/challenge`` for a single-use nonce (t
 answer carries one for the device's first request, kept in memory only), then the blinded
 TokenRequest for `token_challenge(task, time, policy, role)` signed with the device key
 (`shared.privacypass.attestation`), or both roles' TokenRequests in one batched request under
-one nonce (`fetch_batch`, `shared.privacypass.batch`). The attester learns that this device
+one nonce (`request_batch`, `shared.privacypass.batch`). The attester learns that this device
 asked for a token, never for which task, report or role (the request is blinded and names the
 key by its truncated id only), and the two tokens of a report are two independent blindings, so
 neither the issuer nor the attester can link either to its redemption; a batch tells the
@@ -175,23 +175,6 @@ class TokenWallet:
             raise TokenError(f"invalid token response: {type(exc).__name__}") from None
         with self._db.transaction() as conn:
             self.store(conn, task_id, report_time, policy, [(role, token)])
-
-    def fetch_batch(
-        self,
-        task_id: TaskId,
-        report_time: int,
-        policy: TokenPolicy,
-        roles: tuple[Role, ...],
-        attester_url: str,
-        now: int,
-        key_ids: tuple[str, ...] = (),
-    ) -> None:
-        """As `fetch`, a token for each of `roles`, in one round trip (`request_batch`), and
-        cache them. Tokens the issuer refused are simply not cached (a later `fetch` retries
-        them)."""
-        tokens = self.request_batch(task_id, report_time, policy, roles, attester_url, now, key_ids)
-        with self._db.transaction() as conn:
-            self.store(conn, task_id, report_time, policy, tokens)
 
     def request_batch(
         self,
