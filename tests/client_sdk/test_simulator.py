@@ -26,24 +26,29 @@ from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
 
 
-def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
-    world = World(tmp_path)
-    world.publish(sampling_rate=0.5, min_batch_size=2000)
-    out = io.StringIO()
+def world_simulator(
+    world: World, donation: DonationSchedule, concurrency: int, **options: Any
+) -> Simulator:
+    """A simulator of attested devices against `world`'s deployment, on its clock."""
     config = DeviceConfig(
-        recipe_server_url=RECIPES,
-        recipe_server_key=world.signer.public_key,
-        donation=DonationSchedule(4, 300),
+        recipe_server_url=RECIPES, recipe_server_key=world.signer.public_key, donation=donation
     )
-    simulator = Simulator(
+    return Simulator(
         config,
         trusted=TRUSTED,
         http=world.http,
         identities=lambda: SimulatedDevice.manufacture(world.ca),
-        concurrency=8,
+        concurrency=concurrency,
         clock=world.clock.now,
-        progress=out,
+        **options,
     )
+
+
+def test_simulator_uploads_every_sampled_device(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.publish(sampling_rate=0.5, min_batch_size=2000)
+    out = io.StringIO()
+    simulator = world_simulator(world, DonationSchedule(4, 300), 8, progress=out)
     summary = simulator.run("emoji.daily", 60, "emoji")
     assert summary.sampled + summary.not_sampled == 60
     assert 10 < summary.sampled < 50  # q = 0.5
@@ -261,20 +266,7 @@ def test_a_chunk_with_tokens_commits_once_a_device_and_four_times_together(
     monkeypatch.setattr("client_sdk.simulator.StateDb", Traced)
     world = World(tmp_path)
     world.publish()
-    config = DeviceConfig(
-        recipe_server_url=RECIPES,
-        recipe_server_key=world.signer.public_key,
-        donation=DonationSchedule(1, 0),
-    )
-    simulator = Simulator(
-        config,
-        trusted=TRUSTED,
-        http=world.http,
-        identities=lambda: SimulatedDevice.manufacture(world.ca),
-        concurrency=4,
-        clock=world.clock.now,
-        progress=None,
-    )
+    simulator = world_simulator(world, DonationSchedule(1, 0), 4, progress=None)
     summary = simulator.run("emoji.daily", CHUNK, "emoji")
     assert summary.uploaded == CHUNK == len(world.leader.uploads)
     assert len(commits) == CHUNK + 4
@@ -296,19 +288,11 @@ def test_when_one_upload_raises_the_others_outcomes_are_recorded(tmp_path: Path)
 
     world = World(tmp_path)
     world.publish()
-    config = DeviceConfig(
-        recipe_server_url=RECIPES,
-        recipe_server_key=world.signer.public_key,
-        donation=DonationSchedule(1, 0),
-    )
-    simulator = Simulator(
-        config,
-        trusted=TRUSTED,
-        http=world.http,
-        identities=lambda: SimulatedDevice.manufacture(world.ca),
+    simulator = world_simulator(
+        world,
+        DonationSchedule(1, 0),
+        4,
         directory=tmp_path / "store",
-        concurrency=4,
-        clock=world.clock.now,
         progress=None,
         uploader=Failing(world.http),
     )
