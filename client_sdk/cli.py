@@ -29,6 +29,7 @@ answer only recipes naming a leader, helper and token issuer their policy trusts
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
@@ -107,6 +108,7 @@ class DevicesRun:
     ca_file: str | None = None
     allow_insecure_http: bool = False
     relay: bool = False
+    summary_json: Path | None = None
 
 
 def _shard(text: str) -> Shard:
@@ -209,6 +211,13 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
                 help="send a chunk's DAP-19 reports in one UploadRequest, as an upload relay would",
             ),
         ] = False,
+        summary_json: Annotated[
+            Path | None,
+            typer.Option(
+                metavar="FILE",
+                help="also write the summary as JSON here (with each task's sent aggregate)",
+            ),
+        ] = None,
     ) -> int:
         """Drive N devices answering one recipe."""
         options = DevicesRun(
@@ -247,6 +256,7 @@ def devices_app(defaults: Callable[[DevicesRun], None] | None = None) -> typer.T
             ca_file=ca_file,
             allow_insecure_http=allow_insecure_http,
             relay=relay,
+            summary_json=summary_json,
         )
         if defaults is not None:
             defaults(options)
@@ -318,6 +328,8 @@ def run_devices(options: DevicesRun) -> int:
             summary.merge(part)
     for line in summary.lines():
         print(line)
+    if options.summary_json is not None:
+        options.summary_json.write_text(json.dumps(summary.as_json()) + "\n")
     return 0 if summary.uploaded or not summary.sampled else 1
 
 

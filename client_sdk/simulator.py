@@ -74,7 +74,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TextIO, TypeVar, cast
+from typing import Any, TextIO, TypeVar, cast
 
 import numpy as np
 import rich.progress
@@ -103,6 +103,7 @@ from shared.files import create_private, private_dir
 from shared.privacypass.directory import IssuerDirectory
 from shared.recipe.model import Recipe
 from shared.recipe.query_class import QueryClass
+from shared.vdaf.plain_aggregate import PlainAggregate
 
 __all__ = ["SimulationSummary", "Simulator", "permissive_policy", "worker_stores"]
 
@@ -140,6 +141,9 @@ class SimulationSummary:
     #: to the last end, not the longest shard's own time.
     started: float | None = None
     ended: float | None = None
+    #: Task id -> the plain-text aggregate of the measurements its uploaded reports carry
+    #: (real and dummy): what collecting exactly them must give, an oracle kept as they go.
+    sent: dict[str, PlainAggregate] = field(default_factory=dict)
 
     def merge(self, other: SimulationSummary) -> None:
         """Add another shard's counts (`seconds`: the span over both, `started` to `ended`)."""
@@ -147,6 +151,9 @@ class SimulationSummary:
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
             if isinstance(mine, Counter):
                 mine.update(theirs)
+            elif f.name == "sent":
+                for task_id, total in theirs.items():
+                    mine.setdefault(task_id, PlainAggregate(total.spec)).merge(total)
             elif f.name not in ("seconds", "started", "ended"):
                 setattr(self, f.name, mine + theirs)
         self.seconds = max(self.seconds, other.seconds)
@@ -157,6 +164,23 @@ class SimulationSummary:
                 self.started = min(self.started, other.started)
                 self.ended = max(self.ended, other.ended)
                 self.seconds = max(self.seconds, self.ended - self.started)
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary as one JSON object (`sagg devices run --summary-json`): the counts, the
+        ground truth as [answer, count] pairs, and each task's sent aggregate."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "truth":
+                out[f.name] = [[answer, n] for answer, n in value.most_common()]
+            elif f.name == "sent":
+                out[f.name] = {
+                    task_id: {"reports": total.reports, "aggregate": total.result}
+                    for task_id, total in value.items()
+                }
+            else:
+                out[f.name] = dict(value) if isinstance(value, Counter) else value
+        return out
 
     @property
     def reports_per_second(self) -> float:
@@ -717,8 +741,8 @@ class Simulator:
             for device, item, recipe, result in delivered:
                 device.finish(item, recipe, result, now)
         replaying: list[tuple[Device, PendingUpload]] = []
-        for device, item, _, result in delivered:
-            self._record(device, item, result, summary, bar)
+        for device, item, recipe, result in delivered:
+            self._record(device, item, recipe, result, summary, bar)
             if result.status == "sent" and id(device) in malicious:
                 replaying.append((device, item))
 
@@ -733,6 +757,7 @@ class Simulator:
         self,
         device: Device,
         item: PendingUpload,
+        recipe: Recipe,
         result: UploadResult,
         summary: SimulationSummary,
         bar: Progress,
@@ -749,6 +774,10 @@ class Simulator:
                 summary.report_bytes += len(item.report or b"")
                 if index is not None:
                     summary.truth[index] += 1
+                sent = summary.sent.get(item.task_id)
+                if sent is None:
+                    sent = summary.sent[item.task_id] = PlainAggregate(recipe.task.vdaf)
+                sent.add(item.measurement)
             else:
                 summary.failed[result.detail or result.status] += 1
         bar.add()

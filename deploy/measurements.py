@@ -11,6 +11,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from shared.vdaf.plain_aggregate import PlainAggregate
 from shared.vdaf.spec import VdafSpec
 
 __all__ = ["expected_aggregate", "random_measurements"]
@@ -40,12 +41,4 @@ def random_measurements(vdaf: VdafSpec, count: int, rng: random.Random) -> list[
 
 def expected_aggregate(vdaf: VdafSpec, measurements: Sequence[Any]) -> int | list[int]:
     """What collecting exactly these measurements must give (the plain-text aggregate)."""
-    if vdaf.type in ("Prio3Count", "Prio3Sum"):
-        return sum(int(m) for m in measurements)
-    assert vdaf.length is not None
-    if vdaf.type == "Prio3Histogram":
-        counts = [0] * vdaf.length
-        for m in measurements:
-            counts[int(m)] += 1
-        return counts
-    return [sum(int(m[i]) for m in measurements) for i in range(vdaf.length)]
+    return PlainAggregate.of(vdaf, measurements).result

@@ -71,14 +71,16 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
     one = _publish(up, tmp_path, "one")
     two = _publish(up, tmp_path, "two")
     three = _publish(up, tmp_path, "three")
+    sent = {name: tmp_path / f"{name}.sent.json" for name in ("one", "two", "three0", "three1")}
     runs = {
         "one.ages": up.sagg(
             "devices", "run", "--recipe", "one.ages", "--count", str(DEVICES),
-            "--data", "ages", "--seed", str(SEED),
+            "--data", "ages", "--seed", str(SEED), "--summary-json", str(sent["one"]),
         ),
         "two.ages": up.sagg(
             "devices", "run", "--recipe", "two.ages", "--count", str(DEVICES),
             "--data", "ages", "--seed", str(SEED), "--workers", "2",
+            "--summary-json", str(sent["two"]),
         ),
     }  # fmt: skip
     for name, run in runs.items():
@@ -90,6 +92,7 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
         up.sagg(
             "devices", "run", "--recipe", "three.ages", "--count", str(DEVICES),
             "--data", "ages", "--seed", str(SEED), "--shard", f"{i}/2",
+            "--summary-json", str(sent[f"three{i}"]),
         )
         for i in range(2)
     ]  # fmt: skip
@@ -102,6 +105,16 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
     assert [b["report_count"] for b in bodies] == [DEVICES] * 3
     estimates = [[item["estimate"] for item in body["items"]] for body in bodies]
     assert estimates[0] == estimates[1] == estimates[2]
+    # Exact: what was collected is what the devices sent, count for count (the simulators'
+    # plain-text totals; the two shards' added).
+    totals = {name: _sent(path, task) for name, path, task in (
+        ("one", sent["one"], one), ("two", sent["two"], two),
+        ("three0", sent["three0"], three), ("three1", sent["three1"], three),
+    )}  # fmt: skip
+    shards = [a + b for a, b in zip(totals["three0"], totals["three1"], strict=True)]
+    raw = [_raw(up, task)["result"] for task in (one, two, three)]
+    assert raw == [totals["one"], totals["two"], shards]
+    assert json.loads(sent["one"].read_text())["sent"][one]["reports"] == DEVICES
 
     draft = age_buckets_draft("one", "ages", BOUNDARIES, BATCH, 1.5)
     truth = _true_buckets(RecipeDraft.model_validate(draft))
@@ -118,6 +131,12 @@ def _raw(up: Up, task_id: str) -> dict[str, Any]:
     assert collected.returncode == 0, collected.stderr
     body: dict[str, Any] = json.loads(collected.stdout)
     return body
+
+
+def _sent(path: Path, task_id: str) -> list[int]:
+    """The aggregate a simulator's `--summary-json` says its devices sent to `task_id`."""
+    sent: list[int] = json.loads(path.read_text())["sent"][task_id]["aggregate"]
+    return sent
 
 
 def _count(pattern: str, text: str) -> int:
@@ -143,8 +162,20 @@ def test_dummy_reports_add_nothing_and_replayed_tokens_are_refused(up: Up, tmp_p
         assert published.returncode == 0, published.stderr
         tasks[name] = json.loads(published.stdout)["task_id"]
     common = ["--count", str(DEVICES), "--data", "ages", "--seed", str(SEED), "--offline", "0.25"]
-    plain = up.sagg("devices", "run", "--recipe", "plain.ages", *common)
-    mixed = up.sagg("devices", "run", "--recipe", "mixed.ages", *common, "--malicious", "0.1")
+    summaries = {name: tmp_path / f"{name}.sent.json" for name in tasks}
+    plain = up.sagg(
+        "devices",
+        "run",
+        "--recipe",
+        "plain.ages",
+        *common,
+        "--summary-json",
+        str(summaries["plain"]),
+    )
+    mixed = up.sagg(
+        "devices", "run", "--recipe", "mixed.ages", *common, "--malicious", "0.1",
+        "--summary-json", str(summaries["mixed"]),
+    )  # fmt: skip
     assert plain.returncode == 0 and mixed.returncode == 0, plain.stderr + mixed.stderr
     offline = _count(r"offline (\d+)", mixed.stdout)
     assert 0 < offline < DEVICES / 2
@@ -160,3 +191,7 @@ def test_dummy_reports_add_nothing_and_replayed_tokens_are_refused(up: Up, tmp_p
     assert first["report_count"] == sampled
     assert second["report_count"] == sampled + dummies
     assert first["result"] == second["result"]
+    # ... and is what each population sent (the dummies' zeros counted among the reports).
+    for name, body in (("plain", first), ("mixed", second)):
+        total = json.loads(summaries[name].read_text())["sent"][tasks[name]]
+        assert (body["result"], body["report_count"]) == (total["aggregate"], total["reports"])

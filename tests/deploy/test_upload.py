@@ -32,6 +32,7 @@ from shared.dap.messages import (
     Role,
 )
 from shared.vdaf import ping_pong
+from shared.vdaf.plain_aggregate import PlainAggregate
 from shared.vdaf.spec import VdafSpec
 
 LEADER, HELPER = "http://leader.test", "http://helper.test"
@@ -232,4 +233,16 @@ def test_random_measurements_are_valid_and_expected_matches_the_vdaf(vdaf: dict[
     )
     assert ping_pong.leader_continued(prio3, leader, back).all()
     shares = [prio3.encode_agg_share(prio3.aggregate(b.out_shares)) for b in (leader, helper)]
-    assert prio3.unshard(shares, len(measurements)) == expected_aggregate(spec, measurements)
+    aggregate = prio3.unshard(shares, len(measurements))
+    assert aggregate == expected_aggregate(spec, measurements)
+    # Kept in two processes' halves and merged, the plain-text total is the same.
+    first, second = (PlainAggregate.of(spec, part) for part in (measurements[:5], measurements[5:]))
+    first.merge(second)
+    assert (first.result, first.reports) == (aggregate, 12)
+
+
+def test_plain_aggregates_of_different_vdafs_do_not_merge() -> None:
+    count = PlainAggregate(VdafSpec(type="Prio3Count"))
+    histogram = PlainAggregate(VdafSpec(type="Prio3Histogram", length=1, chunk_length=1))
+    with pytest.raises(ValueError, match="different VDAFs"):
+        count.merge(histogram)
