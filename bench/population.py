@@ -17,9 +17,17 @@ are its own (a simulator prints its CPU, `os.wait4` gives its peak RSS; /proc fo
   requiring no tokens; the simulator (a spawned process running `Simulator.run`) at two
   population sizes, so its peak RSS shows whether memory grows with the population.
 - **1 vs 2 processes**: one seeded population through one simulator process and through
-  ``--workers 2``, each to its own recipe's task; both collected, the aggregates compared.
+  ``--workers 2``, each to its own recipe's task; both collected, the aggregates compared,
+  and each set against what its simulator says the devices sent (``--summary-json``:
+  `SimulationSummary.sent`).
 
-Run alone: ``python -m bench.population [--devices N] [--tokenless N,M] [--split N]``.
+``--full N`` runs instead the issue's population case: N devices with tokens through upload,
+aggregation and collection in a fresh `sagg up`, the collected aggregate checked against what
+the devices sent, the time from the first device to the collected result and each process's
+peak RSS, the simulator's beside a 2,000-device run's (flat memory).
+
+Run alone: ``python -m bench.population [--devices N] [--tokenless N,M] [--split N]`` or
+``python -m bench.population --full 1000000``.
 
 Where the CPU goes, per device (2,000 devices, py-spy ``--gil`` on each service and on the
 simulator, the machine shared; process CPU from /proc, not wall time), before the speed work:
@@ -232,7 +240,8 @@ class Cluster:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 120
-        while not (self.data / "deployment.json").exists():
+        # `sagg up` writes pids.json after deployment.json: both are there once it is.
+        while not (self.data / "pids.json").exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("sagg up did not start")
             time.sleep(0.2)
@@ -270,11 +279,12 @@ class Cluster:
         task_id: str = json.loads(self.sagg("recipe", "publish", str(path)).stdout)["task_id"]
         return task_id
 
-    def collect(self, task_id: str) -> dict[str, Any]:
+    def collect(self, task_id: str, wait_s: int = 300) -> dict[str, Any]:
         start = int(time.time()) // PRECISION * PRECISION - PRECISION
         out = self.sagg(
             "collect", "--task", task_id, "--interval-start", str(start),
-            "--interval-duration", str(2 * PRECISION), "--format", "json", "--wait", "300",
+            "--interval-duration", str(2 * PRECISION), "--format", "json",
+            "--wait", str(wait_s),
         ).stdout  # fmt: skip
         body: dict[str, Any] = json.loads(out)
         return body
@@ -420,15 +430,76 @@ def run(
         one = up.publish(base, "bench.one", SPLIT_MIN_BATCH, 4.0)
         two = up.publish(base, "bench.two", SPLIT_MIN_BATCH, 4.0)
         common = ["--count", str(split), "--seed", "7", "--data", "emoji", "--concurrency", "32"]
-        up.sagg("devices", "run", "--recipe", "bench.one", *common)
-        up.sagg("devices", "run", "--recipe", "bench.two", *common, "--workers", "2")
+        sent = [base / "one.sent.json", base / "two.sent.json"]
+        up.sagg("devices", "run", "--recipe", "bench.one", *common, "--summary-json", str(sent[0]))
+        up.sagg(
+            "devices", "run", "--recipe", "bench.two", *common, "--workers", "2",
+            "--summary-json", str(sent[1]),
+        )  # fmt: skip
         first, second = up.collect(one), up.collect(two)
         same = first["result"] == second["result"] and first["report_count"] == split
-        row(f"{split} devices, 1 vs 2 processes", "same aggregate", float(same), "bool")
-        if not same:
-            raise RuntimeError(f"1 and 2 processes disagree: {first} {second}")
+        case = f"{split} devices, 1 vs 2 processes"
+        row(case, "same aggregate", float(same), "bool")
+        exact = _exact(first, sent[0], one) and _exact(second, sent[1], two)
+        row(case, "aggregates exact (what was sent)", float(exact), "bool")
+        if not (same and exact):
+            raise RuntimeError(f"1 and 2 processes disagree or are not exact: {first} {second}")
         for name, kib in up.peak_rss_kib().items():
             row("services", f"{name} peak RSS", kib / 1024, "MiB")
+    return results
+
+
+def _exact(collected: dict[str, Any], summary: Path, task_id: str) -> bool:
+    """Whether a collection is exactly what a simulator's `--summary-json` says its devices
+    sent to the task (`SimulationSummary.sent`), report count and aggregate."""
+    sent = json.loads(summary.read_text())["sent"][task_id]
+    return bool(
+        collected["report_count"] == sent["reports"] and collected["result"] == sent["aggregate"]
+    )
+
+
+def full(devices: int) -> list[Result]:
+    """The issue's population run: `devices` devices with tokens (``--workers 2``) through
+    upload, aggregation and collection in one fresh `sagg up`; the collected aggregate set
+    against what the devices sent, the time from the first device to the collected result,
+    and each process's peak RSS (the simulator's against a 2,000-device run's: flat memory)."""
+    results: list[Result] = []
+
+    def row(metric: str, value: float, unit: str) -> None:
+        results.append(
+            Result("population", f"{devices} devices, tokens, collected", metric, value, unit)
+        )
+
+    with cluster() as (up, base):
+        up.publish(base, "bench.small", 2203, 1.0)
+        task = up.publish(base, "bench.full", 2203, 1.0)
+        small = up.sagg(
+            "devices", "run", "--recipe", "bench.small", "--count", "2000", "--seed", "4",
+            "--concurrency", "8", "--workers", str(SIMULATOR_WORKERS),
+        )  # fmt: skip
+        summary = base / "full.sent.json"
+        before = up.cpu_seconds()
+        start = time.perf_counter()
+        run = up.sagg(
+            "devices", "run", "--recipe", "bench.full", "--count", str(devices), "--seed", "3",
+            "--concurrency", "8", "--workers", str(SIMULATOR_WORKERS),
+            "--summary-json", str(summary),
+        )  # fmt: skip
+        collected = up.collect(task, wait_s=3600)
+        seconds = time.perf_counter() - start
+        after = up.cpu_seconds()
+        exact = _exact(collected, summary, task)
+        row("devices/s (simulation)", devices / run.simulated_seconds, "devices/s")
+        row("first device to collected", seconds / 60, "min")
+        row("aggregate exact (what was sent)", float(exact), "bool")
+        row("simulator peak RSS", run.max_rss_kib / 1024, "MiB")
+        row("simulator peak RSS, 2,000 devices", small.max_rss_kib / 1024, "MiB")
+        for name in ("token-issuer", "leader", "helper"):
+            row(f"{name} CPU/device", (after[name] - before[name]) / devices * 1e3, "ms")
+        for name, kib in up.peak_rss_kib().items():
+            row(f"{name} peak RSS", kib / 1024, "MiB")
+        if not exact:
+            raise RuntimeError(f"the collection is not what the devices sent: {collected}")
     return results
 
 
@@ -437,7 +508,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--devices", type=int, default=2000, help="devices with tokens")
     parser.add_argument("--tokenless", default="2000,8000", help="population sizes, no tokens")
     parser.add_argument("--split", type=int, default=600, help="devices of the 1 vs 2 check")
+    parser.add_argument(
+        "--full",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N devices with tokens through collection, the aggregate checked",
+    )
     args = parser.parse_args(argv)
+    if args.full:
+        print_table(full(args.full), "A device population through collection, against sagg up")
+        return
     if args.split < SPLIT_MIN_BATCH:
         parser.error(f"--split: the 1 vs 2 check collects a batch of at least {SPLIT_MIN_BATCH}")
     sizes = [int(n) for n in args.tokenless.split(",") if n]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import random
 import sqlite3
 import threading
@@ -22,6 +23,8 @@ from client_sdk.simulator import Progress, SimulationSummary, Simulator
 from client_sdk.storage import StateDb
 from client_sdk.upload import Uploader, UploadResult
 from shared.recipe.model import RecipeDraft
+from shared.vdaf.plain_aggregate import PlainAggregate
+from shared.vdaf.spec import VdafSpec
 from tests.client_sdk.harness import RECIPES, TRUSTED, World, draft, policy
 from tests.recipe.helpers import complete, example_recipe, sfp_randomizer
 
@@ -246,6 +249,28 @@ def test_shards_side_by_side_take_the_span_from_first_start_to_last_end() -> Non
     assert merged.seconds == pytest.approx(12.0)
     assert (merged.devices, merged.uploaded, merged.cpu_seconds) == (100, 100, 2.0)
     assert (merged.started, merged.ended) == (100.0, 112.0)
+
+
+def test_shards_sent_aggregates_add_up_per_task_and_read_back_as_json() -> None:
+    """Each process keeps what its devices sent per task; merged, the totals add coordinate
+    by coordinate (a task only one shard reached included), and the JSON of
+    `--summary-json` carries them with the counts. The first shard's totals stay its own."""
+    histogram = VdafSpec(type="Prio3Histogram", length=3, chunk_length=1)
+    count = VdafSpec(type="Prio3Count")
+    shards = [SimulationSummary(uploaded=3), SimulationSummary(uploaded=2)]
+    shards[0].sent["A"] = PlainAggregate.of(histogram, [0, 2, 2])
+    shards[1].sent["A"] = PlainAggregate.of(histogram, [1, 2])
+    shards[1].sent["B"] = PlainAggregate.of(count, [1, 1, 0])
+    merged = SimulationSummary()
+    for shard in shards:
+        merged.merge(shard)
+    body = json.loads(json.dumps(merged.as_json()))
+    assert body["sent"] == {
+        "A": {"reports": 5, "aggregate": [1, 1, 3]},
+        "B": {"reports": 3, "aggregate": 2},
+    }
+    assert body["uploaded"] == 5
+    assert shards[0].sent["A"].result == [1, 0, 2]
 
 
 def test_a_chunk_with_tokens_commits_once_a_device_and_four_times_together(
