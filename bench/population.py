@@ -239,16 +239,21 @@ class Cluster:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 120
-        # `sagg up` writes pids.json after deployment.json: both are there once it is.
-        while not (self.data / "pids.json").exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("sagg up did not start")
-            time.sleep(0.2)
-        self.deployment = Deployment.model_validate_json(
-            (self.data / "deployment.json").read_text()
-        )
-        self.pids: dict[str, int] = json.loads((self.data / "pids.json").read_text())
+        try:
+            deadline = time.monotonic() + 120
+            # `sagg up` writes pids.json after deployment.json: both are there once it is.
+            while not (self.data / "pids.json").exists():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("sagg up did not start")
+                time.sleep(0.2)
+            self.deployment = Deployment.model_validate_json(
+                (self.data / "deployment.json").read_text()
+            )
+            self.pids: dict[str, int] = json.loads((self.data / "pids.json").read_text())
+        except BaseException:
+            # Not left running behind a failed start.
+            self.stop()
+            raise
 
     def sagg(self, *argv: str) -> Run:
         """``sagg ARGV`` as its own process, measured."""
