@@ -78,8 +78,10 @@ __all__ = [
     "Spawned",
     "Uploader",
     "cpu_seconds",
+    "crypto_cpu",
     "machine_cpu_seconds",
     "make_reports",
+    "metric_sums",
     "percentile",
     "provision",
     "postgres_available",
@@ -570,20 +572,41 @@ def wait_collection(
         time.sleep(0.05)
 
 
-def upload_commits(http: httpx.Client, spawned: Spawned) -> tuple[float, float]:
-    """The leader's upload transactions so far and the uploads they stored (its /metrics)."""
-    response = http.get(
-        f"{spawned.leader}/metrics",
-        headers={"Authorization": f"Bearer {spawned.admin_token}"},
-    )
+def metric_sums(http: httpx.Client, url: str, token: str, names: Sequence[str]) -> list[float]:
+    """Each named metric of a service's /metrics, summed over its labels."""
+    response = http.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
     response.raise_for_status()
-    counts = {"sagg_upload_commits_total": 0.0, "sagg_upload_commit_reports_total": 0.0}
+    counts = dict.fromkeys(names, 0.0)
     for line in response.text.splitlines():
         sample, _, number = line.rpartition(" ")
         name = sample.partition("{")[0]
         if name in counts:
             counts[name] += float(number)
-    return counts["sagg_upload_commits_total"], counts["sagg_upload_commit_reports_total"]
+    return [counts[name] for name in names]
+
+
+def upload_commits(http: httpx.Client, spawned: Spawned) -> tuple[float, float]:
+    """The leader's upload transactions so far and the uploads they stored (its /metrics)."""
+    commits, reports = metric_sums(
+        http,
+        spawned.leader,
+        spawned.admin_token,
+        ("sagg_upload_commits_total", "sagg_upload_commit_reports_total"),
+    )
+    return commits, reports
+
+
+#: What the aggregators count of their own HPKE opens and preparation
+#: (`services.aggregator.crypto_cpu`).
+CRYPTO_CPU = ("sagg_hpke_open_cpu_seconds_total", "sagg_vdaf_prep_cpu_seconds_total")
+
+
+def crypto_cpu(http: httpx.Client, spawned: Spawned) -> float:
+    """Leader's and helper's CPU seconds so far in HPKE opens and VDAF preparation."""
+    return sum(
+        sum(metric_sums(http, url, spawned.admin_token, CRYPTO_CPU))
+        for url in (spawned.leader, spawned.helper)
+    )
 
 
 def bench_case(
@@ -615,6 +638,7 @@ def bench_case(
     with http_client(TransportPolicy(), timeout=30.0) as http:
         job_id = request_collection(http, spawned, task.task_id, bucket)
         commits0 = upload_commits(http, spawned)
+        crypto0 = crypto_cpu(http, spawned)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
@@ -626,6 +650,7 @@ def bench_case(
         e2e_s = time.perf_counter() - start
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
+        in_situ_s = crypto_cpu(http, spawned) - crypto0
 
     exact = (
         body.get("state") == "complete"
@@ -672,6 +697,9 @@ def bench_case(
             server_s / reports / reference.total,
             "ratio",
         ),
+        # The same calls timed where they ran, during the case (`crypto_cpu`).
+        row("servers' own prep + HPKE open, CPU", in_situ_s * per_report_us, "µs/report"),
+        row("server CPU / servers' own prep + HPKE open", server_s / in_situ_s, "ratio"),
         row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
         row("other processes' CPU (PostgreSQL...)", max(0.0, others) / e2e_s, "cores"),
     ]

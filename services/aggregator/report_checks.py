@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final
 
+from services.aggregator.crypto_cpu import CryptoCpu
 from services.aggregator.datastore import TokenSpend, UploadOutcome
 from services.aggregator.datastore.uploads import REASON_TOKEN_SPENT
 from services.aggregator.settings import AggregatorSettings
@@ -193,6 +194,8 @@ class ReportChecker:
     #: `clock_skew_s`, and how long after its window a token is still accepted at upload and
     #: at aggregation (the leader may aggregate a report long after it was uploaded).
     settings: AggregatorSettings
+    #: Counts the opens' CPU.
+    cpu: CryptoCpu
 
     def check(
         self,
@@ -216,7 +219,9 @@ class ReportChecker:
         if keypair is None:
             return Refusal.UNKNOWN_CONFIG
         try:
-            plaintext = hpke.open(
+            plaintext = self.cpu.hpke_open(
+                "leader" if role == Role.LEADER else "helper",
+                hpke.open,
                 keypair,
                 ciphertext.enc,
                 wire.input_share_info(role),

@@ -51,6 +51,7 @@ from services.aggregator.batches import (
     selector_key_range,
 )
 from services.aggregator.bulk_upload import bulk_upload
+from services.aggregator.crypto_cpu import CryptoCpu
 from services.aggregator.datastore import (
     CollectionState,
     Datastore,
@@ -388,6 +389,8 @@ class Aggregator:
             max_queue=settings.upload_queue_max,
             metrics=metrics,
         )
+        #: The CPU of this process's HPKE opens and VDAF preparation.
+        self.crypto_cpu = CryptoCpu(metrics)
         self._lock = threading.Lock()
         self._tasks: dict[bytes, tuple[float, Task]] = {}
         #: Every provisioned task id and when it was read (unknown ids are refused by it).
@@ -404,7 +407,7 @@ class Aggregator:
     @property
     def checks(self) -> ReportChecker:
         """The report-share checks under the current settings (tests change them live)."""
-        return ReportChecker(self.keypair, self.issuer_keys, self.settings)
+        return ReportChecker(self.keypair, self.issuer_keys, self.settings, self.crypto_cpu)
 
     # --- tasks and keys ----------------------------------------------------------------------
 
@@ -787,8 +790,16 @@ class Aggregator:
             input_shares.append(check.payload)
             inbound.append(share.inbound)
 
-        batch, outbound = ping_pong.helper_init(
-            vdaf, task.verify_key, nonces, public_shares, input_shares, inbound, wire.ctx
+        batch, outbound = self.crypto_cpu.prep(
+            "helper",
+            ping_pong.helper_init,
+            vdaf,
+            task.verify_key,
+            nonces,
+            public_shares,
+            input_shares,
+            inbound,
+            wire.ctx,
         )
         messages: dict[int, bytes] = {}
         out_index: dict[int, int] = {}

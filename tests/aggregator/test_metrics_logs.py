@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 
@@ -74,6 +75,11 @@ def test_upload_metrics_and_logs_hold_no_secrets(
     assert value(leader, "sagg_batches_collected", task=tid, role="leader") == 1
     helper = parse(env.helper.get("/metrics", headers=helpers.admin_headers()).text)
     assert value(helper, "sagg_reports_received_total", task=tid, role="helper") == 3
+    # The CPU of opening and preparing each aggregator's own shares, counted by the one that
+    # did it (both run in this test's process: its CPU so far bounds theirs).
+    for metrics, role in ((leader, "leader"), (helper, "helper")):
+        for name in ("sagg_hpke_open_cpu_seconds_total", "sagg_vdaf_prep_cpu_seconds_total"):
+            assert 0 < value(metrics, name, role=role) < time.process_time(), (name, role)
 
     texts = [
         env.leader.get("/metrics", headers=helpers.admin_headers()).text,

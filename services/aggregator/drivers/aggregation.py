@@ -141,7 +141,9 @@ class AggregationJobDriver:
             empty = vdaf.field.zeros((0, vdaf.flp.OUTPUT_LEN))
             agg.ds.finish_leader_job(lease, outcomes, ShareAdder(vdaf, empty))
             return
-        batch, outbound = ping_pong.leader_init(
+        batch, outbound = agg.crypto_cpu.prep(
+            "leader",
+            ping_pong.leader_init,
             vdaf,
             task.verify_key,
             [reports[i].report_id for i in usable],
@@ -208,7 +210,7 @@ class AggregationJobDriver:
                     # needs the prep message.
                     outcomes[i].error = PrepareError.VDAF_PREP_ERROR
 
-        finished = ping_pong.leader_continued(vdaf, batch, inbound)
+        finished = agg.crypto_cpu.prep("leader", ping_pong.leader_continued, vdaf, batch, inbound)
         for i in usable:
             k = outcomes[i].out_index
             if outcomes[i].error is None and (k is None or not finished[k]):
