@@ -40,8 +40,13 @@ def _publish(up: Up, tmp_path: Path, name: str) -> str:
     return task_id
 
 
-def _collect(up: Up, task_id: str, recipe_id: str) -> dict[str, Any]:
-    start = int(time.time()) // PRECISION * PRECISION - PRECISION
+def _start() -> int:
+    """The start of the two hours around now that a test collects (computed once a test: a
+    second collection of a batch must name the same interval)."""
+    return int(time.time()) // PRECISION * PRECISION - PRECISION
+
+
+def _collect(up: Up, task_id: str, recipe_id: str, start: int) -> dict[str, Any]:
     args = collect_args(task_id, start, 2 * PRECISION, "--recipe", recipe_id)
     collected = up.sagg(*args, "--format", "json", "--wait", "60")
     assert collected.returncode == 0, collected.stderr
@@ -99,7 +104,8 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
     uploaded = [int(re.findall(r"uploaded (\d+)", r.stdout)[0]) for r in shares]
     assert sum(uploaded) == DEVICES and min(uploaded) > 0
 
-    bodies = [_collect(up, task, f"{name}.ages") for task, name in
+    start = _start()
+    bodies = [_collect(up, task, f"{name}.ages", start) for task, name in
               ((one, "one"), (two, "two"), (three, "three"))]  # fmt: skip
     first = bodies[0]
     assert [b["report_count"] for b in bodies] == [DEVICES] * 3
@@ -112,7 +118,7 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
         ("three0", sent["three0"], three), ("three1", sent["three1"], three),
     )}  # fmt: skip
     shards = [a + b for a, b in zip(totals["three0"], totals["three1"], strict=True)]
-    raw = [_raw(up, task)["result"] for task in (one, two, three)]
+    raw = [_raw(up, task, start)["result"] for task in (one, two, three)]
     assert raw == [totals["one"], totals["two"], shards]
     assert json.loads(sent["one"].read_text())["sent"][one]["reports"] == DEVICES
 
@@ -125,8 +131,7 @@ def test_two_workers_send_what_one_process_sends(up: Up, tmp_path: Path) -> None
         assert abs(item["estimate"] - true) <= 4 * item["stderr"], (item, truth)
 
 
-def _raw(up: Up, task_id: str) -> dict[str, Any]:
-    start = int(time.time()) // PRECISION * PRECISION - PRECISION
+def _raw(up: Up, task_id: str, start: int) -> dict[str, Any]:
     collected = up.sagg(*collect_args(task_id, start, 2 * PRECISION), "--format", "json")
     assert collected.returncode == 0, collected.stderr
     body: dict[str, Any] = json.loads(collected.stdout)
@@ -187,7 +192,8 @@ def test_dummy_reports_add_nothing_and_replayed_tokens_are_refused(up: Up, tmp_p
     replays = re.findall(r"adversary x(\d+): token replay: (\w+)", mixed.stdout)
     assert replays and all(outcome == "refused" for _, outcome in replays), mixed.stdout
 
-    first, second = _raw(up, tasks["plain"]), _raw(up, tasks["mixed"])
+    start = _start()
+    first, second = _raw(up, tasks["plain"], start), _raw(up, tasks["mixed"], start)
     assert first["report_count"] == sampled
     assert second["report_count"] == sampled + dummies
     assert first["result"] == second["result"]
