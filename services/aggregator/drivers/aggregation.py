@@ -20,11 +20,12 @@ import httpx
 
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key
-from services.aggregator.datastore import LeaderReport, Lease, LeaseLostError, ReportOutcome
+from services.aggregator.datastore import LeaderReport, Lease, ReportOutcome
 from services.aggregator.drivers.common import (
     HelperError,
     HelperPendingError,
     HelperUnavailableError,
+    LeasedJobDriver,
     backoff,
     check_response,
     helper_headers,
@@ -92,23 +93,11 @@ def delete_expired_tasks(agg: Aggregator) -> int:
     return deleted
 
 
-class AggregationJobDriver:
-    def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
-        self.agg = agg
-        self.http = http
+class AggregationJobDriver(LeasedJobDriver):
+    kind = "an aggregation job"
 
-    def run_once(self) -> int:
-        """Lease and step a few jobs; how many were leased."""
-        s = self.agg.settings
-        leases = self.agg.ds.acquire_aggregation_jobs(
-            self.agg.clock.now(), s.lease_duration_s, s.driver_batch
-        )
-        for lease in leases:
-            try:
-                self.step(lease)
-            except LeaseLostError:
-                log.warning("lost the lease on an aggregation job; another worker has it")
-        return len(leases)
+    def acquire(self, now: int, lease_s: int, limit: int) -> list[Lease]:
+        return self.agg.ds.acquire_aggregation_jobs(now, lease_s, limit)
 
     def step(self, lease: Lease) -> None:
         agg = self.agg

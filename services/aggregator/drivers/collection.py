@@ -21,18 +21,19 @@ import httpx
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import covering_interval
 from services.aggregator.dap19_collection import collection_job_req
-from services.aggregator.datastore import CollectionState, Lease, LeaseLostError
+from services.aggregator.datastore import CollectionState, Lease
 from services.aggregator.drivers.common import (
     HelperError,
     HelperPendingError,
     HelperUnavailableError,
+    LeasedJobDriver,
     backoff,
     check_response,
     helper_headers,
     helper_url,
 )
 from services.aggregator.noise import noised_share
-from services.aggregator.service import Aggregator, Task, seal_aggregate_share
+from services.aggregator.service import Task, seal_aggregate_share
 from services.aggregator.wire import Wire19
 from services.common.db import Row
 from shared.codec import DecodeError
@@ -58,22 +59,11 @@ log = logging.getLogger(__name__)
 HELPER_UNAVAILABLE = "helperUnavailable"
 
 
-class CollectionJobDriver:
-    def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
-        self.agg = agg
-        self.http = http
+class CollectionJobDriver(LeasedJobDriver):
+    kind = "a collection job"
 
-    def run_once(self) -> int:
-        s = self.agg.settings
-        leases = self.agg.ds.acquire_collection_jobs(
-            self.agg.clock.now(), s.lease_duration_s, s.driver_batch
-        )
-        for lease in leases:
-            try:
-                self.step(lease)
-            except LeaseLostError:
-                log.warning("lost the lease on a collection job; another worker has it")
-        return len(leases)
+    def acquire(self, now: int, lease_s: int, limit: int) -> list[Lease]:
+        return self.agg.ds.acquire_collection_jobs(now, lease_s, limit)
 
     def step(self, lease: Lease) -> None:
         agg, s = self.agg, self.agg.settings

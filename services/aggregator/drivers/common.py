@@ -1,18 +1,56 @@
-"""What the drivers share: HTTP plumbing to the helper and retry timing."""
+"""What the drivers share: the leased-job loop step, HTTP plumbing to the helper and retry
+timing."""
 
 from __future__ import annotations
 
 import json
+import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import httpx
 
-from services.aggregator.service import Task
+from services.aggregator.datastore import Lease, LeaseLostError
+from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.common.auth import auth_headers
 from services.common.http import parse_retry_after
 from shared.dap import taskprov
 from shared.dap.problems import ProblemType
+
+log = logging.getLogger(__name__)
+
+
+class LeasedJobDriver(ABC):
+    """A driver of one kind of leader job (Janus's job driver: an acquirer and a stepper):
+    each `run_once` leases up to `driver_batch` of them and steps each in turn; a lease lost
+    meanwhile means another worker took the job over, which is not an error."""
+
+    #: What the log calls the job.
+    kind: str
+
+    def __init__(self, agg: Aggregator, http: httpx.Client) -> None:
+        self.agg = agg
+        self.http = http
+
+    @abstractmethod
+    def acquire(self, now: int, lease_s: int, limit: int) -> list[Lease]:
+        """Lease up to `limit` jobs due at `now` for `lease_s` seconds."""
+
+    @abstractmethod
+    def step(self, lease: Lease) -> None:
+        """Do the leased job's next unit of work and commit it."""
+
+    def run_once(self) -> int:
+        """Lease and step a few jobs; how many were leased."""
+        s = self.agg.settings
+        leases = self.acquire(self.agg.clock.now(), s.lease_duration_s, s.driver_batch)
+        for lease in leases:
+            try:
+                self.step(lease)
+            except LeaseLostError:
+                log.warning("lost the lease on %s; another worker has it", self.kind)
+        return len(leases)
 
 
 @dataclass(frozen=True)
