@@ -14,7 +14,13 @@ sketched.
 from __future__ import annotations
 
 from client_sdk.datagen import EMOJI, generate_events
-from deploy.demo.framework import AnalysisReport, DemoContext, claim_check, coverage_check
+from deploy.demo.framework import (
+    AnalysisReport,
+    DemoContext,
+    claim_check,
+    coverage_check,
+    exact_check,
+)
 from services.collector.analysis import to_table
 
 __all__ = ["run"]
@@ -81,5 +87,5 @@ def run(ctx: DemoContext) -> AnalysisReport:
     report.checks.append(
         coverage_check("CMS estimates vs the emoji sketched", result.analysis, result.truth)
     )
-    report.checks.append(claim_check(result))
+    report.checks += [exact_check(result), claim_check(result)]
     return report

@@ -183,6 +183,7 @@ class Round:
 
     recipe: Recipe
     summary: SimulationSummary
+    collection: Collection
     analysis: Analysis
     #: Item label -> its true value among the uploaded reports (`truth_of`).
     truth: dict[str, float]
@@ -237,6 +238,25 @@ def coverage_check(
         f"({worst.label!r})"
     )
     return Check(what, not misses, detail)
+
+
+def exact_check(result: Round) -> Check:
+    """Is the collection exactly what the devices sent: every report they count as uploaded,
+    and the sum of their measurements (`SimulationSummary.sent`)? A recipe whose aggregators
+    add noise (004 §5) is held to its report count only."""
+    recipe, collection = result.recipe, result.collection
+    sent = result.summary.sent.get(recipe.task.task_id)
+    reports = 0 if sent is None else sent.reports
+    got = collection.aggregate
+    same = sent is not None and (got if isinstance(got, int) else list(got)) == sent.result
+    noised = recipe.aggregator_noise is not None
+    detail = f"{collection.report_count} reports collected of {reports} sent; " + (
+        "the aggregators noise the aggregate, so only the count is compared"
+        if noised
+        else f"the aggregate {'is' if same else 'is not'} the sum of their measurements"
+    )
+    passed = collection.report_count == reports and (noised or same)
+    return Check(f"exact aggregate of {recipe.recipe_id}", passed, detail)
 
 
 def claim_check(result: Round) -> Check:
@@ -456,7 +476,7 @@ class DemoContext:
         analysis = analyze(
             recipe, collection, candidates=candidates, threshold_level=threshold_level
         )
-        return Round(recipe, summary, analysis, truth_of(recipe, summary))
+        return Round(recipe, summary, collection, analysis, truth_of(recipe, summary))
 
     def stream_and_collect(
         self, verified: VerifiedRecipe, simulator: Simulator, count: int, data: str
@@ -472,7 +492,8 @@ class DemoContext:
                 f"{recipe.min_batch_size}: " + "; ".join(summary.lines())
             )
         collection = self.collect(recipe, since)
-        return Round(recipe, summary, analyze(recipe, collection), truth_of(recipe, summary))
+        analysis = analyze(recipe, collection)
+        return Round(recipe, summary, collection, analysis, truth_of(recipe, summary))
 
     # --- output ---------------------------------------------------------------------------
 

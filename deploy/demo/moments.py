@@ -22,6 +22,7 @@ from deploy.demo.framework import (
     Round,
     claim_check,
     coverage_check,
+    exact_check,
 )
 from services.collector.analysis import to_table
 from shared.dp.estimators import z_value
@@ -119,5 +120,6 @@ def run(ctx: DemoContext) -> AnalysisReport:
             f"{se:.3f} (level {1 - ALPHA:g})",
         )
     )
+    report.checks += [exact_check(first), exact_check(second)]
     report.checks += [claim_check(first), claim_check(second)]
     return report

@@ -50,6 +50,7 @@ from deploy.demo.framework import (
     DemoContext,
     claim_check,
     coverage_check,
+    exact_check,
 )
 from services.collector.analysis import Item, to_table
 from shared.recipe.model import PrivacyClaim, SfpRandomizer, SketchParams
@@ -178,5 +179,5 @@ def run(ctx: DemoContext) -> AnalysisReport:
             truth,
         )
     )
-    report.checks.append(claim_check(result))
+    report.checks += [exact_check(result), claim_check(result)]
     return report

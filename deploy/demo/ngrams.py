@@ -38,6 +38,7 @@ from deploy.demo.framework import (
     Round,
     claim_check,
     coverage_check,
+    exact_check,
 )
 from services.collector.analysis import to_table
 from shared.dp.estimators import Estimate
@@ -180,6 +181,7 @@ def run(ctx: DemoContext) -> AnalysisReport:
         n = len(report.charts)
         report.checks += [
             coverage_check(f"round {n}: estimates vs the truth", result.analysis, result.truth),
+            exact_check(result),
             claim_check(result),
         ]
     for n, missed in enumerate(oracle.missed, 1):

@@ -58,6 +58,9 @@ def test_small_demo_runs_every_analysis_and_each_passes(tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-4000:]
     assert f"demo: {len(ANALYSES)} of {len(ANALYSES)} analyses pass" in out, out[-4000:]
+    # Every collected round is exactly what its devices sent (no demo recipe noises).
+    rounds = out.count("] privacy claim of ")
+    assert rounds >= len(ANALYSES) and out.count("[PASS] exact aggregate of ") == rounds, out
     # The emoji analysis runs on a DAP-19 task beside the DAP-09 ones (issue #15.5).
     assert re.search(r"recipe demo\.\w+\.emoji v1: .* dap-19 task ", out), out[-4000:]
     for name in ANALYSES:

@@ -8,10 +8,19 @@ from collections import Counter
 import numpy as np
 
 from client_sdk.simulator import SimulationSummary
-from deploy.demo.framework import SAMPLE_SIGMAS, coverage_check, population_for, truth_of
+from deploy.demo.framework import (
+    SAMPLE_SIGMAS,
+    Check,
+    Round,
+    coverage_check,
+    exact_check,
+    population_for,
+    truth_of,
+)
 from services.collector.analysis import Collection, analyze, item_labels
 from shared.dp.randomizers.onehot import OneHotRandomizer as DpOneHot
 from shared.recipe.model import RecipeDraft
+from shared.vdaf.plain_aggregate import PlainAggregate
 from tests.recipe.helpers import complete, draft_json
 
 
@@ -65,3 +74,30 @@ def test_coverage_check_passes_the_truth_and_fails_a_wrong_one() -> None:
     wrong = {**truth, "w3": truth["w3"] + 400}
     check = coverage_check("wrong", analysis, wrong)
     assert not check.passed and "'w3'" in check.detail and "9 of 10" in check.detail
+
+
+def test_exact_check_holds_a_collection_to_what_the_devices_sent() -> None:
+    recipe = complete(
+        _recipe(
+            {"name": "one_hot", "eps0": 2.0, "symmetric": False},
+            {"kind": "categories", "field": "w", "values": ["a", "b"]},
+        )
+    )
+    vdaf = recipe.task.vdaf
+    summary = SimulationSummary()
+    summary.sent[recipe.task.task_id] = PlainAggregate.of(vdaf, [[1, 0, 1], [0, 0, 1]])
+
+    def check(count: int, aggregate: tuple[int, ...], noised: bool = False) -> Check:
+        noisy = recipe.model_copy(update={"aggregator_noise": object()}) if noised else recipe
+        collection = Collection(count, aggregate)
+        result = Round(noisy, summary, collection, analyze(recipe, collection), {})
+        return exact_check(result)
+
+    assert check(2, (1, 0, 2)).passed
+    assert "2 reports collected of 2 sent" in check(2, (1, 0, 2)).detail
+    # One report lost, or one coordinate off: not exact.
+    assert not check(1, (1, 0, 1)).passed
+    assert not check(2, (1, 1, 2)).passed
+    # Aggregator noise changes the aggregate by design: only the count is held.
+    assert check(2, (1, 1, 2), noised=True).passed
+    assert not check(1, (1, 0, 2), noised=True).passed
