@@ -10,9 +10,8 @@ output length, whatever the number of measurements.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from shared.vdaf.spec import VdafSpec
 
@@ -38,24 +37,24 @@ class PlainAggregate:
             self.totals = [0] * (1 if scalar else (self.spec.length or 0))
 
     @classmethod
-    def of(cls, spec: VdafSpec, measurements: Iterable[Any]) -> PlainAggregate:
+    def of(cls, spec: VdafSpec, measurements: Iterable[int | Sequence[int]]) -> PlainAggregate:
         total = cls(spec)
         for measurement in measurements:
             total.add(measurement)
         return total
 
-    def add(self, measurement: Any) -> None:
+    def add(self, measurement: int | Sequence[int]) -> None:
         """Add one valid measurement (an integer for Count, Sum and Histogram's index, a
         list for the vectors)."""
         self.reports += 1
-        if self.spec.type == "Prio3Histogram":
-            self.totals[int(measurement)] += 1
-        elif self.spec.type in _SCALAR:
-            self.totals[0] += int(measurement)
-        else:
+        if isinstance(measurement, Sequence):
             for i, value in enumerate(measurement):
                 if value:
                     self.totals[i] += int(value)
+        elif self.spec.type == "Prio3Histogram":
+            self.totals[int(measurement)] += 1
+        else:
+            self.totals[0] += int(measurement)
 
     def merge(self, other: PlainAggregate) -> None:
         """Add another total of the same VDAF (another process's share of a population)."""
