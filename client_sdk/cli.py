@@ -315,6 +315,9 @@ def run_devices(options: DevicesRun) -> int:
     """Run the simulation (this machine's shard, over `options.workers` processes); prints its
     summary. Exit status 1 if devices were sampled but none uploaded."""
     _trusted(options)  # refuse a bad configuration before starting any process
+    if options.summary_json is not None and not options.summary_json.parent.is_dir():
+        # Before the run, not after it: the summary would be lost with a long simulation.
+        raise DevicesError(f"--summary-json: no directory {options.summary_json.parent}")
     if options.workers == 1:
         summary = run_shard(options, options.shard)
     else:
@@ -383,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.TyperException as exc:
         print(f"sagg: error: {exc.format_message()}", file=sys.stderr)
         return exc.exit_code
+    except ClientError as exc:
+        print(f"sagg: {exc}", file=sys.stderr)
+        return 1
     return code if isinstance(code, int) else 0
 
 

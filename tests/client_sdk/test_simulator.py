@@ -147,6 +147,19 @@ def test_cli_requires_a_recipe(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--recipe" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_summary_file_it_could_not_write_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing is simulated (no server is reached) when the summary could not be written."""
+    parties = ["--leader", "http://127.0.0.1:1", "--helper", "http://127.0.0.1:1"]
+    parties += ["--token-issuer", "http://127.0.0.1:1", "--recipe-server", "http://127.0.0.1:1"]
+    missing = tmp_path / "missing" / "summary.json"
+    argv = ["devices", "run", "--recipe", "r", *parties, "--summary-json", str(missing)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sagg: --summary-json: no directory") and str(missing.parent) in err
+
+
 def test_a_kept_population_composes_budgets_and_knows_the_truth(tmp_path: Path) -> None:
     """`devices` + `answer`: the same devices answer again only within their budget, and the
     summary's truth counts the one-hot index of every uploaded report."""
