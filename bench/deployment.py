@@ -62,7 +62,7 @@ from bench.common import Result, print_table
 from bench.vdaf import prep_and_open_cpu
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, fetch_hpke_config
-from deploy.launcher import free_port
+from deploy.launcher import free_ports
 from deploy.measurements import expected_aggregate, random_measurements
 from services.common.provisioning import TaskParams, create_task
 from shared.dap import messages19 as m19
@@ -230,12 +230,7 @@ def spawn_deployment(
     log_dir = work_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     names = ("leader", "helper", "collector")
-    ports: dict[str, int] = {}
-    while len(set(ports.values())) < len(names):
-        # The kernel may hand out a just-released port again: two services on one port would
-        # have one answer for both (the bench then provisions the helper's task at the
-        # collector).
-        ports = {name: free_port(HOST) for name in names}
+    ports = dict(zip(names, free_ports(len(names), HOST), strict=True))
     pg_names: list[str] = []
     if store == "postgres":
         prefix = f"sagg_bench_{secrets.token_hex(4)}"

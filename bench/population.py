@@ -134,7 +134,7 @@ from client_sdk.recipes import VerifiedRecipe
 from client_sdk.sampling import DonationSchedule
 from client_sdk.simulator import Simulator
 from deploy.config import Deployment
-from deploy.launcher import DEFAULT_PORTS, free_port
+from deploy.launcher import DEFAULT_PORTS, free_ports
 from services.common.admin_client import PartyTokens
 from services.common.provisioning import TaskParams, create_task
 from shared.b64url import b64url_encode
@@ -230,7 +230,11 @@ class Cluster:
             SAGG_AGGREGATOR_COLLECTION_RETRY_S="1",
             SAGG_COLLECTOR_POLL_INTERVAL="0.5",
         )
-        ports = [a for name in DEFAULT_PORTS for a in (f"--{name}-port", str(free_port()))]
+        ports = [
+            arg
+            for name, port in zip(DEFAULT_PORTS, free_ports(len(DEFAULT_PORTS)), strict=True)
+            for arg in (f"--{name}-port", str(port))
+        ]
         ports += ["--token-issuer-workers", str(ISSUER_WORKERS)]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "deploy.cli", "up", "--data-dir", str(self.data), *ports],

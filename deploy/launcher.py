@@ -21,6 +21,7 @@ keys, logs and the deployment file 0600, none of them reached through a symbolic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -138,10 +139,22 @@ class _Service:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the kernel considers free right now (a later bind may still race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    (port,) = free_ports(1, host)
+    return port
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different ports the kernel considers free right now. They are bound all at
+    once: one at a time, a port just released could come back for the next (two services
+    then refused to share it)."""
+    with contextlib.ExitStack() as bound:
+        socks = [
+            bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def postgres_database_urls(base_url: str) -> dict[str, str]:

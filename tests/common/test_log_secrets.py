@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from deploy.keys import TOKEN_KEY_IDS_FILE, ensure_keys
-from deploy.launcher import MODULES, STORES, free_port, service_env
+from deploy.launcher import MODULES, STORES, free_ports, service_env
 from services.common.logs import JsonFormatter, redact
 from shared.b64url import b64url_encode
 from shared.files import write_private
@@ -73,8 +73,8 @@ def _run(name: str, tmp_path: Path, *, startup: bool) -> str:
     # What `sagg up` pins from the running issuer's directory before the recipe server starts.
     write_private(keys.directory / TOKEN_KEY_IDS_FILE, (b64url_encode(bytes(32)) + "\n").encode())
     databases = {role: f"sqlite:///{tmp_path / role}.sqlite3" for role in STORES}
-    port = free_port()
-    urls = {n: f"http://127.0.0.1:{free_port()}" for n in MODULES}
+    port, *others = free_ports(1 + len(MODULES))
+    urls = {n: f"http://127.0.0.1:{p}" for n, p in zip(MODULES, others, strict=True)}
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
     env.update(
         service_env(name, host="127.0.0.1", port=port, databases=databases, keys=keys, urls=urls),

@@ -28,7 +28,7 @@ import pytest
 from psycopg import sql
 
 from deploy.cli import main
-from deploy.launcher import DEFAULT_PORTS, STORES, free_port
+from deploy.launcher import DEFAULT_PORTS, STORES, free_ports
 from tests import pg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,8 +80,8 @@ def age_buckets_draft(
 def free_port_args() -> list[str]:
     """`sagg up` flags putting every service on a free loopback port."""
     args: list[str] = []
-    for name in DEFAULT_PORTS:
-        args += [f"--{name}-port", str(free_port())]
+    for name, port in zip(DEFAULT_PORTS, free_ports(len(DEFAULT_PORTS)), strict=True):
+        args += [f"--{name}-port", str(port)]
     return args
 
 

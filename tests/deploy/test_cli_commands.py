@@ -6,10 +6,12 @@ the library computes, to the last digit, on its last line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import socket
 import stat
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from deploy.cli import main
 from deploy.config import Deployment, load_deployment
 from deploy.demo import demo_recipe
 from deploy.keys import PROVISIONED_PARTIES, load_manufacturer_ca
-from deploy.launcher import Cluster, UpOptions
+from deploy.launcher import DEFAULT_PORTS, Cluster, UpOptions, free_ports
 from services.aggregator.settings import AggregatorSettings
 from services.collector import __main__ as collector_main
 from services.collector.settings import CollectorSettings
@@ -358,3 +360,15 @@ def test_each_process_gets_only_its_own_credentials(tmp_path: Path) -> None:
         held = {name for name, secret in secrets.items() if secret in values}
         assert held == own[service.name], service.name
         assert not any(str(keys.ca_key_file) in v for v in values), service.name
+
+
+def test_free_ports_are_different_and_free() -> None:
+    """Ports for several services at once: bound together, so none comes twice (one at a
+    time, a port just released could come back for the next service)."""
+    for _ in range(50):
+        ports = free_ports(len(DEFAULT_PORTS))
+        assert len(set(ports)) == len(ports) == len(DEFAULT_PORTS)
+    with contextlib.ExitStack() as bound:
+        for port in ports:
+            sock = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", port))

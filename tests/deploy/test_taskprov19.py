@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from client_sdk.upload import ClientTask, upload_reports
+from deploy.launcher import free_ports
 from services.common.provisioning import new_configuration
 from shared import hpke
 from shared.b64url import b64url_encode
@@ -31,7 +32,7 @@ from shared.dap.task import CollectorTask
 from shared.dap.taskprov import task_id_of
 from shared.vdaf.spec import VdafSpec
 from tests import pg
-from tests.faults.harness import AGGREGATOR_ENV, COLLECTOR_ENV, REPO, Service, free_port
+from tests.faults.harness import AGGREGATOR_ENV, COLLECTOR_ENV, REPO, Service
 
 ADMIN = "taskprov-admin-token-0123456789"
 PRECISION = 60
@@ -51,9 +52,8 @@ def services(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[st
     """The three processes, their URLs and the shared secrets; killed afterwards."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SAGG_")}
     base["PYTHONPATH"] = str(REPO)
-    ports = {name: free_port() for name in ("leader", "helper", "collector")}
-    while len(set(ports.values())) < 3:
-        ports = {name: free_port() for name in ("leader", "helper", "collector")}
+    names = ("leader", "helper", "collector")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     collector_key = hpke.generate_keypair(3)
     collector_config = HpkeConfig(

@@ -45,6 +45,7 @@ from psycopg import sql
 
 from client_sdk.reports import AnyReport
 from client_sdk.upload import ClientTask, fetch_hpke_config
+from deploy.launcher import free_port
 from deploy.measurements import expected_aggregate
 from services.common.provisioning import TaskParams, create_task
 from shared.dap.ids import TaskId
@@ -89,13 +90,6 @@ COLLECTOR_ENV = {
 
 class HarnessError(Exception):
     """The deployment did not reach a state in time; the message says which."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(

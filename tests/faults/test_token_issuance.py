@@ -30,6 +30,7 @@ import pytest
 from client_sdk.manufacturer import ManufacturerCA, SimulatedDevice
 from client_sdk.storage import StateDb
 from client_sdk.tokens import TokenError, TokenWallet
+from deploy.launcher import free_port
 from shared import b64url
 from shared.dap.extensions import token_challenge
 from shared.dap.ids import TaskId
@@ -47,7 +48,7 @@ from shared.privacypass.directory import ISSUER_DIRECTORY_PATH, IssuerDirectory
 from shared.privacypass.headers import b64url_decode, b64url_encode
 from shared.privacypass.messages import MEDIA_TOKEN_REQUEST, Token
 from shared.privacypass.verify import verify_token
-from tests.faults.harness import Service, free_port, seeded
+from tests.faults.harness import Service, seeded
 
 QUOTA = 3
 DEVICES = 8

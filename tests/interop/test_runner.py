@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from client_sdk.upload import ClientTask, fetch_hpke_config
-from deploy.launcher import free_port
+from deploy.launcher import free_ports
 from shared.b64url import b64url_encode
 from shared.dap.ids import TaskId
 from shared.dap.messages import MEDIA_REPORT
@@ -84,7 +84,8 @@ def _start(role: str, port: int, data: Path, logs: Path) -> subprocess.Popen[byt
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("interop")
-    ports = {name: free_port() for name in ("leader", "helper", "collector", "client")}
+    names = ("leader", "helper", "collector", "client")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     roles = {"leader": "aggregator", "helper": "aggregator"}
     processes = [_start(roles.get(name, name), port, base, base) for name, port in ports.items()]
     http = httpx.Client(timeout=30.0)

@@ -24,14 +24,13 @@ import httpx
 import psycopg
 
 from deploy.keys import DeploymentKeys, ensure_keys, pin_issuer_keys
-from deploy.launcher import service_env
+from deploy.launcher import free_ports, service_env
 from tests.faults.harness import (
     AGGREGATOR_ENV,
     COLLECTOR_ENV,
     FaultProxy,
     Schedule,
     Service,
-    free_port,
 )
 from tests.soak.postgres import PostgresInstance
 
@@ -80,12 +79,8 @@ class SoakDeployment:
         for store in ("collector", "recipe_server", "token_issuer", "token_attester"):
             databases[store] = f"sqlite:///{self.tmp / (store + '.sqlite3')}"
         self.attester_db = self.tmp / "token_attester.sqlite3"
-        ports = {
-            name: free_port()
-            for name in ("leader", "helper", "collector", "token-issuer", "recipe-server")
-        }
-        while len(set(ports.values())) < len(ports):  # a just-released port may come twice
-            ports = {name: free_port() for name in ports}
+        names = ("leader", "helper", "collector", "token-issuer", "recipe-server")
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         self.proxy = FaultProxy(urls["helper"], Schedule(0))
         # Every party learns the helper's address as the proxy's.

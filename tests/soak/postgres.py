@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from tests.faults.harness import free_port
+from deploy.launcher import free_port
 
 __all__ = ["PostgresInstance", "binaries_available"]
 
