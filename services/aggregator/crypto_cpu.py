@@ -43,16 +43,22 @@ class CryptoCpu:
             ("role",),
             registry=registry,
         )
+        # Each labelled child looked up once: an open is counted for every report.
+        self._counts: dict[tuple[str, RoleName], Callable[[float], None]] = {
+            (kind, role): family.labels(role=role).inc
+            for kind, family in (("hpke", self._hpke), ("prep", self._prep))
+            for role in ("leader", "helper")
+        }
 
     def hpke_open(
         self, role: RoleName, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
     ) -> _R:
         """`fn(*args, **kwargs)`, an HPKE open, its thread CPU counted (raising or not)."""
-        return _timed(self._hpke.labels(role=role).inc, fn, *args, **kwargs)
+        return _timed(self._counts[("hpke", role)], fn, *args, **kwargs)
 
     def prep(self, role: RoleName, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """`fn(*args, **kwargs)`, a preparation step, its thread CPU counted."""
-        return _timed(self._prep.labels(role=role).inc, fn, *args, **kwargs)
+        return _timed(self._counts[("prep", role)], fn, *args, **kwargs)
 
 
 def _timed(
