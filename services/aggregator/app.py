@@ -362,7 +362,11 @@ def _dap_routes(agg: Aggregator) -> APIRouter:
 
     shares = "/tasks/{task_id}/aggregate_shares/{share_id}"
 
-    @router.api_route(shares, methods=["GET", "DELETE"], dependencies=task_auth)
+    # One route per method: a route with two methods gives both operations one OpenAPI id.
+    @router.get(
+        shares, dependencies=task_auth, responses=binary_response(dap19.MEDIA_AGGREGATE_SHARE)
+    )
+    @router.delete(shares, dependencies=task_auth)
     async def aggregate_share_resource(task_id: str, share_id: str, request: Request) -> Response:
         if not await is_dap19(task_id, request):
             raise _not_allowed(task_id, "")

@@ -70,13 +70,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from services.common.problems import InternalError
 from shared.dap.task import CALIBRATION_RTOL, VDAF_OF_DAP, AggregatorNoise, CollectorTaskInfo
 from shared.dp import amplification as amp
 from shared.dp.aggregator_noise import decode_signed, noise_guarantee
-from shared.dp.estimators import Estimate, FloatArray, z_value
+from shared.dp.estimators import Estimate, FloatArray, one_sided_z, z_value
 from shared.dp.heavy_hitters import sfp_candidate_estimates
 from shared.dp.policy import TrustModel
 from shared.dp.randomizers.bitpushing import BitPushing, BitTallies
@@ -363,7 +362,7 @@ def _items(
 ) -> tuple[Item, ...]:
     lo, hi = est.ci(confidence)
     # One-sided: the question is "is this count above zero", not "is it different from zero".
-    z = float(special.ndtri(threshold_level))
+    z = one_sided_z(threshold_level)
     keep = est.significant(threshold_level, floor)
     return tuple(
         Item(

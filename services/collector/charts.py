@@ -18,11 +18,8 @@ import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 
-from matplotlib import font_manager
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ft2font import FT2Font
-
+# matplotlib is imported when a chart is drawn: it is most of a second of the start of the CLI
+# and the demo, which import this module whether or not they draw.
 from services.collector.analysis import Analysis, Item
 
 __all__ = ["DEFAULT_MAX_BARS", "write_chart"]
@@ -34,6 +31,9 @@ DEFAULT_MAX_BARS = 40
 @functools.cache
 def _font_codepoints() -> frozenset[int]:
     """The characters the default font draws."""
+    from matplotlib import font_manager  # noqa: PLC0415
+    from matplotlib.ft2font import FT2Font  # noqa: PLC0415
+
     path = font_manager.findfont(font_manager.FontProperties())
     return frozenset(FT2Font(path).get_charmap())
 
@@ -73,6 +73,9 @@ def write_chart(
     labels shown. `max_bars`: at most this many bars (the largest estimates), in item order;
     being selected as the largest, their estimates are biased up (the truth markers show it).
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     items, hidden = _shown(analysis, max_bars)
     # Long labels (multi-feature, n-grams) or many bars read better as horizontal bars, the
     # first item on top; short ones as columns.

@@ -89,8 +89,9 @@ from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 import numpy as np
-from scipy import stats
 
+# scipy.stats is imported by the functions that use it: it is about a second of a process's
+# start, and most processes importing this module (every service, the SDK) never call them.
 from shared.dp.bisect import NoThresholdError, bracket, smallest_passing
 from shared.dp.composition import ALPHA_GRID, rdp_to_dp
 from shared.dp.divergences import (
@@ -157,6 +158,8 @@ def clone_delta(eps0: float, n: int, eps: float, p_clone: float, tail: float = 0
     makes D(Q||P) equal to D(P||Q). Values of c outside the central (1 - 2 tail) mass are left
     out and their mass added to the result.
     """
+    from scipy import stats  # noqa: PLC0415
+
     if eps >= eps0:
         return 0.0
     alpha = math.exp(eps0) / (math.exp(eps0) + 1)
@@ -183,6 +186,8 @@ def clone_delta(eps0: float, n: int, eps: float, p_clone: float, tail: float = 0
 
 def _noise_logpmf(m: int, q: float, ones: int) -> FloatArray:
     """Log pmf on 0..m of the other m clients' bits on one coordinate (`ones` of them hold it)."""
+    from scipy import stats  # noqa: PLC0415
+
     k = np.arange(m + 1, dtype=np.float64)
     if ones == 0:
         return np.asarray(stats.binom.logpmf(k, m, q), dtype=np.float64)
@@ -280,6 +285,8 @@ def _binom_windows(trials: Sequence[int], p: float) -> tuple[list[FloatArray], F
     The upper end is the lower quantile of Bin(t, 1 - p), which scipy computes accurately where
     its upper quantile does not.
     """
+    from scipy import stats  # noqa: PLC0415
+
     t = np.asarray(trials, dtype=np.int64)
     lo = stats.binom.ppf(_FACTOR_TAIL, t, p).astype(np.int64)
     hi = t - stats.binom.ppf(_FACTOR_TAIL, t, 1 - p).astype(np.int64)

@@ -17,8 +17,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-from scipy import optimize
 
+# scipy.optimize is imported where it is used: it is half a second of a process's start, and
+# most processes importing this module never call it.
 from shared.dp.bisect import bracket
 
 RdpCurve = Callable[[float], float]
@@ -76,6 +77,8 @@ def rdp_to_dp(rdp: RdpCurve, delta: float, orders: Sequence[float] | None = None
 
     With `orders` only those orders are tried; otherwise a log grid then a bounded refinement.
     """
+    from scipy import optimize  # noqa: PLC0415
+
     if not 0 < delta < 1:
         raise ValueError("delta must be in (0, 1)")
     if orders is not None:

@@ -8,20 +8,29 @@ independent reports justify (004 §6.1.1 makes the same approximation).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+_STANDARD_NORMAL = NormalDist()
 
 
 def z_value(level: float) -> float:
     """Two-sided standard normal quantile: P(|Z| <= z) = level."""
     if not 0 < level < 1:
         raise ValueError("confidence level must be in (0, 1)")
-    return float(special.ndtri(0.5 + level / 2))
+    return one_sided_z(0.5 + level / 2)
+
+
+def one_sided_z(level: float) -> float:
+    """Standard normal quantile: P(Z <= z) = level."""
+    if not 0 < level < 1:
+        raise ValueError("confidence level must be in (0, 1)")
+    return _STANDARD_NORMAL.inv_cdf(level)
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class Estimate:
 
     def significant(self, level: float = 0.95, floor: float = 0.0) -> BoolArray:
         """Coordinates whose estimate clears both z * stderr (one-sided) and `floor`."""
-        z = float(special.ndtri(level))
+        z = one_sided_z(level)
         return np.asarray((self.value > z * self.stderr) & (self.value > floor), dtype=np.bool_)
 
     def thresholded(self, level: float = 0.95, floor: float = 0.0) -> Estimate:

@@ -15,7 +15,6 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import special
 
 from shared.dp.bisect import smallest_passing
 from shared.dp.divergences import FloatArray, hockey_stick_1d, hockey_stick_product
@@ -30,7 +29,12 @@ def gaussian_delta(sigma: float, eps: float, sensitivity: float) -> float:
     """delta(eps) of the continuous Gaussian mechanism (Balle-Wang Theorem 8)."""
     a = sensitivity / (2 * sigma)
     b = eps * sigma / sensitivity
-    return float(special.ndtr(a - b) - math.exp(eps) * special.ndtr(-a - b))
+    return _normal_cdf(a - b) - math.exp(eps) * _normal_cdf(-a - b)
+
+
+def _normal_cdf(x: float) -> float:
+    """Phi(x) by erfc, accurate in the lower tail (where 1 + erf would round to 0)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2))
 
 
 def analytic_gaussian_sigma(eps: float, delta: float, sensitivity: float = 1.0) -> float:
