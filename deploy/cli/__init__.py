@@ -37,7 +37,7 @@ from deploy.interop.cli import interop
 __all__ = ["app", "main"]
 
 app = typer.Typer(
-    help="sagg: private aggregation with DAP-09 and Prio3",
+    help="sagg: private aggregation with DAP (drafts 09 and 19) and Prio3 (VDAF-08 and VDAF-20)",
     add_completion=False,
     pretty_exceptions_enable=False,
 )
