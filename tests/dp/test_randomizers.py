@@ -12,7 +12,7 @@ from scipy import stats
 
 from shared.dap.task import AggregatorNoise
 from shared.dp import vdaf_mapping as vm
-from shared.dp.estimators import Estimate
+from shared.dp.estimators import Estimate, one_sided_z, z_value
 from shared.dp.randomizers.bitpushing import (
     BitPushing,
     adaptive_mean,
@@ -107,6 +107,20 @@ def test_one_hot_estimate_thresholding():
     assert np.all(kept[:3] > 0)
     # Counts of 20 are far below the noise (sd ~ 110): nearly all are zeroed.
     assert np.count_nonzero(kept[3:]) <= 2
+
+
+def test_normal_quantiles_match_tables_and_scipy():
+    # Published values (Abramowitz and Stegun 26.2): the 95% two-sided and one-sided z.
+    assert z_value(0.95) == pytest.approx(1.959963984540054, rel=1e-15)
+    assert one_sided_z(0.95) == pytest.approx(1.6448536269514722, rel=1e-15)
+    levels = [1e-12, 1e-6, 0.01, 0.3, 0.5, 0.77, 0.999, 1 - 1e-9]
+    for level in levels:
+        assert one_sided_z(level) == pytest.approx(stats.norm.ppf(level), rel=1e-12, abs=1e-15)
+    for bad in (0.0, 1.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="confidence level"):
+            one_sided_z(bad)
+        with pytest.raises(ValueError, match="confidence level"):
+            z_value(bad)
 
 
 @pytest.mark.parametrize("cls", [CountMeanSketch, HadamardCountMeanSketch])
