@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Two worker processes, a test file on one worker (its module fixtures are made once).
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
