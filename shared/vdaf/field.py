@@ -793,7 +793,7 @@ class Field:
         return np.ascontiguousarray(cls._check(a), "<u8").tobytes()
 
     @classmethod
-    def _words_of(cls, data: bytes | bytearray | memoryview) -> FieldArray:
+    def _words_of(cls, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]) -> FieldArray:
         raw = np.frombuffer(data, np.uint8)
         if raw.size % cls.ENCODED_SIZE:
             raise DecodeError(
@@ -828,7 +828,7 @@ class Field:
 
     @classmethod
     def candidates(
-        cls, data: bytes | bytearray | memoryview
+        cls, data: bytes | bytearray | memoryview | npt.NDArray[np.uint8]
     ) -> tuple[FieldArray, npt.NDArray[np.bool_]]:
         """XOF output as masked candidates and which of them are < p (VDAF-08 §6.2 next_vec)."""
         try:

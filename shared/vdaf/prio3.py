@@ -18,6 +18,7 @@ fails (DAP: vdaf_prep_error).
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -239,45 +240,44 @@ class Prio3:
         meas = F.from_ints([x for m in measurements for x in self.valid.encode(m)]).reshape(
             n, self.flp.MEAS_LEN, F.LIMBS
         )
+        nonce_rows = _rows(nonces, n)
 
         # rand is, in order, each Helper's share seeds and blind, the Leader's blind, and the
-        # prove seed (VDAF-08 §7.2.1, VDAF-20 §7.2.1).
-        seeds = [[rand[i : i + size] for i in range(0, self.RAND_SIZE, size)] for rand in rands]
-        helper_seeds = [
-            [r_seeds[(j - 1) * self._per_helper : j * self._per_helper] for j in range(1, S)]
-            for r_seeds in seeds
-        ]
-        leader_meas = meas.copy()
-        helper_meas: list[list[FieldArray]] = []
-        for r in range(n):
-            shares_r = []
-            for j in range(1, S):
-                share = self._helper_meas_share(dst, j, helper_seeds[r][j - 1][0])
-                leader_meas[r] = F.sub(leader_meas[r], share)
-                shares_r.append(share)
-            helper_meas.append(shares_r)
+        # prove seed (VDAF-08 §7.2.1, VDAF-20 §7.2.1): seed k of every report is seeds[:, k].
+        seeds = _rows(rands, n).reshape(n, -1, size)
+
+        def helper_seeds(j: int) -> npt.NDArray[np.uint8]:
+            return seeds[:, (j - 1) * self._per_helper : j * self._per_helper]
+
+        leader_meas = meas
+        helper_meas: list[FieldArray] = []
+        for j in range(1, S):
+            share = self._helper_meas_shares(dst, j, helper_seeds(j)[:, 0])
+            leader_meas = F.sub(leader_meas, share)
+            helper_meas.append(share)
 
         public_shares: list[bytes] = [b""] * n
         joint_rands = F.zeros((n, self.flp.JOINT_RAND_LEN * self.PROOFS))
         if self.uses_joint_rand:
-            for r in range(n):
-                parts = [self._joint_rand_part(dst, 0, seeds[r][-2], leader_meas[r], nonces[r])]
-                for j in range(1, S):
-                    blind = helper_seeds[r][j - 1][-1]
-                    parts.append(
-                        self._joint_rand_part(dst, j, blind, helper_meas[r][j - 1], nonces[r])
-                    )
-                public_shares[r] = b"".join(parts)
-                joint_rands[r] = self._joint_rands(dst, self._joint_rand_seed(dst, parts))
+            blind = self.version.helper_seeds
+            parts = [self._joint_rand_parts(dst, 0, seeds[:, -2], leader_meas, nonce_rows)]
+            parts += [
+                self._joint_rand_parts(
+                    dst, j, helper_seeds(j)[:, blind], helper_meas[j - 1], nonce_rows
+                )
+                for j in range(1, S)
+            ]
+            part_rows = np.hstack(parts)
+            public_shares = _split(part_rows)
+            joint_rands = self._joint_rands(dst, self._joint_rand_seeds(dst, part_rows))
 
-        prove_rands = F.zeros((n, self.flp.PROVE_RAND_LEN * self.PROOFS))
-        for r in range(n):
-            prove_rands[r] = self._xof_vec(
-                seeds[r][-1],
-                dst[USAGE_PROVE_RANDOMNESS],
-                bytes((self.PROOFS,)),
-                self.flp.PROVE_RAND_LEN * self.PROOFS,
-            )
+        prove_rands = self.xof.expand_into_vecs(
+            F,
+            seeds[:, -1],
+            dst[USAGE_PROVE_RANDOMNESS],
+            _same(bytes((self.PROOFS,)), n),
+            self.flp.PROVE_RAND_LEN * self.PROOFS,
+        )
         proofs = F.zeros((n, self._proofs_len))
         for p in range(self.PROOFS):
             proofs[:, p * self.flp.PROOF_LEN : (p + 1) * self.flp.PROOF_LEN] = self.flp.prove(
@@ -287,18 +287,20 @@ class Prio3:
             )
 
         last = self.version.helper_seeds - 1
-        results = []
-        for r in range(n):
-            leader_proofs = proofs[r]
-            helper_shares = []
-            for j in range(1, S):
-                own = helper_seeds[r][j - 1]
-                leader_proofs = F.sub(leader_proofs, self._helper_proofs_share(dst, j, own[last]))
-                helper_shares.append(b"".join(own))
-            leader_blind = seeds[r][-2] if self.uses_joint_rand else b""
-            leader_share = F.encode(leader_meas[r]) + F.encode(leader_proofs) + leader_blind
-            results.append((public_shares[r], [leader_share, *helper_shares]))
-        return results
+        leader_proofs = proofs
+        helper_shares: list[list[bytes]] = []
+        for j in range(1, S):
+            own = helper_seeds(j)
+            leader_proofs = F.sub(leader_proofs, self._helper_proofs_shares(dst, j, own[:, last]))
+            helper_shares.append(_split(own.reshape(n, -1)))
+        leader_blind = seeds[:, -2] if self.uses_joint_rand else seeds[:, :0, 0]
+        leader_shares = _split(
+            np.hstack((_encoded(leader_meas), _encoded(leader_proofs), leader_blind))
+        )
+        return [
+            (public_shares[r], [leader_shares[r], *(shares[r] for shares in helper_shares)])
+            for r in range(n)
+        ]
 
     # --- aggregators -------------------------------------------------------------------------
 
@@ -313,7 +315,7 @@ class Prio3:
     ) -> PrepBatch:
         """Each report's prep share and state for aggregator `agg_id` (VDAF-08 §7.2.2,
         VDAF-20 §7.2.2 verify_init)."""
-        F, flp = self.field, self.flp
+        F, flp, size = self.field, self.flp, self._seed
         if len(verify_key) != self.VERIFY_KEY_SIZE:
             raise ValueError(f"Prio3 verify key must be {self.VERIFY_KEY_SIZE} bytes")
         if not 0 <= agg_id < self.SHARES:
@@ -323,39 +325,64 @@ class Prio3:
             raise ValueError("nonces, public shares and input shares must have the same length")
         dst = self._dsts(ctx)
 
-        status = np.full(n, PrepStatus.OK, dtype=np.int8)
-        meas = F.zeros((n, flp.MEAS_LEN))
-        proofs = F.zeros((n, self._proofs_len))
-        blinds: list[bytes] = [b""] * n
-        parts: list[list[bytes]] = [[] for _ in range(n)]
-        for r in range(n):
-            decoded = self._decode_shares(dst, agg_id, nonces[r], public_shares[r], input_shares[r])
-            if decoded is None:
-                status[r] = PrepStatus.DECODE_ERROR
-                continue
-            meas[r], proofs[r], blinds[r], parts[r] = decoded
-
-        joint_rands = F.zeros((n, flp.JOINT_RAND_LEN * self.PROOFS))
-        query_rands = F.zeros((n, flp.QUERY_RAND_LEN * self.PROOFS))
-        corrected: list[bytes | None] = [None] * n
-        own_parts: list[bytes] = [b""] * n
-        for r in map(int, np.flatnonzero(status == PrepStatus.OK)):
-            if self.uses_joint_rand:
-                own_parts[r] = self._joint_rand_part(dst, agg_id, blinds[r], meas[r], nonces[r])
-                parts[r][agg_id] = own_parts[r]
-                seed = self._joint_rand_seed(dst, parts[r])
-                corrected[r] = seed
-                joint_rands[r] = self._joint_rands(dst, seed)
-            query_rands[r] = self._xof_vec(
-                verify_key,
-                dst[USAGE_QUERY_RANDOMNESS],
-                bytes((self.PROOFS,)) + nonces[r],
-                flp.QUERY_RAND_LEN * self.PROOFS,
+        public_len, input_len = self.public_share_len(), self.input_share_len(agg_id)
+        # The reports still in the running: their lengths are right (and, below, their values).
+        rows = [
+            r
+            for r in range(n)
+            if len(nonces[r]) == self.NONCE_SIZE
+            and len(public_shares[r]) == public_len
+            and len(input_shares[r]) == input_len
+        ]
+        status = np.full(n, PrepStatus.DECODE_ERROR, dtype=np.int8)
+        status[rows] = PrepStatus.OK
+        inputs = _rows([input_shares[r] for r in rows], len(rows), input_len)
+        if agg_id == 0:
+            field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
+            values, in_range = F.candidates(np.ascontiguousarray(inputs[:, :field_bytes]))
+            width = flp.MEAS_LEN + self._proofs_len
+            decoded = np.asarray(in_range.reshape(len(rows), width).all(axis=1))
+            values = values.reshape(len(rows), width, F.LIMBS)
+            meas, proofs = values[:, : flp.MEAS_LEN], values[:, flp.MEAS_LEN :]
+            blinds = inputs[:, field_bytes:]
+            status[[r for r, ok in zip(rows, decoded, strict=True) if not ok]] = (
+                PrepStatus.DECODE_ERROR
             )
+            rows = [r for r, ok in zip(rows, decoded, strict=True) if ok]
+            meas, proofs, blinds = meas[decoded], proofs[decoded], blinds[decoded]
+        else:
+            seeds_end = self.version.helper_seeds * size
+            meas = self._helper_meas_shares(dst, agg_id, inputs[:, :size])
+            proofs = self._helper_proofs_shares(
+                dst, agg_id, inputs[:, seeds_end - size : seeds_end]
+            )
+            blinds = inputs[:, seeds_end:]
+        m = len(rows)
+        nonce_rows = _rows([nonces[r] for r in rows], m, self.NONCE_SIZE)
 
-        verifiers = F.zeros((n, self._verifiers_len))
+        joint_rands = F.zeros((m, flp.JOINT_RAND_LEN * self.PROOFS))
+        corrected: list[bytes | None] = [None] * n
+        own_parts = blinds[:, :0]
+        if self.uses_joint_rand:
+            own_parts = self._joint_rand_parts(dst, agg_id, blinds, meas, nonce_rows)
+            parts = _rows([public_shares[r] for r in rows], m, public_len).copy()
+            parts[:, agg_id * size : (agg_id + 1) * size] = own_parts
+            seeds = self._joint_rand_seeds(dst, parts)
+            for r, seed in zip(rows, _split(seeds), strict=True):
+                corrected[r] = seed
+            joint_rands = self._joint_rands(dst, seeds)
+        query_rands = self.xof.expand_into_vecs(
+            F,
+            _same(verify_key, m),
+            dst[USAGE_QUERY_RANDOMNESS],
+            np.hstack((_same(bytes((self.PROOFS,)), m), nonce_rows)),
+            flp.QUERY_RAND_LEN * self.PROOFS,
+        )
+
+        verifiers = F.zeros((m, self._verifiers_len))
+        usable = np.ones(m, np.bool_)
         for p in range(self.PROOFS):
-            verifier, usable = flp.query(
+            verifier, usable_p = flp.query(
                 meas,
                 self._slice(proofs, p, flp.PROOF_LEN),
                 self._slice(query_rands, p, flp.QUERY_RAND_LEN),
@@ -363,12 +390,18 @@ class Prio3:
                 self.SHARES,
             )
             verifiers[:, p * flp.VERIFIER_LEN : (p + 1) * flp.VERIFIER_LEN] = verifier
-            status[(status == PrepStatus.OK) & ~usable] = PrepStatus.PREP_ERROR
+            usable &= usable_p
+        at = np.array(rows, dtype=np.intp)
+        status[at[~usable]] = PrepStatus.PREP_ERROR
 
-        ok = status == PrepStatus.OK
-        out_shares = flp.valid.truncate(meas)
-        out_shares[~ok] = 0
-        prep_shares = [F.encode(verifiers[r]) + own_parts[r] if ok[r] else b"" for r in range(n)]
+        out_shares = F.zeros((n, flp.OUTPUT_LEN))
+        out_shares[at[usable]] = flp.valid.truncate(meas[usable])
+        prep_shares = [b""] * n
+        for r, share, ok in zip(
+            rows, _split(np.hstack((_encoded(verifiers), own_parts))), usable, strict=True
+        ):
+            if ok:
+                prep_shares[r] = share
         return PrepBatch(status, out_shares, corrected, prep_shares)
 
     def prep_shares_to_prep_batch(
@@ -381,35 +414,35 @@ class Prio3:
         shares are malformed or whose proof is rejected (VDAF-08 §7.2.2 prep_shares_to_prep,
         VDAF-20 §7.2.2 verifier_shares_to_message).
         """
-        F, flp = self.field, self.flp
+        F, flp, S = self.field, self.flp, self.SHARES
         dst = self._dsts(ctx)
-        n = len(prep_shares)
-        verifiers = F.zeros((n, self._verifiers_len))
-        decodable = np.ones(n, dtype=np.bool_)
-        parts: list[list[bytes]] = [[] for _ in range(n)]
+        share_len = self.prep_share_len()
+        rows = np.array(
+            [
+                r
+                for r, shares in enumerate(prep_shares)
+                if len(shares) == S and all(len(share) == share_len for share in shares)
+            ],
+            dtype=np.intp,
+        )
+        m = len(rows)
+        matrix = _rows([b"".join(prep_shares[r]) for r in rows], m, S * share_len)
+        matrix = matrix.reshape(m, S, share_len)
         verifiers_bytes = self._verifiers_len * F.ENCODED_SIZE
-        for r, shares in enumerate(prep_shares):
-            if len(shares) != self.SHARES or any(
-                len(share) != self.prep_share_len() for share in shares
-            ):
-                decodable[r] = False
-                continue
-            values, in_range = F.candidates(b"".join(s[:verifiers_bytes] for s in shares))
-            if not bool(in_range.all()):
-                decodable[r] = False
-                continue
-            verifiers[r] = F.sum(values.reshape(self.SHARES, self._verifiers_len, F.LIMBS), axis=-2)
-            parts[r] = [s[verifiers_bytes:] for s in shares]
-
-        accept = decodable.copy()
+        values, in_range = F.candidates(np.ascontiguousarray(matrix[:, :, :verifiers_bytes]))
+        accept = in_range.reshape(m, S * self._verifiers_len).all(axis=1)
+        verifiers = F.sum(values.reshape(m, S, self._verifiers_len, F.LIMBS), axis=-2)
         for p in range(self.PROOFS):
             accept &= flp.decide(self._slice(verifiers, p, flp.VERIFIER_LEN))
-        return [
-            (self._joint_rand_seed(dst, parts[r]) if self.uses_joint_rand else b"")
-            if accept[r]
-            else None
-            for r in range(n)
-        ]
+        messages: list[bytes | None] = [None] * len(prep_shares)
+        if self.uses_joint_rand:
+            parts = matrix[accept, :, verifiers_bytes:].reshape(-1, S * self._seed)
+            seeds = _split(self._joint_rand_seeds(dst, parts))
+        else:
+            seeds = [b""] * int(accept.sum())
+        for r, seed in zip(rows[accept], seeds, strict=True):
+            messages[r] = seed
+        return messages
 
     def prep_next_batch(
         self, batch: PrepBatch, prep_msgs: Sequence[bytes | None]
@@ -483,66 +516,78 @@ class Prio3:
     def _slice(self, values: FieldArray, index: int, width: int) -> FieldArray:
         return values[:, index * width : (index + 1) * width]
 
-    def _xof_vec(self, seed: bytes, dst: bytes, binder: bytes, length: int) -> FieldArray:
-        return self.xof.expand_into_vec(self.field, seed, dst, binder, length)
-
-    def _helper_meas_share(self, dst: dict[int, bytes], agg_id: int, seed: bytes) -> FieldArray:
-        return self._xof_vec(seed, dst[USAGE_MEAS_SHARE], bytes((agg_id,)), self.flp.MEAS_LEN)
-
-    def _helper_proofs_share(self, dst: dict[int, bytes], agg_id: int, seed: bytes) -> FieldArray:
-        binder = bytes((self.PROOFS, agg_id))
-        return self._xof_vec(seed, dst[USAGE_PROOF_SHARE], binder, self._proofs_len)
-
-    def _joint_rand_part(
-        self, dst: dict[int, bytes], agg_id: int, blind: bytes, meas_share: FieldArray, nonce: bytes
-    ) -> bytes:
-        binder = bytes((agg_id,)) + nonce + self.field.encode(meas_share)
-        return self.xof.derive_seed(blind, dst[USAGE_JOINT_RAND_PART], binder)
-
-    def _joint_rand_seed(self, dst: dict[int, bytes], parts: Sequence[bytes]) -> bytes:
-        zero = bytes(self._seed)
-        return self.xof.derive_seed(zero, dst[USAGE_JOINT_RAND_SEED], b"".join(parts))
-
-    def _joint_rands(self, dst: dict[int, bytes], seed: bytes) -> FieldArray:
-        return self._xof_vec(
-            seed,
-            dst[USAGE_JOINT_RANDOMNESS],
-            bytes((self.PROOFS,)),
-            self.flp.JOINT_RAND_LEN * self.PROOFS,
+    def _helper_meas_shares(
+        self, dst: dict[int, bytes], agg_id: int, seeds: npt.NDArray[np.uint8]
+    ) -> FieldArray:
+        """Helper `agg_id`'s measurement share of each report, from its seed (one per row)."""
+        binders = _same(bytes((agg_id,)), len(seeds))
+        return self.xof.expand_into_vecs(
+            self.field, seeds, dst[USAGE_MEAS_SHARE], binders, self.flp.MEAS_LEN
         )
 
-    def _decode_shares(
+    def _helper_proofs_shares(
+        self, dst: dict[int, bytes], agg_id: int, seeds: npt.NDArray[np.uint8]
+    ) -> FieldArray:
+        binders = _same(bytes((self.PROOFS, agg_id)), len(seeds))
+        return self.xof.expand_into_vecs(
+            self.field, seeds, dst[USAGE_PROOF_SHARE], binders, self._proofs_len
+        )
+
+    def _joint_rand_parts(
         self,
         dst: dict[int, bytes],
         agg_id: int,
-        nonce: bytes,
-        public_share: bytes,
-        input_share: bytes,
-    ) -> tuple[FieldArray, FieldArray, bytes, list[bytes]] | None:
-        """(meas share, proofs share, blind, joint rand parts), or None if anything is malformed."""
-        F, flp, size = self.field, self.flp, self._seed
-        if len(nonce) != self.NONCE_SIZE:
-            return None
-        if len(public_share) != self.public_share_len():
-            return None
-        if len(input_share) != self.input_share_len(agg_id):
-            return None
-        parts = [public_share[i : i + size] for i in range(0, len(public_share), size)]
-        if agg_id == 0:
-            field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
-            values, in_range = F.candidates(input_share[:field_bytes])
-            if not bool(in_range.all()):
-                return None
-            meas, proofs = values[: flp.MEAS_LEN], values[flp.MEAS_LEN :]
-            blind = input_share[field_bytes:]
-        else:
-            seeds_end = self.version.helper_seeds * size
-            meas = self._helper_meas_share(dst, agg_id, input_share[:size])
-            proofs = self._helper_proofs_share(
-                dst, agg_id, input_share[seeds_end - size : seeds_end]
-            )
-            blind = input_share[seeds_end:]
-        return meas, proofs, blind, parts
+        blinds: npt.NDArray[np.uint8],
+        meas_shares: FieldArray,
+        nonces: npt.NDArray[np.uint8],
+    ) -> npt.NDArray[np.uint8]:
+        """Aggregator `agg_id`'s joint randomness part of each report, one seed per row."""
+        n = len(blinds)
+        binders = np.hstack((_same(bytes((agg_id,)), n), nonces, _encoded(meas_shares)))
+        return self.xof.derive_seeds(blinds, dst[USAGE_JOINT_RAND_PART], binders)
+
+    def _joint_rand_seeds(
+        self, dst: dict[int, bytes], parts: npt.NDArray[np.uint8]
+    ) -> npt.NDArray[np.uint8]:
+        """Each report's joint randomness seed from its row of concatenated parts."""
+        zero = _same(bytes(self._seed), len(parts))
+        return self.xof.derive_seeds(zero, dst[USAGE_JOINT_RAND_SEED], parts)
+
+    def _joint_rands(self, dst: dict[int, bytes], seeds: npt.NDArray[np.uint8]) -> FieldArray:
+        return self.xof.expand_into_vecs(
+            self.field,
+            seeds,
+            dst[USAGE_JOINT_RANDOMNESS],
+            _same(bytes((self.PROOFS,)), len(seeds)),
+            self.flp.JOINT_RAND_LEN * self.PROOFS,
+        )
+
+
+def _rows(items: Sequence[bytes], n: int, width: int | None = None) -> npt.NDArray[np.uint8]:
+    """`n` byte strings of one length as the rows of a uint8 matrix (`width` when n may be 0)."""
+    if not n:
+        return np.zeros((0, width or 0), np.uint8)
+    return np.frombuffer(b"".join(items), np.uint8).reshape(n, -1)
+
+
+def _same(value: bytes, n: int) -> npt.NDArray[np.uint8]:
+    """`value` as every one of `n` rows."""
+    return np.broadcast_to(np.frombuffer(value, np.uint8), (n, len(value)))
+
+
+def _encoded(values: FieldArray) -> npt.NDArray[np.uint8]:
+    """Each row's field elements encoded (VDAF-08 §6.1: little-endian limbs), as a byte row."""
+    width = math.prod(values.shape[1:]) * 8
+    return np.ascontiguousarray(values, "<u8").view(np.uint8).reshape(len(values), width)
+
+
+def _split(matrix: npt.NDArray[np.uint8]) -> list[bytes]:
+    """The rows of a uint8 matrix as byte strings."""
+    width = matrix.shape[1]
+    if not width:
+        return [b""] * len(matrix)
+    raw = np.ascontiguousarray(matrix).tobytes()
+    return [raw[i : i + width] for i in range(0, len(raw), width)]
 
 
 # --- the instances DAP uses -----------------------------------------------------------------

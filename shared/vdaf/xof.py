@@ -7,17 +7,27 @@ seeds (`XofTurboShake128V20`). Everything after the framing is shared.
 Field vectors are read in one bulk `read()` and rejection-sampled with numpy; the rare rejected
 element (probability below 2^-31 per element for Field64, 2^-59 for Field128) pulls the missing
 elements from the same stream, exactly as the element-by-element definition does.
+
+Prio3 works on batches of reports, one stream per report: `derive_seeds` and `expand_into_vecs`
+hash a batch of streams in one compiled call (`shared.vdaf.turboshake`); a stream with a rejected
+element is read again one element at a time, as above.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from Crypto.Hash import TurboSHAKE128
 
 from shared.vdaf.field import Field, FieldArray
+from shared.vdaf.turboshake import turboshake128
+
+#: A batch of byte strings of one length: a sequence, or the rows of a uint8 matrix.
+Rows = Sequence[bytes] | npt.NDArray[np.uint8]
 
 #: Version byte in every domain-separation tag (VDAF-08 §6.2.3).
 VDAF_VERSION: Final = 8
@@ -92,6 +102,44 @@ class XofTurboShake128:
     ) -> FieldArray:
         return cls(seed, dst, binder).next_vec(field, length)
 
+    @classmethod
+    def derive_seeds(cls, seeds: Rows, dst: bytes, binders: Rows) -> npt.NDArray[np.uint8]:
+        """Row i: `derive_seed(seeds[i], dst, binders[i])`, all in one compiled call."""
+        return cls._streams(seeds, dst, binders, cls.SEED_SIZE)
+
+    @classmethod
+    def expand_into_vecs(
+        cls, field: type[Field], seeds: Rows, dst: bytes, binders: Rows, length: int
+    ) -> FieldArray:
+        """`expand_into_vec(field, seeds[i], dst, binders[i], length)` as row i of an
+        (n, length) field array, the streams hashed in one compiled call."""
+        size = field.ENCODED_SIZE
+        out = cls._streams(seeds, dst, binders, length * size)
+        values, ok = field.candidates(out.reshape(-1))
+        values = values.reshape(len(out), length, field.LIMBS)
+        for r in map(int, np.flatnonzero(~ok.reshape(len(out), length).all(axis=1))):
+            values[r] = cls.expand_into_vec(field, bytes(seeds[r]), dst, bytes(binders[r]), length)
+        return values
+
+    @classmethod
+    def _streams(
+        cls, seeds: Rows, dst: bytes, binders: Rows, out_len: int
+    ) -> npt.NDArray[np.uint8]:
+        """Row i: the first `out_len` bytes of the stream (seeds[i], dst, binders[i])."""
+        n = len(seeds)
+        if len(binders) != n:
+            raise ValueError("one binder per seed")
+        if not n:
+            return np.zeros((0, out_len), np.uint8)
+        seed_rows = _matrix(seeds, n)
+        if seed_rows.shape[1] != cls.SEED_SIZE:
+            raise ValueError(f"XOF seed must be {cls.SEED_SIZE} bytes")
+        # The framing is `prefix || seed` with a prefix that depends on dst alone.
+        prefix = cls._frame(bytes(cls.SEED_SIZE), dst)[: -cls.SEED_SIZE]
+        head = np.broadcast_to(np.frombuffer(prefix, np.uint8), (n, len(prefix)))
+        messages = np.hstack((head, seed_rows, _matrix(binders, n)))
+        return turboshake128(messages, _TURBOSHAKE_DOMAIN, out_len)
+
 
 class XofTurboShake128V20(XofTurboShake128):
     """XofTurboShake128 as VDAF-12..20 frame it (VDAF-20 §6.2.1): 32-byte seeds, u16 DST length."""
@@ -106,3 +154,14 @@ class XofTurboShake128V20(XofTurboShake128):
         if len(dst) > 0xFFFF:
             raise ValueError("XOF domain-separation tag longer than 65535 bytes")
         return struct.pack("<H", len(dst)) + dst + bytes((len(seed),)) + seed
+
+
+def _matrix(rows: Rows, n: int) -> npt.NDArray[np.uint8]:
+    """`rows` (n >= 1 of them) as an (n, width) uint8 matrix; ValueError unless all have one
+    length."""
+    if isinstance(rows, np.ndarray):
+        return rows.reshape(n, -1)
+    width = len(rows[0])
+    if any(len(row) != width for row in rows):
+        raise ValueError("a batch of XOF inputs must have one length")
+    return np.frombuffer(b"".join(rows), np.uint8).reshape(n, width)
