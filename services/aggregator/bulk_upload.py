@@ -4,7 +4,7 @@ digest §5.4).
 The body is an `UploadRequest`, the reports one after the other. A body that does not parse, or
 holds more than `upload_max_reports` reports, is refused as a whole (`invalidMessage`; 413 for
 the count); otherwise every report is checked as a DAP-09 upload is
-(`Aggregator.validate_report`: the helper share's size, then `report_checks` on the leader's
+(`Aggregator.validate_reports`: the helper share's size, then `report_checks` on the leader's
 own share, the same checks for both versions) and every accepted one goes to the group-commit
 writer, which finds replays, collected batches and spent tokens. The answer waits until every
 report of the request is committed or counted, then is 200 with an empty body when all were
@@ -122,20 +122,29 @@ def bulk_upload(
             )
         )
         return
-    now = agg.clock.now()
+    # A report id met before in this request is a replay of that first report.
     seen: set[bytes] = set()
-    verdicts: list[NewReport | Refusal] = []
+    first: list[bool] = []
+    for report in request.reports:
+        rid = report.report_metadata.report_id.value
+        first.append(rid not in seen)
+        seen.add(rid)
     try:
-        for report in request.reports:
-            rid = report.report_metadata.report_id.value
-            if rid in seen:
-                verdicts.append(Refusal.REPLAYED)
-                continue
-            seen.add(rid)
-            verdicts.append(agg.validate_report(task, report, now, wait=wait, fetch=fetch))
+        checked = iter(
+            agg.validate_reports(
+                task,
+                [r for r, is_first in zip(request.reports, first, strict=True) if is_first],
+                agg.clock.now(),
+                wait=wait,
+                fetch=fetch,
+            )
+        )
     except (IssuerKeysPendingError, IssuerUnavailableError) as exc:
         done(issuer_answer(task.b64, exc))
         return
+    verdicts: list[NewReport | Refusal] = [
+        next(checked) if is_first else Refusal.REPLAYED for is_first in first
+    ]
     pending = _Request([r.report_metadata.report_id for r in request.reports], done)
     items = [
         # A refusal stands whether or not its count could be stored.

@@ -53,7 +53,7 @@ class CryptoCpu:
     def hpke_open(
         self, role: RoleName, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
     ) -> _R:
-        """`fn(*args, **kwargs)`, an HPKE open, its thread CPU counted (raising or not)."""
+        """`fn(*args, **kwargs)`, HPKE opens, their thread CPU counted (raising or not)."""
         return _timed(self._counts[("hpke", role)], fn, *args, **kwargs)
 
     def prep(self, role: RoleName, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:

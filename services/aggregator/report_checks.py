@@ -34,7 +34,7 @@ helper ciphertext's size); the datastore adds replays, collected batches and spe
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Final
@@ -177,6 +177,10 @@ STORE_REFUSALS: Final[dict[str, Refusal]] = {
 }
 
 
+#: One report's share as an aggregator checks it: its metadata, public share and own ciphertext.
+Share = tuple[ReportMetadata | messages19.ReportMetadata, bytes, HpkeCiphertext]
+
+
 @dataclass(frozen=True)
 class Accepted:
     """A share that passed every check: its VDAF payload and the token to spend, if any."""
@@ -197,39 +201,68 @@ class ReportChecker:
     #: Counts the opens' CPU.
     cpu: CryptoCpu
 
-    def check(
+    def check_all(
+        self,
+        task: Task,
+        role: Role,
+        shares: Sequence[Share],
+        now: int,
+        *,
+        wait: bool = True,
+        fetch: bool = True,
+    ) -> list[Accepted | Refusal]:
+        """Check the input share of `role` (this aggregator's own) of each report, under the
+        task's DAP version (`task.wire`: labels, AAD, time units, extension rules).
+
+        Raises `IssuerUnavailableError` when the task's issuer keys cannot be had; `wait` and
+        `fetch` are `IssuerKeyCache.keys`'s."""
+        return [
+            opened
+            if isinstance(opened, Refusal)
+            else self._check_opened(task, role, *share[:2], opened, now, wait=wait, fetch=fetch)
+            for share, opened in zip(shares, self._open_all(task, role, shares), strict=True)
+        ]
+
+    def _open_all(self, task: Task, role: Role, shares: Sequence[Share]) -> list[bytes | Refusal]:
+        """Each share's plaintext, or why it has none. The opens run in one loop whose CPU is
+        counted once: interleaved with the other checks, an open cost 1.6 times as much
+        (X25519's code and tables fall out of cache; measured 68 against 42 us)."""
+        wire = task.wire
+        info = wire.input_share_info(role)
+        opened: list[bytes | Refusal] = []
+        work: list[tuple[int, hpke.HpkeKeyPair, bytes, bytes, bytes]] = []
+        for metadata, public_share, ciphertext in shares:
+            keypair = self.keypair(ciphertext.config_id)
+            if keypair is None:
+                opened.append(Refusal.UNKNOWN_CONFIG)
+                continue
+            aad = wire.input_share_aad(metadata, public_share)
+            work.append((len(opened), keypair, ciphertext.enc, aad, ciphertext.payload))
+            opened.append(b"")
+
+        def open_each() -> None:
+            for i, keypair, enc, aad, payload in work:
+                try:
+                    opened[i] = hpke.open(keypair, enc, info, aad, payload)
+                except hpke.HpkeError:
+                    opened[i] = Refusal.UNDECRYPTABLE
+
+        self.cpu.hpke_open("leader" if role == Role.LEADER else "helper", open_each)
+        return opened
+
+    def _check_opened(
         self,
         task: Task,
         role: Role,
         metadata: ReportMetadata | messages19.ReportMetadata,
         public_share: bytes,
-        ciphertext: HpkeCiphertext,
+        plaintext: bytes,
         now: int,
         *,
-        wait: bool = True,
-        fetch: bool = True,
+        wait: bool,
+        fetch: bool,
     ) -> Accepted | Refusal:
-        """Check the input share of `role` (this aggregator's own) of one report, under the
-        task's DAP version (`task.wire`: labels, AAD, time units, extension rules).
-
-        Raises `IssuerUnavailableError` when the task's issuer keys cannot be had; `wait` and
-        `fetch` are `IssuerKeyCache.keys`'s."""
         wire = task.wire
-        keypair = self.keypair(ciphertext.config_id)
-        if keypair is None:
-            return Refusal.UNKNOWN_CONFIG
-        try:
-            plaintext = self.cpu.hpke_open(
-                "leader" if role == Role.LEADER else "helper",
-                hpke.open,
-                keypair,
-                ciphertext.enc,
-                wire.input_share_info(role),
-                wire.input_share_aad(metadata, public_share),
-                ciphertext.payload,
-            )
-        except hpke.HpkeError:
-            return Refusal.UNDECRYPTABLE
         try:
             share = wire.decode_plaintext_input_share(plaintext)
         except DecodeError:

@@ -65,7 +65,7 @@ from services.aggregator.datastore import (
 )
 from services.aggregator.noise import noised_share
 from services.aggregator.rate_policy import RateLimit
-from services.aggregator.report_checks import STORE_REFUSALS, Refusal, ReportChecker
+from services.aggregator.report_checks import STORE_REFUSALS, Accepted, Refusal, ReportChecker
 from services.aggregator.settings import AggregatorSettings
 from services.aggregator.taskprov import Taskprov
 from services.aggregator.tokens import (
@@ -615,38 +615,61 @@ class Aggregator:
     def _validate_upload(
         self, task: Task, body: bytes, *, wait: bool, fetch: bool
     ) -> NewReport | Refusal:
-        """The report to store, or why it is refused (`validate_report`)."""
+        """The report to store, or why it is refused (`validate_reports`)."""
         try:
             report = Report.decode(body)
         except DecodeError:
             return Refusal.MALFORMED_REPORT
-        return self.validate_report(task, report, self.clock.now(), wait=wait, fetch=fetch)
+        return self.validate_reports(task, [report], self.clock.now(), wait=wait, fetch=fetch)[0]
 
-    def validate_report(
-        self, task: Task, report: Report | Report19, now: int, *, wait: bool, fetch: bool
-    ) -> NewReport | Refusal:
-        """The report to store, or why it is refused: the leader's own input share is checked
+    def validate_reports(
+        self,
+        task: Task,
+        reports: Sequence[Report | Report19],
+        now: int,
+        *,
+        wait: bool,
+        fetch: bool,
+    ) -> list[NewReport | Refusal]:
+        """Each report to store, or why it is refused: the leader's own input share is checked
         as the helper checks its own (`report_checks`), after the checks of the whole Report.
         Its time is stored in seconds whatever the task's DAP version (`wire`)."""
-        helper_share = report.helper_encrypted_input_share
         smallest, largest = task.helper_ciphertext_bounds
-        # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
-        helper_len = 7 + len(helper_share.enc) + len(helper_share.payload)
-        if len(helper_share.enc) != hpke.ENC_SIZE or not smallest <= helper_len <= largest:
-            return Refusal.HELPER_SHARE_SIZE
-        metadata = report.report_metadata
-        checked = self.checks.check(
-            task,
-            Role.LEADER,
-            metadata,
-            report.public_share,
-            report.leader_encrypted_input_share,
-            now,
-            wait=wait,
-            fetch=fetch,
+
+        def helper_share_fits(report: Report | Report19) -> bool:
+            share = report.helper_encrypted_input_share
+            # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
+            encoded_len = 7 + len(share.enc) + len(share.payload)
+            return len(share.enc) == hpke.ENC_SIZE and smallest <= encoded_len <= largest
+
+        fits = [helper_share_fits(report) for report in reports]
+        checked = iter(
+            self.checks.check_all(
+                task,
+                Role.LEADER,
+                [
+                    (r.report_metadata, r.public_share, r.leader_encrypted_input_share)
+                    for r, fit in zip(reports, fits, strict=True)
+                    if fit
+                ],
+                now,
+                wait=wait,
+                fetch=fetch,
+            )
         )
-        if isinstance(checked, Refusal):
-            return checked
+        verdicts: list[NewReport | Refusal] = []
+        for report, fit in zip(reports, fits, strict=True):
+            check = next(checked) if fit else Refusal.HELPER_SHARE_SIZE
+            verdicts.append(
+                check if isinstance(check, Refusal) else self._new_report(task, report, check, now)
+            )
+        return verdicts
+
+    @staticmethod
+    def _new_report(
+        task: Task, report: Report | Report19, checked: Accepted, now: int
+    ) -> NewReport:
+        metadata = report.report_metadata
         time_s = task.wire.seconds(metadata.time)
         batch_key = (
             bucket_key(time_s, task.time_precision)
@@ -659,7 +682,7 @@ class Aggregator:
             time_s,
             report.public_share,
             checked.payload,
-            helper_share.encode(),
+            report.helper_encrypted_input_share.encode(),
             batch_key,
             now,
             checked.spend,
@@ -759,22 +782,26 @@ class Aggregator:
         public_shares: list[bytes] = []
         input_shares: list[bytes] = []
         inbound: list[bytes] = []
-        checks = self.checks
-        for i, share in enumerate(shares):
-            try:
-                check = checks.check(
-                    task,
-                    Role.HELPER,
-                    share.metadata,
-                    share.report_share.public_share,
-                    share.report_share.encrypted_input_share,
-                    now,
-                )
-            except IssuerUnavailableError:
-                # Nothing is stored yet: the leader retries the whole job on a 5xx.
-                raise HttpProblemError(
-                    503, "the token issuer is unavailable", task_id=task.b64
-                ) from None
+        try:
+            checked = self.checks.check_all(
+                task,
+                Role.HELPER,
+                [
+                    (
+                        share.metadata,
+                        share.report_share.public_share,
+                        share.report_share.encrypted_input_share,
+                    )
+                    for share in shares
+                ],
+                now,
+            )
+        except IssuerUnavailableError:
+            # Nothing is stored yet: the leader retries the whole job on a 5xx.
+            raise HttpProblemError(
+                503, "the token issuer is unavailable", task_id=task.b64
+            ) from None
+        for i, (share, check) in enumerate(zip(shares, checked, strict=True)):
             if isinstance(check, Refusal):
                 refusals[i] = check
                 errors.append(check.prepare_error)

@@ -68,7 +68,8 @@ def helper_init(
                 _reject(batch, r, PrepStatus.PREP_ERROR)
         leader_shares.append(share)
 
-    combinable = [r for r in range(len(inbound)) if batch.ok[r] and leader_shares[r] is not None]
+    ok = batch.ok
+    combinable = [r for r in range(len(inbound)) if ok[r] and leader_shares[r] is not None]
     combined = vdaf.prep_shares_to_prep_batch(
         [[leader_shares[r] or b"", batch.prep_shares[r]] for r in combinable], ctx
     )
@@ -98,7 +99,7 @@ def leader_continued(
             )
         except DecodeError:
             msg = None
-        if msg is None and batch.ok[r]:
+        if msg is None and batch.status[r] == PrepStatus.OK:
             _reject(batch, r, PrepStatus.PREP_ERROR)
         prep_msgs.append(msg)
     return vdaf.prep_next_batch(batch, prep_msgs)
