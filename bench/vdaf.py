@@ -8,17 +8,27 @@ on the same circuits (VDAF-20 under an application context). Run alone with
 
 `prep_and_open_cpu` is the same per-report cost in CPU time, for `bench.deployment` to set the
 servers' measured CPU per report against in the same run (issue #15's goal: at most 1.6x).
+
+The XOF table times TurboSHAKE128 streams the way Prio3 reads them, the compiled batch against
+one pycryptodome object a stream (what the batch replaced), alone and beside a busy Python
+thread, as in an aggregator: each of pycryptodome's foreign calls releases the GIL.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
+import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+import numpy as np
+from Crypto.Hash import TurboSHAKE128
 
 from bench.common import Result, best_of, print_table
 from shared import hpke
@@ -34,6 +44,7 @@ from shared.vdaf.prio3 import (
     prio3_sum,
     prio3_sum_vec,
 )
+from shared.vdaf.turboshake import turboshake128
 
 BATCH = 1000
 SHARD_REPORTS = 200
@@ -218,11 +229,63 @@ def compare(batch: int, shard_reports: int) -> list[Result]:
     return results
 
 
+#: The XOF table's streams: a batch of Histogram(100) measurement shares (Field128), each read
+#: from an 80-byte framed seed and binder.
+XOF_STREAMS, XOF_MESSAGE, XOF_OUTPUT = 1000, 80, 1600
+
+
+def xof_rows(streams: int = XOF_STREAMS) -> list[Result]:
+    """Thread CPU per stream (median of 7 runs) of the two TurboSHAKE128 paths, alone and
+    beside a thread running Python."""
+    messages = np.frombuffer(secrets.token_bytes(streams * XOF_MESSAGE), np.uint8)
+    messages = messages.reshape(streams, XOF_MESSAGE)
+
+    def batch() -> None:
+        turboshake128(messages, 1, XOF_OUTPUT)
+
+    def one_object_a_stream() -> None:
+        for row in messages:
+            h = TurboSHAKE128.new(domain=1)
+            h.update(row.tobytes())
+            h.read(XOF_OUTPUT)
+
+    def cpu(fn: Callable[[], None]) -> float:
+        fn()
+        runs = []
+        for _ in range(7):
+            start = time.thread_time()
+            fn()
+            runs.append(time.thread_time() - start)
+        return statistics.median(runs) / streams * 1e6
+
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            json.dumps(list(range(100)))
+
+    results = []
+    for beside in ("alone", "beside a busy Python thread"):
+        thread = threading.Thread(target=busy) if beside != "alone" else None
+        if thread is not None:
+            thread.start()
+        try:
+            for name, fn in (("compiled batch", batch), ("pycryptodome", one_object_a_stream)):
+                value = cpu(fn)
+                results.append(Result("xof", f"TurboSHAKE128, {name}", beside, value, "µs/stream"))
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join()
+            stop.clear()
+    return results
+
+
 def run() -> list[Result]:
     results: list[Result] = []
     for name, make, measure in CASES:
         results += _bench_case(name, make(), measure)
-    return results + compare(BATCH, SHARD_REPORTS)
+    return results + compare(BATCH, SHARD_REPORTS) + xof_rows()
 
 
 if __name__ == "__main__":
