@@ -37,7 +37,7 @@ from shared.vdaf.circuits import (
 )
 from shared.vdaf.field import Field, Field64, FieldArray
 from shared.vdaf.flp import FlpGeneric
-from shared.vdaf.xof import VDAF_VERSION, XofTurboShake128, domain_separation_tag
+from shared.vdaf.xof import VDAF_VERSION, XofTurboShake128, byte_rows, domain_separation_tag
 
 #: Algorithm identifiers (VDAF-08 §10); 0xFFFF0000..0xFFFFFFFF are private.
 ALGO_PRIO3_COUNT: Final = 0x00000000
@@ -240,11 +240,11 @@ class Prio3:
         meas = F.from_ints([x for m in measurements for x in self.valid.encode(m)]).reshape(
             n, self.flp.MEAS_LEN, F.LIMBS
         )
-        nonce_rows = _rows(nonces, n)
+        nonce_rows = byte_rows(nonces)
 
         # rand is, in order, each Helper's share seeds and blind, the Leader's blind, and the
         # prove seed (VDAF-08 §7.2.1, VDAF-20 §7.2.1): seed k of every report is seeds[:, k].
-        seeds = _rows(rands, n).reshape(n, -1, size)
+        seeds = byte_rows(rands).reshape(n, -1, size)
 
         def helper_seeds(j: int) -> npt.NDArray[np.uint8]:
             return seeds[:, (j - 1) * self._per_helper : j * self._per_helper]
@@ -336,7 +336,7 @@ class Prio3:
         ]
         status = np.full(n, PrepStatus.DECODE_ERROR, dtype=np.int8)
         status[rows] = PrepStatus.OK
-        inputs = _rows([input_shares[r] for r in rows], len(rows), input_len)
+        inputs = byte_rows([input_shares[r] for r in rows], input_len)
         if agg_id == 0:
             field_bytes = (flp.MEAS_LEN + self._proofs_len) * F.ENCODED_SIZE
             values, in_range = F.candidates(np.ascontiguousarray(inputs[:, :field_bytes]))
@@ -358,14 +358,14 @@ class Prio3:
             )
             blinds = inputs[:, seeds_end:]
         m = len(rows)
-        nonce_rows = _rows([nonces[r] for r in rows], m, self.NONCE_SIZE)
+        nonce_rows = byte_rows([nonces[r] for r in rows], self.NONCE_SIZE)
 
         joint_rands = F.zeros((m, flp.JOINT_RAND_LEN * self.PROOFS))
         corrected: list[bytes | None] = [None] * n
         own_parts = blinds[:, :0]
         if self.uses_joint_rand:
             own_parts = self._joint_rand_parts(dst, agg_id, blinds, meas, nonce_rows)
-            parts = _rows([public_shares[r] for r in rows], m, public_len).copy()
+            parts = byte_rows([public_shares[r] for r in rows], public_len).copy()
             parts[:, agg_id * size : (agg_id + 1) * size] = own_parts
             seeds = self._joint_rand_seeds(dst, parts)
             for r, seed in zip(rows, _split(seeds), strict=True):
@@ -426,7 +426,7 @@ class Prio3:
             dtype=np.intp,
         )
         m = len(rows)
-        matrix = _rows([b"".join(prep_shares[r]) for r in rows], m, S * share_len)
+        matrix = byte_rows([b"".join(prep_shares[r]) for r in rows], S * share_len)
         matrix = matrix.reshape(m, S, share_len)
         verifiers_bytes = self._verifiers_len * F.ENCODED_SIZE
         values, in_range = F.candidates(np.ascontiguousarray(matrix[:, :, :verifiers_bytes]))
@@ -561,13 +561,6 @@ class Prio3:
             _same(bytes((self.PROOFS,)), len(seeds)),
             self.flp.JOINT_RAND_LEN * self.PROOFS,
         )
-
-
-def _rows(items: Sequence[bytes], n: int, width: int | None = None) -> npt.NDArray[np.uint8]:
-    """`n` byte strings of one length as the rows of a uint8 matrix (`width` when n may be 0)."""
-    if not n:
-        return np.zeros((0, width or 0), np.uint8)
-    return np.frombuffer(b"".join(items), np.uint8).reshape(n, -1)
 
 
 def _same(value: bytes, n: int) -> npt.NDArray[np.uint8]:

@@ -131,13 +131,13 @@ class XofTurboShake128:
             raise ValueError("one binder per seed")
         if not n:
             return np.zeros((0, out_len), np.uint8)
-        seed_rows = _matrix(seeds, n)
+        seed_rows = byte_rows(seeds)
         if seed_rows.shape[1] != cls.SEED_SIZE:
             raise ValueError(f"XOF seed must be {cls.SEED_SIZE} bytes")
         # The framing is `prefix || seed` with a prefix that depends on dst alone.
         prefix = cls._frame(bytes(cls.SEED_SIZE), dst)[: -cls.SEED_SIZE]
         head = np.broadcast_to(np.frombuffer(prefix, np.uint8), (n, len(prefix)))
-        messages = np.hstack((head, seed_rows, _matrix(binders, n)))
+        messages = np.hstack((head, seed_rows, byte_rows(binders)))
         return turboshake128(messages, _TURBOSHAKE_DOMAIN, out_len)
 
 
@@ -156,11 +156,14 @@ class XofTurboShake128V20(XofTurboShake128):
         return struct.pack("<H", len(dst)) + dst + bytes((len(seed),)) + seed
 
 
-def _matrix(rows: Rows, n: int) -> npt.NDArray[np.uint8]:
-    """`rows` (n >= 1 of them) as an (n, width) uint8 matrix; ValueError unless all have one
-    length."""
+def byte_rows(rows: Rows, width: int = 0) -> npt.NDArray[np.uint8]:
+    """`rows` as a (len(rows), width) uint8 matrix, `width` being what an empty batch has;
+    ValueError unless all rows have one length."""
+    n = len(rows)
     if isinstance(rows, np.ndarray):
-        return rows.reshape(n, -1)
+        return rows.reshape(n, -1) if n else rows.reshape(0, width)
+    if not n:
+        return np.zeros((0, width), np.uint8)
     width = len(rows[0])
     if any(len(row) != width for row in rows):
         raise ValueError("a batch of XOF inputs must have one length")
