@@ -10,7 +10,7 @@ elements from the same stream, exactly as the element-by-element definition does
 
 Prio3 works on batches of reports, one stream per report: `derive_seeds` and `expand_into_vecs`
 hash a batch of streams in one compiled call (`shared.vdaf.turboshake`); a stream with a rejected
-element is read again one element at a time, as above.
+element is read again on its own, as above.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ class XofTurboShake128:
         values, ok = field.candidates(out.reshape(-1))
         values = values.reshape(len(out), length, field.LIMBS)
         for r in map(int, np.flatnonzero(~ok.reshape(len(out), length).all(axis=1))):
-            values[r] = cls.expand_into_vec(field, bytes(seeds[r]), dst, bytes(binders[r]), length)
+            seed, binder = (byte_rows(rows)[r].tobytes() for rows in (seeds, binders))
+            values[r] = cls.expand_into_vec(field, seed, dst, binder, length)
         return values
 
     @classmethod

@@ -118,7 +118,13 @@ def test_batch_rejection_sampling_continues_each_stream(monkeypatch: pytest.Monk
         return values, ok & ~np.isin(values[:, 0], list(rejected))
 
     monkeypatch.setattr(Field64, "candidates", candidates)
-    got = XofTurboShake128.expand_into_vecs(Field64, seeds, b"dst", binders, 8)
-    for r in range(3):
-        expected = [int(w) for w in words[r] if int(w) not in rejected][:8]
-        assert Field64.to_ints(got[r]) == expected
+    # As Prio3 passes them too: matrices, the binder one row broadcast to every stream.
+    seed_rows = np.frombuffer(b"".join(seeds), np.uint8).reshape(3, 16)
+    binder_rows = np.broadcast_to(np.frombuffer(b"binder", np.uint8), (3, 6))
+    for got in (
+        XofTurboShake128.expand_into_vecs(Field64, seeds, b"dst", binders, 8),
+        XofTurboShake128.expand_into_vecs(Field64, seed_rows, b"dst", binder_rows, 8),
+    ):
+        for r in range(3):
+            expected = [int(w) for w in words[r] if int(w) not in rejected][:8]
+            assert Field64.to_ints(got[r]) == expected
