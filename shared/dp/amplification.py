@@ -90,8 +90,9 @@ from typing import Literal, get_args
 
 import numpy as np
 
-# scipy.stats is imported by the functions that use it: it is about a second of a process's
-# start, and most processes importing this module (every service, the SDK) never call them.
+# The binomial functions (`shared.dp.binomial`, on scipy.special) are imported by the functions
+# that use them: a third of a second of a process's start, and most processes importing this
+# module (every service, the CLI) never call them.
 from shared.dp.bisect import NoThresholdError, bracket, smallest_passing
 from shared.dp.composition import ALPHA_GRID, rdp_to_dp
 from shared.dp.divergences import (
@@ -158,7 +159,7 @@ def clone_delta(eps0: float, n: int, eps: float, p_clone: float, tail: float = 0
     makes D(Q||P) equal to D(P||Q). Values of c outside the central (1 - 2 tail) mass are left
     out and their mass added to the result.
     """
-    from scipy import stats  # noqa: PLC0415
+    from shared.dp import binomial  # noqa: PLC0415
 
     if eps >= eps0:
         return 0.0
@@ -167,16 +168,16 @@ def clone_delta(eps0: float, n: int, eps: float, p_clone: float, tail: float = 0
     beta = (alpha - ee * (1 - alpha)) / ((2 * alpha - 1) * (1 + ee))
     m = n - 1
     if tail > 0:
-        lo = int(stats.binom.ppf(tail, m, p_clone))
-        hi = int(stats.binom.isf(tail, m, p_clone))
+        lo = int(binomial.ppf(tail, m, p_clone))
+        hi = int(binomial.isf(tail, m, p_clone))
     else:
         lo, hi = 0, m
     c = np.arange(lo, hi + 1, dtype=np.float64)
-    weight = stats.binom.pmf(c, m, p_clone)
+    weight = binomial.pmf(c, m, p_clone)
     left_out = max(0.0, 1.0 - float(weight.sum()))
     a_max = np.ceil(beta * (c + 1)) - 1
-    f1 = stats.binom.cdf(a_max, c, 0.5)
-    f0 = stats.binom.cdf(a_max - 1, c, 0.5)
+    f1 = binomial.cdf(a_max, c, 0.5)
+    f0 = binomial.cdf(a_max - 1, c, 0.5)
     per_c = alpha * f1 + (1 - alpha) * f0 - ee * ((1 - alpha) * f1 + alpha * f0)
     return float(np.dot(weight, np.maximum(per_c, 0.0))) + left_out
 
@@ -186,15 +187,15 @@ def clone_delta(eps0: float, n: int, eps: float, p_clone: float, tail: float = 0
 
 def _noise_logpmf(m: int, q: float, ones: int) -> FloatArray:
     """Log pmf on 0..m of the other m clients' bits on one coordinate (`ones` of them hold it)."""
-    from scipy import stats  # noqa: PLC0415
+    from shared.dp import binomial  # noqa: PLC0415
 
     k = np.arange(m + 1, dtype=np.float64)
     if ones == 0:
-        return np.asarray(stats.binom.logpmf(k, m, q), dtype=np.float64)
+        return np.asarray(binomial.logpmf(k, m, q), dtype=np.float64)
     # Bin(ones, 1-q) + Bin(m-ones, q): only used for small m (worst-case checks).
     pmf = np.convolve(
-        stats.binom.pmf(np.arange(ones + 1), ones, 1 - q),
-        stats.binom.pmf(np.arange(m - ones + 1), m - ones, q),
+        binomial.pmf(np.arange(ones + 1), ones, 1 - q),
+        binomial.pmf(np.arange(m - ones + 1), m - ones, q),
     )
     with np.errstate(divide="ignore"):
         return np.asarray(np.log(pmf), dtype=np.float64)
@@ -279,21 +280,21 @@ _GRID_GROWTH = 2e-3
 
 def _binom_windows(trials: Sequence[int], p: float) -> tuple[list[FloatArray], FloatArray]:
     """Bin(t, p) for each t of `trials`, on the window outside which each tail is at most
-    `_FACTOR_TAIL`, and the mass each leaves out. One vectorised scipy call per quantity: per-call
+    `_FACTOR_TAIL`, and the mass each leaves out. One vectorised call per quantity: per-call
     overhead would otherwise dominate. (Only the shapes matter, not where the windows start.)
 
-    The upper end is the lower quantile of Bin(t, 1 - p), which scipy computes accurately where
+    The upper end is the lower quantile of Bin(t, 1 - p), which Boost.Math computes accurately where
     its upper quantile does not.
     """
-    from scipy import stats  # noqa: PLC0415
+    from shared.dp import binomial  # noqa: PLC0415
 
     t = np.asarray(trials, dtype=np.int64)
-    lo = stats.binom.ppf(_FACTOR_TAIL, t, p).astype(np.int64)
-    hi = t - stats.binom.ppf(_FACTOR_TAIL, t, 1 - p).astype(np.int64)
+    lo = binomial.ppf(_FACTOR_TAIL, t, p).astype(np.int64)
+    hi = t - binomial.ppf(_FACTOR_TAIL, t, 1 - p).astype(np.int64)
     sizes = hi - lo + 1
     points = np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)])
-    pmf = np.asarray(stats.binom.pmf(points, np.repeat(t, sizes), p), dtype=np.float64)
-    left_out = stats.binom.cdf(lo - 1, t, p) + stats.binom.cdf(t - hi - 1, t, 1 - p)
+    pmf = np.asarray(binomial.pmf(points, np.repeat(t, sizes), p), dtype=np.float64)
+    left_out = binomial.cdf(lo - 1, t, p) + binomial.cdf(t - hi - 1, t, 1 - p)
     return np.split(pmf, np.cumsum(sizes)[:-1]), np.asarray(left_out, dtype=np.float64)
 
 

@@ -71,8 +71,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-# scipy.stats is imported by the functions that use it: it is about a second of a process's
-# start, and most processes importing this module (every service, the SDK) never call them.
+# The binomial functions (`shared.dp.binomial`, on scipy.special) are imported by the functions
+# that use them: a third of a second of a process's start, and most processes importing this
+# module (every service, the CLI) never call them.
 from shared.dp.estimators import FloatArray
 from shared.dp.randomizers.bitpushing import BitPushing, BitReports, BitTallies
 from shared.dp.randomizers.cms import (
@@ -115,9 +116,9 @@ def one_hot_max_count(rand: OneHotRandomizer, p_fail: float = DEFAULT_P_FAIL) ->
 
     def survival(m: int) -> float:
         # W = B + C, B ~ Bern(p_true) the true item's bit, C ~ Bin(d-1, q).
-        from scipy import stats  # noqa: PLC0415
+        from shared.dp import binomial  # noqa: PLC0415
 
-        c_sf = stats.binom.sf
+        c_sf = binomial.sf
         return float(rand.p_true * c_sf(m - 1, d - 1, q) + (1 - rand.p_true) * c_sf(m, d - 1, q))
 
     return smallest_bound(survival, p_fail, d)
@@ -151,9 +152,9 @@ def cms_max_count(cms: CountMeanSketch, p_fail: float = DEFAULT_P_FAIL) -> int:
 
     def survival(w: int) -> float:
         # W - 1 = Bern(1 - p) + Bin(m - 1, p); the extra 1 is the row indicator.
-        from scipy import stats  # noqa: PLC0415
+        from shared.dp import binomial  # noqa: PLC0415
 
-        c_sf = stats.binom.sf
+        c_sf = binomial.sf
         return float((1 - p) * c_sf(w - 2, m - 1, p) + p * c_sf(w - 1, m - 1, p))
 
     return smallest_bound(survival, p_fail, m + 1)
@@ -195,10 +196,10 @@ def cms_sketch_from_aggregate(cms: CountMeanSketch, aggregate: npt.ArrayLike) ->
 
 def _cms_weight_pmf(cms: CountMeanSketch) -> FloatArray:
     """pmf of an honest CMS block's weight, 1 + Bern(1 - p) + Bin(m - 1, p), over 0..m+1."""
-    from scipy import stats  # noqa: PLC0415
+    from shared.dp import binomial  # noqa: PLC0415
 
     p, m = cms.flip_probability, cms.m
-    b = stats.binom.pmf(np.arange(m), m - 1, p)
+    b = binomial.pmf(np.arange(m), m - 1, p)
     out = np.zeros(m + 2)
     out[2:] += (1 - p) * b
     out[1:-1] += p * b

@@ -37,8 +37,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# scipy.stats is imported by the functions that use it: it is about a second of a process's
-# start, and most processes importing this module (every service, the SDK) never call them.
+# The binomial functions (`shared.dp.binomial`, on scipy.special) are imported by the functions
+# that use them: a third of a second of a process's start, and most processes importing this
+# module (every service, the CLI) never call them.
 from shared.dap.task import CALIBRATION_RTOL, AggregatorNoise
 from shared.dp import amplification as amp
 from shared.dp.aggregator_noise import noise_guarantee
@@ -92,13 +93,13 @@ def real_report_share(q: float, dummy_rate: float | None) -> float:
 def real_reports_lower_bound(n: int, rho: float, delta: float) -> int:
     """The largest m with P(Binomial(n, rho) < m) <= delta: at least m of n reports are real
     except with probability delta."""
-    from scipy.stats import binom  # noqa: PLC0415
+    from shared.dp import binomial  # noqa: PLC0415
 
     if rho >= 1:
         return n
     # ppf(delta) is the least k with P(X <= k) >= delta, so P(X < k) < delta, and one more
     # would give P(X < k + 1) >= delta.
-    return int(binom.ppf(delta, n, rho))
+    return int(binomial.ppf(delta, n, rho))
 
 
 def analysis_epsilon(randomizer: Randomizer, analysis: amp.Analysis) -> float:
