@@ -31,7 +31,9 @@ its caches, a one-off cost that a long-running aggregator does not pay per repor
 
 The drivers are configured for a short pipeline (`driver_poll_s` 0.1, `max_report_wait_s` 1,
 `collection_retry_s` 1, collector poll 0.2 s); the job sizes are the services' defaults. Run
-alone with `python -m bench.deployment [--reports N] [--stores sqlite,postgres] [--only TEXT]`.
+alone with `python -m bench.deployment [--reports N] [--stores sqlite,postgres] [--only TEXT]
+[--repeat R]`; with R runs, each in fresh deployments, it prints each figure's median and range,
+which is what a change can be judged by on a host whose speed varies by a third from run to run.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from bench.common import Result, print_table
+from bench.common import Result, print_runs
 from bench.vdaf import prep_and_open_cpu
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, fetch_hpke_config
@@ -744,17 +746,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME=VALUE",
         help="extra SAGG_AGGREGATOR_NAME setting of leader and helper (e.g. MAX_JOB_SIZE=1000)",
     )
-    args = parser.parse_args(argv)
-    extra = dict(item.split("=", 1) for item in args.aggregator_env)
-    results = run(
-        args.reports, args.stores.split(","), args.concurrency, extra, args.only, args.warmup
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run everything N times, each in fresh deployments; print median, lowest, highest",
     )
-    print_table(
-        results,
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
+    extra = dict(item.split("=", 1) for item in args.aggregator_env)
+    runs = [
+        run(args.reports, args.stores.split(","), args.concurrency, extra, args.only, args.warmup)
+        for _ in range(args.repeat)
+    ]
+    title = (
         f"Deployment: leader + helper + collector processes, {args.reports} reports per case, "
         f"{args.concurrency} connections (goal: {GOAL_E2E:,.0f} reports/s end to end, "
-        "Histogram(100))",
+        "Histogram(100))"
     )
+    print_runs(runs, title)
 
 
 if __name__ == "__main__":

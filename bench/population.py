@@ -26,7 +26,8 @@ aggregation and collection in a fresh `sagg up`, the collected aggregate checked
 the devices sent, the time from the first device to the collected result and each process's
 peak RSS, the simulator's beside a 2,000-device run's (flat memory).
 
-Run alone: ``python -m bench.population [--devices N] [--tokenless N,M] [--split N]`` or
+Run alone: ``python -m bench.population [--devices N] [--tokenless N,M] [--split N]
+[--repeat R]`` (R runs, each in a fresh `sagg up`: each figure's median and range) or
 ``python -m bench.population --full 1000000``.
 
 Where the CPU goes, per device (2,000 devices, py-spy ``--gil`` on each service and on the
@@ -125,7 +126,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, print_table
+from bench.common import Result, print_runs, print_table
 from bench.deployment import tree_cpu_seconds
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client, pooled_client
@@ -524,14 +525,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="N",
         help="instead: N devices with tokens through collection, the aggregate checked",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the cases N times, each in a fresh sagg up; print median, lowest, highest",
+    )
     args = parser.parse_args(argv)
     if args.full:
         print_table(full(args.full), "A device population through collection, against sagg up")
         return
     if args.split < SPLIT_MIN_BATCH:
         parser.error(f"--split: the 1 vs 2 check collects a batch of at least {SPLIT_MIN_BATCH}")
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     sizes = [int(n) for n in args.tokenless.split(",") if n]
-    print_table(run(args.devices, sizes, args.split), "Device populations against sagg up")
+    runs = [run(args.devices, sizes, args.split) for _ in range(args.repeat)]
+    title = "Device populations against sagg up"
+    print_runs(runs, title)
 
 
 if __name__ == "__main__":
