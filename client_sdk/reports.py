@@ -28,7 +28,6 @@ the DAP-19 rule that a list be strictly increasing holds by construction.
 from __future__ import annotations
 
 import functools
-
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
