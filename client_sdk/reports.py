@@ -106,9 +106,9 @@ class ReportWire:
         dap: DapVersion = "dap-09",
         task_configuration: str | None = None,
     ) -> ReportWire:
-        """From a task's JSON fields (unpadded base64url id and configuration). Cached: a
-        simulator's devices answer a handful of tasks, and decoding the id (and a DAP-19
-        task's configuration) twice a device was 3-4% of its CPU; a `ReportWire` is immutable."""
+        """From a task's JSON fields (unpadded base64url id and configuration). Cached (a
+        `ReportWire` is immutable): a simulator's devices answer a handful of tasks, and each
+        decoded its task's id, and a DAP-19 task's configuration, twice."""
         if (dap == "dap-19") != (task_configuration is not None):
             raise ValueError("a dap-19 task needs its task_configuration, a dap-09 one has none")
         raw = None
