@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -92,6 +93,24 @@ def print_spread(spreads: Sequence[Spread], title: str) -> None:
     ]
     header = ("bench", "case", "metric", "median", "lowest", "highest", "unit", "runs")
     _print_rows(title, header, rows, numeric=range(3, 6))
+
+
+def add_repeat_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--repeat N`` (at least 1): run `what` N times and print each figure's spread."""
+
+    def at_least_one(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError("at least 1")
+        return value
+
+    parser.add_argument(
+        "--repeat",
+        type=at_least_one,
+        default=1,
+        metavar="N",
+        help=f"run {what} N times; print median, lowest, highest",
+    )
 
 
 def print_runs(runs: Sequence[Sequence[Result]], title: str) -> None:

@@ -60,7 +60,7 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from bench.common import Result, print_runs
+from bench.common import Result, add_repeat_option, print_runs
 from bench.vdaf import prep_and_open_cpu
 from client_sdk.http import http_client
 from client_sdk.upload import ClientTask, fetch_hpke_config
@@ -746,16 +746,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="NAME=VALUE",
         help="extra SAGG_AGGREGATOR_NAME setting of leader and helper (e.g. MAX_JOB_SIZE=1000)",
     )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        metavar="N",
-        help="run everything N times, each in fresh deployments; print median, lowest, highest",
-    )
+    add_repeat_option(parser, "everything, each time in fresh deployments")
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error("--repeat: at least 1")
     extra = dict(item.split("=", 1) for item in args.aggregator_env)
     runs = [
         run(args.reports, args.stores.split(","), args.concurrency, extra, args.only, args.warmup)

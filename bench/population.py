@@ -126,7 +126,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, print_runs, print_table
+from bench.common import Result, add_repeat_option, print_runs, print_table
 from bench.deployment import tree_cpu_seconds
 from client_sdk.device import DeviceConfig
 from client_sdk.http import http_client, pooled_client
@@ -525,25 +525,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="N",
         help="instead: N devices with tokens through collection, the aggregate checked",
     )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        metavar="N",
-        help="run the cases N times, each in a fresh sagg up; print median, lowest, highest",
-    )
+    add_repeat_option(parser, "the cases, each time in a fresh sagg up")
     args = parser.parse_args(argv)
     if args.full:
         print_table(full(args.full), "A device population through collection, against sagg up")
         return
     if args.split < SPLIT_MIN_BATCH:
         parser.error(f"--split: the 1 vs 2 check collects a batch of at least {SPLIT_MIN_BATCH}")
-    if args.repeat < 1:
-        parser.error("--repeat: at least 1")
     sizes = [int(n) for n in args.tokenless.split(",") if n]
     runs = [run(args.devices, sizes, args.split) for _ in range(args.repeat)]
-    title = "Device populations against sagg up"
-    print_runs(runs, title)
+    print_runs(runs, "Device populations against sagg up")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 
 import pytest
 
-from bench.common import Result, Spread, print_runs, spread
+from bench.common import Result, Spread, add_repeat_option, print_runs, spread
 
 
 def rows(rate: float, cpu: float) -> list[Result]:
@@ -61,3 +62,17 @@ def test_one_run_prints_its_table_several_their_spread(
     assert three[1] == "three, 3 runs"
     line = next(x for x in three if "reports/s" in x)
     assert line.split()[-5:] == ["2,500", "2,000", "3,000", "reports/s", "3"]
+
+
+def test_repeat_takes_a_positive_count_and_refuses_others(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    add_repeat_option(parser, "the cases")
+    assert parser.parse_args([]).repeat == 1
+    assert parser.parse_args(["--repeat", "3"]).repeat == 3
+    for bad in ("0", "-2", "three"):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(["--repeat", bad])
+        assert exit_info.value.code == 2
+        assert "--repeat" in capsys.readouterr().err
