@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.auth import BearerAuth
+from services.common.metric_children import child
 from services.common.routing import api_router
 
 __all__ = [
@@ -93,10 +94,9 @@ class RequestMetrics:
         try:
             await app(scope, receive, observed)
         finally:
+            elapsed = time.perf_counter() - start
             template = route if route is not None else _route_template(scope)
-            self.histogram.labels(scope["method"], template, f"{status // 100}xx").observe(
-                time.perf_counter() - start
-            )
+            child(self.histogram, scope["method"], template, f"{status // 100}xx").observe(elapsed)
 
 
 class _RequestMetricsMiddleware:

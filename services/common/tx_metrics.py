@@ -21,6 +21,8 @@ from typing import Final
 
 from prometheus_client import Counter, Histogram
 
+from services.common.metric_children import child
+
 COMMITTED: Final = "committed"
 ROLLED_BACK: Final = "rolled_back"
 ERROR: Final = "error"
@@ -43,7 +45,7 @@ DURATION: Final = Histogram(
 
 
 def retried(name: str) -> None:
-    RETRIES.labels(name).inc()
+    child(RETRIES, name).inc()
 
 
 @contextmanager
@@ -54,12 +56,12 @@ def observe(name: str, database_errors: tuple[type[BaseException], ...]) -> Iter
     try:
         yield
     except database_errors:
-        TRANSACTIONS.labels(name, ERROR).inc()
+        child(TRANSACTIONS, name, ERROR).inc()
         raise
     except BaseException:
-        TRANSACTIONS.labels(name, ROLLED_BACK).inc()
+        child(TRANSACTIONS, name, ROLLED_BACK).inc()
         raise
     else:
-        TRANSACTIONS.labels(name, COMMITTED).inc()
+        child(TRANSACTIONS, name, COMMITTED).inc()
     finally:
-        DURATION.labels(name).observe(time.perf_counter() - start)
+        child(DURATION, name).observe(time.perf_counter() - start)

@@ -63,6 +63,7 @@ from services.common.db import SQLITE, Database
 from services.common.health import install_healthz
 from services.common.http import http_client as new_http_client
 from services.common.limits import install_body_limit
+from services.common.metric_children import child
 from services.common.metrics import install_metrics
 from services.common.problems import ServiceError, install_problem_handlers
 from services.common.raw_routes import (
@@ -359,7 +360,7 @@ def _attester_routes(
         except DeviceAuthError as exc:
             refusals.labels(reason=exc.reason).inc()
             return _problem(403, f"Enrollment refused: {exc}")
-        metrics.enrolments.labels(outcome="created" if result.created else "known").inc()
+        child(metrics.enrolments, "created" if result.created else "known").inc()
         return JSONResponse(
             {
                 "device_id": b64url_encode(result.device_id),
@@ -386,7 +387,7 @@ def _attester_routes(
 
     async def token_request(request: RawRequest) -> Response:
         outcome, response = await _token_request(attester, request, blocking)
-        requests.labels(outcome=outcome).inc()
+        child(requests, outcome).inc()
         return response
 
     def token_request_too_long() -> Response:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from services.common.clock import Clock
+from services.common.metric_children import child
 from services.token_issuer.keys import KeyRing, KeyStore
 from shared.codec import DecodeError
 from shared.privacypass.issuance import IssuanceError, issue
@@ -81,5 +82,5 @@ class IssuerService:
             raise IssuanceError("unknown token key id", "unknown_key_id")
         response = issue(key.key, request).encode()
         if self._issued is not None:
-            self._issued.labels(epoch=str(key.epoch)).inc()
+            child(self._issued, str(key.epoch)).inc()
         return response
