@@ -73,7 +73,8 @@ def keep_job_memory() -> bool:
     preparation's CPU time. DAP-19 Histogram(100) `bench.deployment` on SQLite, three runs
     each, alternated with the code before: server CPU 267-270 -> 233-246 µs a report, the
     servers' own preparation and opens 144-145 -> 121-126 µs; peak RSS 296-297 -> 303-307 MiB
-    (leader), 238-240 -> 240 (helper)."""
+    (leader), 238-240 -> 240 (helper). Minor page faults over one such run: leader 187,199 ->
+    56,442, helper 120,859 -> 39,641."""
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):
