@@ -42,7 +42,7 @@ from services.aggregator.service import (
 from services.aggregator.wire import REPORT_ERROR_OF, VERIFICATION_KEY_ID, Wire19
 from services.common.problems import DapProblemError, HttpProblemError
 from shared.codec import DecodeError
-from shared.dap.ids import AggregationJobId, ReportId
+from shared.dap.ids import AggregationJobId
 from shared.dap.messages import Interval, QueryType
 from shared.dap.messages19 import (
     MEDIA_AGGREGATE_SHARE,
@@ -54,6 +54,7 @@ from shared.dap.messages19 import (
     BatchMode,
     CollectionJobReq,
     ReportError,
+    VerifyAnswer,
     VerifyResp,
     first_unordered_extension,
 )
@@ -158,14 +159,14 @@ def _prepare(
     agg: Aggregator, task: Task, job: bytes, body: bytes, request: AggregationJobInitReq
 ) -> bytes:
     """Prepare and store a checked job (`Aggregator.prepare_job`); its AggregationJobResp."""
-    ids = [v.report_share.report_metadata.report_id for v in request.verify_inits]
+    ids = [v.report_share.report_metadata.report_id.value for v in request.verify_inits]
 
     def encode(
         final: list[ReportOutcome], messages: dict[int, bytes], refusals: dict[int, Refusal]
     ) -> bytes:
-        return AggregationJobResp(
-            tuple(_verify_resp(ids[i], o, messages, refusals, i) for i, o in enumerate(final))
-        ).encode()
+        return AggregationJobResp.encode_answers(
+            [_answer(ids[i], o, messages, refusals, i) for i, o in enumerate(final)]
+        )
 
     shares = [
         JobShare(v.report_share.report_metadata, v.report_share, v.payload)
@@ -174,20 +175,20 @@ def _prepare(
     return agg.prepare_job(task, job, body, shares, request.batch_id, encode)
 
 
-def _verify_resp(
-    rid: ReportId,
+def _answer(
+    rid: bytes,
     outcome: ReportOutcome,
     messages: dict[int, bytes],
     refusals: dict[int, Refusal],
     i: int,
-) -> VerifyResp:
+) -> VerifyAnswer:
     if outcome.error is None:
-        return VerifyResp.continued(rid, messages[i])
+        return rid, messages[i], None
     refusal = refusals.get(i)
     # A check's refusal names its DAP-19 code; the store's findings (replay, collected batch,
     # spent token) and the VDAF's come as DAP-09 errors, translated at the wire.
     error = refusal.report_error if refusal is not None else REPORT_ERROR_OF[outcome.error]
-    return VerifyResp.rejected(rid, error)
+    return rid, None, error
 
 
 def job_response(agg: Aggregator, task_id: str, job_id: str, headers: Mapping[str, str]) -> Answer:

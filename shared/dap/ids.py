@@ -104,7 +104,11 @@ class _FixedId(TlsStruct):
 
     @classmethod
     def _decode_from(cls, dec: Decoder) -> Self:
-        return cls(dec.fixed(cls.SIZE, cls.__name__))
+        # `fixed` returns exactly SIZE bytes: what `__init__` checks holds already, and each
+        # report of an upload or job decodes one of these.
+        new = object.__new__(cls)
+        object.__setattr__(new, "_value", dec.fixed(cls.SIZE, cls.__name__))
+        return new
 
 
 class TaskId(_FixedId):

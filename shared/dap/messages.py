@@ -805,7 +805,8 @@ class BaseReportResp(TlsStruct, Generic[_State, _Error]):
 
     @classmethod
     def _state(cls, value: int) -> _State:
-        return cast(_State, cls.STATES(value))
+        # A dict lookup rather than a call of the enum class: a helper answers every report.
+        return cast(_State, cls.STATES._value2member_map_[value])
 
     @classmethod
     def continued(cls, report_id: ReportId, payload: bytes) -> Self:
@@ -832,7 +833,7 @@ class BaseReportResp(TlsStruct, Generic[_State, _Error]):
     def _decode_from(cls, dec: Decoder) -> Self:
         name = cls.__name__
         report_id = ReportId._decode_from(dec)
-        state = cls._state(dec.enum8(cls.STATES, f"{name}.{cls.STATE_FIELD}"))
+        state = cast(_State, dec.enum8(cls.STATES, f"{name}.{cls.STATE_FIELD}"))
         if state == _RESP_CONTINUE:
             payload = dec.opaque32(f"{name}.payload", cls.PAYLOAD_MIN_LEN)
             return cls(report_id, state, payload=payload)

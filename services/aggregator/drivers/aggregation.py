@@ -360,35 +360,37 @@ def _init19(
     task: Task, wire: Wire19, batch_id: BatchId | None, shares: list[tuple[LeaderReport, bytes]]
 ) -> _InitExchange:
     """POST {helper}/tasks/{id}/aggregation_jobs (DAP-19 §4.5.3.1): the task's one key id,
-    times in units, the batch id of a leader-selected job in its extension."""
-    inits = tuple(
-        m19.VerifyInit(
-            m19.ReportShare(
-                m19.ReportMetadata(ReportId(r.report_id), wire.units(r.client_time)),
-                r.public_share or b"",
-                HpkeCiphertext.decode(r.helper_encrypted_share or b""),
-            ),
-            message,
-        )
-        for r, message in shares
-    )
+    times in units, the batch id of a leader-selected job in its extension. Encoded from the
+    stored parts and answered as tuples, not structs (`encode_reports`, `decode_answers`)."""
     extensions = (
         ()
         if batch_id is None
         else (m19.AggregationJobExtension.leader_selected_batch_id(batch_id),)
     )
-    request = m19.AggregationJobInitReq(VERIFICATION_KEY_ID, b"", extensions, inits)
+    body = m19.AggregationJobInitReq.encode_reports(
+        VERIFICATION_KEY_ID,
+        b"",
+        extensions,
+        [
+            m19.StoredReportShare(
+                r.report_id,
+                wire.units(r.client_time),
+                r.public_share or b"",
+                r.helper_encrypted_share or b"",
+                message,
+            )
+            for r, message in shares
+        ],
+    )
 
     def decode(body: bytes) -> list[_Resp]:
         resps = []
-        for v in m19.AggregationJobResp.decode(body).verify_resps:
-            if v.state == m19.VerifyRespType.CONTINUE:
-                resps.append(_Resp(v.report_id.value, v.payload))
-            elif v.state == m19.VerifyRespType.REJECT and v.error is not None:
+        for report_id, kind, payload, error in m19.AggregationJobResp.decode_answers(body):
+            if kind == m19.VerifyRespType.CONTINUE:
+                resps.append(_Resp(report_id, payload))
+            elif kind == m19.VerifyRespType.REJECT and error is not None:
                 # Every reject is a drop (digest §16 item 6); the counter keeps -19's name.
-                resps.append(
-                    _Resp(v.report_id.value, None, PREPARE_ERROR_OF[v.error], v.error.name.lower())
-                )
+                resps.append(_Resp(report_id, None, PREPARE_ERROR_OF[error], error.name.lower()))
             else:
                 # DAP-19 §4.5.3.1: `finish` at initialization makes the leader abandon the job.
                 raise DecodeError("a VerifyResp finished at initialization")
@@ -397,7 +399,7 @@ def _init19(
     return _InitExchange(
         "POST",
         helper_url(task.helper_endpoint, f"tasks/{task.b64}/aggregation_jobs"),
-        request.encode(),
+        body,
         m19.MEDIA_AGGREGATION_JOB_INIT_REQ,
         decode,
     )
