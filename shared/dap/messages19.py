@@ -54,6 +54,11 @@ VerifyRespType codes outside DAP-19's tables do not decode, like every enum of t
 response carrying one is malformed as a whole (dap-ts instead maps unknown codes to "unknown").
 `HpkeConfigList<10..2^16-1>` needs no code of its own: the shortest HpkeConfig is 10 bytes, so
 DAP-09's non-empty list is the same set of encodings.
+
+The two messages an aggregator writes or reads once per report of every job also have bulk
+forms, byte for byte those of the structs (`tests/shared/test_dap19_bulk_codecs.py`): the
+leader's AggregationJobInitReq from its stored report parts (`encode_reports`), and the
+helper's AggregationJobResp from plain tuples and back (`encode_answers`, `decode_answers`).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ from enum import IntEnum
 from itertools import pairwise
 from typing import Final, NamedTuple, Self
 
-from shared.codec import U32_MAX, DecodeError, Decoder, Encoder, TlsStruct
+from shared.codec import U32_MAX, U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap import hpke_context
 from shared.dap.ids import REPORT_ID_SIZE, BatchId, ReportId, TaskId
 from shared.dap.messages import (
@@ -820,7 +825,11 @@ class AggregationJobInitReq(_Checked):
     @property
     def batch_id(self) -> BatchId | None:
         """The `leader_selected_batch_id` extension's batch, if present."""
-        for ext in self.extensions:
+        return self._batch_id_of(self.extensions)
+
+    @staticmethod
+    def _batch_id_of(extensions: Sequence[AggregationJobExtension]) -> BatchId | None:
+        for ext in extensions:
             if ext.extension_type == AggregationJobExtensionType.LEADER_SELECTED_BATCH_ID:
                 return BatchId(ext.extension_data)
         return None
@@ -837,12 +846,10 @@ class AggregationJobInitReq(_Checked):
         unordered = first_unordered_extension(extensions)
         if unordered is not None:
             return f"extension 0x{unordered:04x} breaks the strictly increasing order"
-        for ext in extensions:
-            if ext.extension_type == AggregationJobExtensionType.LEADER_SELECTED_BATCH_ID:
-                try:
-                    BatchId(ext.extension_data)
-                except ValueError as exc:
-                    return f"leader_selected_batch_id: {exc}"
+        try:
+            AggregationJobInitReq._batch_id_of(extensions)
+        except ValueError as exc:
+            return f"leader_selected_batch_id: {exc}"
         dup = first_duplicate(report_ids)
         if dup is None:
             return None
@@ -876,6 +883,8 @@ class AggregationJobInitReq(_Checked):
         for r in reports:
             if len(r.report_id) != REPORT_ID_SIZE or not 0 < len(r.payload) <= U32_MAX:
                 raise ValueError(f"{name}: report id or payload of the wrong length")
+            if not 0 <= r.time <= U64_MAX:
+                raise ValueError(f"{name}: time {r.time} does not fit in uint64")
             if len(r.public_share) > U32_MAX:
                 raise ValueError(f"{name}: public share too long")
             parts += (

@@ -85,6 +85,7 @@ def test_encode_reports_refuses_what_encode_refuses() -> None:
         (unordered, [one], "strictly increasing"),
         ((), [one._replace(payload=b"")], "wrong length"),
         ((), [one._replace(report_id=b"\x01" * 15)], "wrong length"),
+        ((), [one._replace(time=2**64)], "uint64"),
     ):
         try:
             m19.AggregationJobInitReq.encode_reports(0, b"", extensions, reports)
