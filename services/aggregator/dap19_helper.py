@@ -55,7 +55,6 @@ from shared.dap.messages19 import (
     CollectionJobReq,
     ReportError,
     VerifyAnswer,
-    VerifyResp,
     first_unordered_extension,
 )
 from shared.dap.problems import ProblemType
@@ -123,13 +122,13 @@ def helper_init(agg: Aggregator, task_id: str, headers: Mapping[str, str], body:
             ProblemType.INVALID_AGGREGATION_PARAMETER, "Prio3 takes an empty aggregation parameter"
         )
     if request.verification_key_id != VERIFICATION_KEY_ID:
-        unknown = tuple(
-            VerifyResp.rejected(v.report_share.report_metadata.report_id, UNKNOWN_KEY)
-            for v in request.verify_inits
+        unknown = AggregationJobResp.encode_answers(
+            [
+                (v.report_share.report_metadata.report_id.value, None, UNKNOWN_KEY)
+                for v in request.verify_inits
+            ]
         )
-        return Answer(
-            HTTP_OK, AggregationJobResp(unknown).encode(), MEDIA_AGGREGATION_JOB_RESP, headers_out
-        )
+        return Answer(HTTP_OK, unknown, MEDIA_AGGREGATION_JOB_RESP, headers_out)
     if agg.settings.helper_defer_jobs:
         agg.ds.defer_helper_job(task.id.value, job, body, agg.clock.now())
         return _deferred_state(agg, task, job, headers_out["Location"])
