@@ -163,7 +163,7 @@ class ReportWire:
     ) -> AnyReport:
         """One sealed report (the public share and the two input shares of `report_id`)."""
         metadata = self.version.report_metadata(report_id, self.time(item.time))
-        aad = self.version.input_share_aad(metadata, public_share)
+        aad = self.version.input_share_aad(metadata.encode(), public_share)
         leader = self._seal(configs[0], Role.LEADER, aad, item.leader_extensions, shares[0])
         helper = self._seal(configs[1], Role.HELPER, aad, item.helper_extensions, shares[1])
         return self.version.report(metadata, public_share, leader, helper)

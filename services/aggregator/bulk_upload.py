@@ -56,7 +56,7 @@ class _Request:
     """The outcomes of one request's reports as the writer commits them; answers once all
     `expected` are in."""
 
-    def __init__(self, ids: list[ReportId], done: Done) -> None:
+    def __init__(self, ids: list[bytes], done: Done) -> None:
         self.ids = ids
         self.errors: list[ReportError | None] = [None] * len(ids)
         self.failure: Exception | None = None
@@ -89,7 +89,7 @@ class _Request:
 
     def answer(self) -> Answer:
         refused = tuple(
-            ReportUploadStatus(rid, error)
+            ReportUploadStatus(ReportId(rid), error)
             for rid, error in zip(self.ids, self.errors, strict=True)
             if error is not None
         )
@@ -106,12 +106,12 @@ def bulk_upload(
     Nothing is stored before every report is validated, so an `IssuerKeysPendingError` (the
     caller validates again once the issuer answered) leaves no trace."""
     try:
-        request = UploadRequest.decode(body)
+        reports = UploadRequest.read_reports(body)
     except DecodeError:
         done(task.problem(ProblemType.INVALID_MESSAGE, "malformed UploadRequest"))
         return
     most = agg.settings.upload_max_reports
-    if len(request.reports) > most:
+    if len(reports) > most:
         # The byte cap counts the task's largest report; smaller (refusable) ones could
         # otherwise make one request cost any number of checks and refusal counts.
         done(
@@ -125,15 +125,15 @@ def bulk_upload(
     # A report id met before in this request is a replay of that first report.
     seen: set[bytes] = set()
     first: list[bool] = []
-    for report in request.reports:
-        rid = report.report_metadata.report_id.value
+    for report in reports:
+        rid = report.leader.report_id
         first.append(rid not in seen)
         seen.add(rid)
     try:
         checked = iter(
             agg.validate_reports(
                 task,
-                [r for r, is_first in zip(request.reports, first, strict=True) if is_first],
+                [r for r, is_first in zip(reports, first, strict=True) if is_first],
                 agg.clock.now(),
                 wait=wait,
                 fetch=fetch,
@@ -145,7 +145,7 @@ def bulk_upload(
     verdicts: list[NewReport | Refusal] = [
         next(checked) if is_first else Refusal.REPLAYED for is_first in first
     ]
-    pending = _Request([r.report_metadata.report_id for r in request.reports], done)
+    pending = _Request([r.leader.report_id for r in reports], done)
     items = [
         # A refusal stands whether or not its count could be stored.
         Queued(

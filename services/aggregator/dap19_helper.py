@@ -34,11 +34,7 @@ from services.aggregator.answer import Answer
 from services.aggregator.batches import MAX_STORED_TIME, time_key
 from services.aggregator.datastore import ReportOutcome
 from services.aggregator.report_checks import Refusal
-from services.aggregator.service import (
-    Aggregator,
-    JobShare,
-    Task,
-)
+from services.aggregator.service import Aggregator, Task
 from services.aggregator.wire import REPORT_ERROR_OF, VERIFICATION_KEY_ID, Wire19
 from services.common.problems import DapProblemError, HttpProblemError
 from shared.codec import DecodeError
@@ -53,6 +49,7 @@ from shared.dap.messages19 import (
     AggregationJobResp,
     BatchMode,
     CollectionJobReq,
+    JobInitParts,
     ReportError,
     VerifyAnswer,
     first_unordered_extension,
@@ -83,7 +80,7 @@ def _wire(task: Task) -> Wire19:
     return task.wire
 
 
-def _check_job_extensions(task: Task, request: AggregationJobInitReq) -> None:
+def _check_job_extensions(task: Task, request: JobInitParts) -> None:
     """DAP-19 §4.5.3.2, §5.2.2: only `leader_selected_batch_id`, exactly in leader-selected
     tasks (order and its 32 bytes were checked by the decoder)."""
     for ext in request.extensions:
@@ -106,7 +103,7 @@ def helper_init(agg: Aggregator, task_id: str, headers: Mapping[str, str], body:
     task = agg.task_for(task_id, "helper", headers, opt_in=True)
     agg.check_aggregator_auth(task, headers)
     try:
-        request = AggregationJobInitReq.decode(body)
+        request = AggregationJobInitReq.read_inits(body)
     except DecodeError as exc:
         raise task.problem(ProblemType.INVALID_MESSAGE, f"AggregationJobInitReq: {exc}") from None
     rid = resource_id(task, body)
@@ -123,10 +120,7 @@ def helper_init(agg: Aggregator, task_id: str, headers: Mapping[str, str], body:
         )
     if request.verification_key_id != VERIFICATION_KEY_ID:
         unknown = AggregationJobResp.encode_answers(
-            [
-                (v.report_share.report_metadata.report_id.value, None, UNKNOWN_KEY)
-                for v in request.verify_inits
-            ]
+            [(init.sealed.report_id, None, UNKNOWN_KEY) for init in request.inits]
         )
         return Answer(HTTP_OK, unknown, MEDIA_AGGREGATION_JOB_RESP, headers_out)
     if agg.settings.helper_defer_jobs:
@@ -149,16 +143,14 @@ def _deferred_state(agg: Aggregator, task: Task, job: bytes, job_location: str) 
         pending = {"Location": job_location + "?step=0", "Retry-After": str(wait)}
         return Answer(HTTP_OK, headers=pending)
     # Checked when it was deferred; decoding again gives the same request.
-    response = _prepare(agg, task, job, body, AggregationJobInitReq.decode(body))
+    response = _prepare(agg, task, job, body, AggregationJobInitReq.read_inits(body))
     agg.ds.forget_deferred_job(task.id.value, job)
     return Answer(HTTP_OK, response, MEDIA_AGGREGATION_JOB_RESP, {"Location": job_location})
 
 
-def _prepare(
-    agg: Aggregator, task: Task, job: bytes, body: bytes, request: AggregationJobInitReq
-) -> bytes:
+def _prepare(agg: Aggregator, task: Task, job: bytes, body: bytes, request: JobInitParts) -> bytes:
     """Prepare and store a checked job (`Aggregator.prepare_job`); its AggregationJobResp."""
-    ids = [v.report_share.report_metadata.report_id.value for v in request.verify_inits]
+    ids = [init.sealed.report_id for init in request.inits]
 
     def encode(
         final: list[ReportOutcome], messages: dict[int, bytes], refusals: dict[int, Refusal]
@@ -167,11 +159,7 @@ def _prepare(
             [_answer(ids[i], o, messages, refusals, i) for i, o in enumerate(final)]
         )
 
-    shares = [
-        JobShare(v.report_share.report_metadata, v.report_share, v.payload)
-        for v in request.verify_inits
-    ]
-    return agg.prepare_job(task, job, body, shares, request.batch_id, encode)
+    return agg.prepare_job(task, job, body, request.inits, request.batch_id, encode)
 
 
 def _answer(

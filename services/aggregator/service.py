@@ -100,14 +100,11 @@ from shared.dap.messages import (
     PrepareResp,
     QueryType,
     Report,
-    ReportMetadata,
-    ReportShare,
     Role,
+    SealedInit,
+    UploadedReport,
 )
 from shared.dap.messages19 import AggregationJobContinueReq as AggregationJobContinueReq19
-from shared.dap.messages19 import Report as Report19
-from shared.dap.messages19 import ReportMetadata as ReportMetadata19
-from shared.dap.messages19 import ReportShare as ReportShare19
 from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.dap.task import AggregatorNoise, RateValidation, TaskDefinition, TokenPolicy
@@ -309,16 +306,6 @@ def task_from_record(record: TaskRecord) -> Task:
         else RateValidation.model_validate(d["rate_validation"]),
         taskprov=bool(d.get("taskprov")),
     )
-
-
-@dataclass(frozen=True)
-class JobShare:
-    """One report of a helper aggregation job, in either DAP version: its metadata (for the
-    AAD; its time in the version's unit), the report share and the leader's first message."""
-
-    metadata: ReportMetadata | ReportMetadata19
-    report_share: ReportShare | ReportShare19
-    inbound: bytes
 
 
 #: Writes a job's response from its final outcomes, outbound messages and check refusals.
@@ -617,7 +604,7 @@ class Aggregator:
     ) -> NewReport | Refusal:
         """The report to store, or why it is refused (`validate_reports`)."""
         try:
-            report = Report.decode(body)
+            report = UploadedReport.of(Report.decode(body))
         except DecodeError:
             return Refusal.MALFORMED_REPORT
         return self.validate_reports(task, [report], self.clock.now(), wait=wait, fetch=fetch)[0]
@@ -625,7 +612,7 @@ class Aggregator:
     def validate_reports(
         self,
         task: Task,
-        reports: Sequence[Report | Report19],
+        reports: Sequence[UploadedReport],
         now: int,
         *,
         wait: bool,
@@ -636,22 +623,20 @@ class Aggregator:
         Its time is stored in seconds whatever the task's DAP version (`wire`)."""
         smallest, largest = task.helper_ciphertext_bounds
 
-        def helper_share_fits(report: Report | Report19) -> bool:
-            share = report.helper_encrypted_input_share
+        def helper_share_fits(report: UploadedReport) -> bool:
             # The encoded HpkeCiphertext: config id, enc and payload with their length prefixes.
-            encoded_len = 7 + len(share.enc) + len(share.payload)
-            return len(share.enc) == hpke.ENC_SIZE and smallest <= encoded_len <= largest
+            share = report.helper_encrypted_share
+            return (
+                smallest <= len(share) <= largest
+                and int.from_bytes(share[1:3], "big") == hpke.ENC_SIZE
+            )
 
         fits = [helper_share_fits(report) for report in reports]
         checked = iter(
             self.checks.check_all(
                 task,
                 Role.LEADER,
-                [
-                    (r.report_metadata, r.public_share, r.leader_encrypted_input_share)
-                    for r, fit in zip(reports, fits, strict=True)
-                    if fit
-                ],
+                [r.leader for r, fit in zip(reports, fits, strict=True) if fit],
                 now,
                 wait=wait,
                 fetch=fetch,
@@ -666,11 +651,9 @@ class Aggregator:
         return verdicts
 
     @staticmethod
-    def _new_report(
-        task: Task, report: Report | Report19, checked: Accepted, now: int
-    ) -> NewReport:
-        metadata = report.report_metadata
-        time_s = task.wire.seconds(metadata.time)
+    def _new_report(task: Task, report: UploadedReport, checked: Accepted, now: int) -> NewReport:
+        leader = report.leader
+        time_s = task.wire.seconds(leader.time)
         batch_key = (
             bucket_key(time_s, task.time_precision)
             if task.query_type == QueryType.TIME_INTERVAL
@@ -678,11 +661,11 @@ class Aggregator:
         )
         return NewReport(
             task.id.value,
-            metadata.report_id.value,
+            leader.report_id,
             time_s,
-            report.public_share,
+            leader.public_share,
             checked.payload,
-            report.helper_encrypted_input_share.encode(),
+            report.helper_encrypted_share,
             batch_key,
             now,
             checked.spend,
@@ -726,10 +709,7 @@ class Aggregator:
             ]
             return AggregationJobResp(tuple(resps)).encode()
 
-        shares = [
-            JobShare(p.report_share.report_metadata, p.report_share, p.payload)
-            for p in request.prepare_inits
-        ]
+        shares = [SealedInit.of(p) for p in request.prepare_inits]
         batch_id = request.part_batch_selector.batch_id
         return Answer(
             HTTP_CREATED, self.prepare_job(task, job.value, body, shares, batch_id, encode)
@@ -760,7 +740,7 @@ class Aggregator:
         task: Task,
         job: bytes,
         body: bytes,
-        shares: Sequence[JobShare],
+        shares: Sequence[SealedInit],
         batch_id: BatchId | None,
         encode: EncodeJobResponse,
     ) -> bytes:
@@ -784,17 +764,7 @@ class Aggregator:
         inbound: list[bytes] = []
         try:
             checked = self.checks.check_all(
-                task,
-                Role.HELPER,
-                [
-                    (
-                        share.metadata,
-                        share.report_share.public_share,
-                        share.report_share.encrypted_input_share,
-                    )
-                    for share in shares
-                ],
-                now,
+                task, Role.HELPER, [share.sealed for share in shares], now
             )
         except IssuerUnavailableError:
             # Nothing is stored yet: the leader retries the whole job on a 5xx.
@@ -812,10 +782,10 @@ class Aggregator:
             reasons.append(None)
             spends.append(check.spend)
             candidates.append(i)
-            nonces.append(share.metadata.report_id.value)
-            public_shares.append(share.report_share.public_share)
+            nonces.append(share.sealed.report_id)
+            public_shares.append(share.sealed.public_share)
             input_shares.append(check.payload)
-            inbound.append(share.inbound)
+            inbound.append(share.payload)
 
         batch, outbound = self.crypto_cpu.prep(
             "helper",
@@ -844,7 +814,7 @@ class Aggregator:
 
         outcomes = []
         for i, share in enumerate(shares):
-            time_s = wire.seconds(share.metadata.time)
+            time_s = wire.seconds(share.sealed.time)
             key = (
                 batch_id_key(batch_id)
                 if batch_id is not None
@@ -852,7 +822,7 @@ class Aggregator:
             )
             outcomes.append(
                 ReportOutcome(
-                    share.metadata.report_id.value,
+                    share.sealed.report_id,
                     time_s,
                     key,
                     errors[i],

@@ -31,7 +31,7 @@ from typing import Final
 from shared.dap import messages as m09
 from shared.dap import messages19 as m19
 from shared.dap.extensions import KNOWN_EXTENSIONS
-from shared.dap.version import AnyReportMetadata, Dap09Wire, Dap19Wire
+from shared.dap.version import Dap09Wire, Dap19Wire
 
 #: DAP-09 PrepareError -> DAP-19 ReportError (digest §1.2, §6.5): the lifetime errors became
 #: report_dropped, and -19 has no batch_saturated (a full leader-selected batch drops it).
@@ -82,7 +82,7 @@ class Wire09(Dap09Wire):
         return content_type.split(";", maxsplit=1)[0].strip().lower() == self.upload_media_type
 
     def extension_error(
-        self, metadata: AnyReportMetadata, share: m09.PlaintextInputShare
+        self, public_extensions: tuple[m09.Extension, ...], share: m09.PlaintextInputShare
     ) -> m19.ReportError | None:
         """DAP-09 has no public extensions; its private ones are judged by
         `shared.dap.extensions.decode_extensions` alone."""
@@ -108,15 +108,12 @@ class Wire19(Dap19Wire):
         return m19.media_type_message(content_type) == "upload-req"
 
     def extension_error(
-        self, metadata: AnyReportMetadata, share: m09.PlaintextInputShare
+        self, public_extensions: tuple[m09.Extension, ...], share: m09.PlaintextInputShare
     ) -> m19.ReportError | None:
         """DAP-19's rules (DAP-19 §4.4.2, §4.5.3.4): order, a type in both lists, and only
         sagg's private extensions supported."""
-        assert isinstance(metadata, m19.ReportMetadata)
-        error = m19.check_report_extensions(
-            metadata.public_extensions, share.extensions, KNOWN_EXTENSIONS
-        )
-        if error is None and metadata.public_extensions:
+        error = m19.check_report_extensions(public_extensions, share.extensions, KNOWN_EXTENSIONS)
+        if error is None and public_extensions:
             return m19.ReportError.UNSUPPORTED_EXTENSION
         return error
 

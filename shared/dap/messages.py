@@ -45,7 +45,7 @@ from abc import abstractmethod
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Final, Generic, Self, TypeVar, cast
+from typing import Any, ClassVar, Final, Generic, NamedTuple, Protocol, Self, TypeVar, cast
 
 from shared.codec import U32_MAX, U64_MAX, DecodeError, Decoder, Encoder, TlsStruct
 from shared.dap.ids import BatchId, ReportId, TaskId
@@ -134,6 +134,9 @@ __all__ = [
     "ReportMetadata",
     "ReportShare",
     "Role",
+    "SealedInit",
+    "SealedShare",
+    "UploadedReport",
     "Url",
     "first_duplicate",
 ]
@@ -387,6 +390,11 @@ class ReportMetadata(TlsStruct):
     report_id: ReportId
     time: int
 
+    @property
+    def public_extensions(self) -> tuple[Extension, ...]:
+        """None: public extensions came with DAP-19."""
+        return ()
+
     def _encode_into(self, enc: Encoder) -> None:
         self.report_id._encode_into(enc)
         enc.u64(self.time, "ReportMetadata.time")
@@ -506,6 +514,87 @@ class Report(BaseReport[ReportMetadata]):
     @classmethod
     def _decode_metadata(cls, dec: Decoder) -> ReportMetadata:
         return ReportMetadata._decode_from(dec)
+
+
+class AnyMetadata(Protocol):
+    """The `ReportMetadata` of any DAP version."""
+
+    @property
+    def report_id(self) -> ReportId: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def public_extensions(self) -> tuple[Extension, ...]: ...
+    def encode(self) -> bytes: ...
+
+
+class SealedShare(NamedTuple):
+    """One aggregator's sealed input share with the parts of its report that its checks read,
+    in any DAP version: what a `Report` or `ReportShare` carries for that aggregator, with the
+    `ReportMetadata` also kept encoded, as the input share's AAD binds it. `time` is in the
+    version's unit; DAP-09 has no public extensions. DAP-19's leader reads these from an
+    UploadRequest without building its structs (`messages19.UploadRequest.read_reports`)."""
+
+    report_id: bytes
+    time: int
+    public_extensions: tuple[Extension, ...]
+    metadata: bytes
+    public_share: bytes
+    #: The `HpkeCiphertext`'s fields.
+    config_id: int
+    enc: bytes
+    payload: bytes
+
+    @classmethod
+    def of(cls, metadata: AnyMetadata, public_share: bytes, ciphertext: HpkeCiphertext) -> Self:
+        """From a decoded report's structs."""
+        return cls(
+            metadata.report_id.value,
+            metadata.time,
+            metadata.public_extensions,
+            metadata.encode(),
+            public_share,
+            ciphertext.config_id,
+            ciphertext.enc,
+            ciphertext.payload,
+        )
+
+
+class SealedInit(NamedTuple):
+    """One report of an aggregation job's init request as the helper checks it, in any DAP
+    version: its sealed input share and the leader's first message (a `PrepareInit`'s or
+    `VerifyInit`'s payload)."""
+
+    sealed: SealedShare
+    payload: bytes
+
+    @classmethod
+    def of(cls, init: BaseReportInit[Any]) -> Self:
+        """From a decoded `PrepareInit` or `VerifyInit`."""
+        share = init.report_share
+        return cls(
+            SealedShare.of(share.report_metadata, share.public_share, share.encrypted_input_share),
+            init.payload,
+        )
+
+
+class UploadedReport(NamedTuple):
+    """One uploaded report as the leader checks and stores it, in any DAP version."""
+
+    #: The leader's own input share and what its checks read of the report.
+    leader: SealedShare
+    #: The helper's `HpkeCiphertext`, encoded: the leader stores and forwards it as it came.
+    helper_encrypted_share: bytes
+
+    @classmethod
+    def of(cls, report: BaseReport[Any]) -> Self:
+        """From a decoded `Report` of either version."""
+        return cls(
+            SealedShare.of(
+                report.report_metadata, report.public_share, report.leader_encrypted_input_share
+            ),
+            report.helper_encrypted_input_share.encode(),
+        )
 
 
 # --- batch selection (DAP §4.1) ---------------------------------------------------------------

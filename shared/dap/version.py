@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from shared.codec import U32_MAX
 from shared.dap import hpke_context
 from shared.dap import messages as m09
 from shared.dap import messages19 as m19
@@ -84,7 +85,9 @@ class DapWire(Protocol):
 
     def report_metadata(self, report_id: ReportId, time: int) -> AnyReportMetadata: ...
 
-    def input_share_aad(self, metadata: AnyReportMetadata, public_share: bytes) -> bytes: ...
+    def input_share_aad(self, metadata: bytes, public_share: bytes) -> bytes:
+        """The encoded InputShareAad of a report whose ReportMetadata encodes as `metadata`."""
+        ...
 
     def plaintext_input_share(self, extensions: Sequence[Extension], payload: bytes) -> bytes:
         """An encoded PlaintextInputShare."""
@@ -123,6 +126,14 @@ class _Version(Generic[_Meta, _Report]):
     ) -> _Report:
         assert isinstance(metadata, self.metadata)
         return self.report(metadata, public_share, leader, helper)
+
+
+def _input_share_aad(head: tuple[bytes, ...], public_share: bytes) -> bytes:
+    """`head` (the encoded fields before the public share) and ``public_share<0..2^32-1>``:
+    joined from encoded parts rather than through a struct, once per report and aggregator."""
+    if len(public_share) > U32_MAX:
+        raise ValueError("InputShareAad.public_share: longer than 2^32-1 bytes")
+    return b"".join((*head, len(public_share).to_bytes(4, "big"), public_share))
 
 
 class _VersionWire:
@@ -193,9 +204,9 @@ class Dap09Wire(_VersionWire):
     def report_time(self, seconds: int) -> int:
         return seconds - seconds % self.time_precision
 
-    def input_share_aad(self, metadata: AnyReportMetadata, public_share: bytes) -> bytes:
-        assert isinstance(metadata, m09.ReportMetadata)
-        return hpke_context.input_share_aad(self.task_id, metadata, public_share)
+    def input_share_aad(self, metadata: bytes, public_share: bytes) -> bytes:
+        # InputShareAad = task_id || ReportMetadata || public_share<0..2^32-1> (DAP-09 §4.4.2).
+        return _input_share_aad((self.task_id.value, metadata), public_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,19 +248,10 @@ class Dap19Wire(_VersionWire):
     def report_time(self, seconds: int) -> int:
         return self.units(seconds)
 
-    def input_share_aad(self, metadata: AnyReportMetadata, public_share: bytes) -> bytes:
-        assert isinstance(metadata, m19.ReportMetadata)
+    def input_share_aad(self, metadata: bytes, public_share: bytes) -> bytes:
         # InputShareAad = task_id || TaskConfiguration || ReportMetadata ||
         # public_share<0..2^32-1> (DAP-19 §4.4.2), with the configuration's provisioned bytes.
-        return b"".join(
-            (
-                self.task_id.value,
-                self.config_bytes,
-                metadata.encode(),
-                len(public_share).to_bytes(4, "big"),
-                public_share,
-            )
-        )
+        return _input_share_aad((self.task_id.value, self.config_bytes, metadata), public_share)
 
     def aggregate_share_aad(self, collection_job_req: bytes) -> bytes:
         """AggregateShareAad = task_id || TaskConfiguration || CollectionJobReq (DAP-19

@@ -1,7 +1,8 @@
-"""The bulk codecs of the aggregation messages (`AggregationJobInitReq.encode_reports`,
-`AggregationJobResp.encode_answers` and `decode_answers`) against the struct codecs, which the
-known answers of `test_dap19_messages` pin to the digest, Janus and dap-go: the same bytes out,
-the same reports read, the same inputs refused."""
+"""The bulk codecs of the upload and aggregation messages (`UploadRequest.read_reports`,
+`AggregationJobInitReq.encode_reports`, `AggregationJobResp.encode_answers` and
+`decode_answers`) against the struct codecs, which the known answers of `test_dap19_messages`
+pin to the digest, Janus and dap-go: the same bytes out, the same reports read, the same inputs
+refused."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from shared.codec import DecodeError
 from shared.dap import messages19 as m19
 from shared.dap.ids import BatchId, ReportId
-from shared.dap.messages import HpkeCiphertext
+from shared.dap.messages import Extension, HpkeCiphertext, SealedInit, UploadedReport
 
 _ids = st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=12, unique=True)
 _payload = st.binary(min_size=1, max_size=40)
@@ -198,3 +199,197 @@ def test_encode_answers_refuses_inconsistent_answers() -> None:
         except ValueError:
             continue
         raise AssertionError(f"encoded {answers}")
+
+
+_ciphertexts = st.builds(
+    HpkeCiphertext,
+    st.integers(0, 255),
+    st.binary(min_size=1, max_size=40),
+    st.binary(min_size=1, max_size=60),
+)
+
+
+@st.composite
+def _upload(draw: st.DrawFn, extensions: bool) -> m19.UploadRequest:
+    public = (
+        st.lists(st.builds(Extension, st.integers(0, 2**16 - 1), st.binary(max_size=6)), max_size=3)
+        if extensions
+        else st.just([])
+    )
+    return m19.UploadRequest(
+        tuple(
+            m19.Report(
+                m19.ReportMetadata(
+                    ReportId(rid), draw(st.integers(0, 2**64 - 1)), tuple(draw(public))
+                ),
+                draw(st.binary(max_size=40)),
+                draw(_ciphertexts),
+                draw(_ciphertexts),
+            )
+            for rid in draw(st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=8))
+        )
+    )
+
+
+def _uploaded(request: m19.UploadRequest) -> list[UploadedReport]:
+    return [UploadedReport.of(r) for r in request.reports]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.booleans().flatmap(_upload))
+def test_read_reports_reads_what_decode_reads(request: m19.UploadRequest) -> None:
+    encoded = request.encode()
+    assert m19.UploadRequest.read_reports(encoded) == _uploaded(request)
+    first = request.reports[0]
+    share = m19.UploadRequest.read_reports(encoded)[0]
+    assert share.leader.metadata == first.report_metadata.encode()
+    assert share.helper_encrypted_share == first.helper_encrypted_input_share.encode()
+
+
+@settings(max_examples=100, deadline=None)
+@given(_upload(extensions=False))
+def test_reports_without_public_extensions_take_the_fast_reader(
+    request: m19.UploadRequest,
+) -> None:
+    # `read_reports` falls back on the struct decoder, so its answer alone cannot tell whether
+    # the fast reader works: it is asked directly.
+    assert m19._read_plain_reports(request.encode()) == _uploaded(request)
+
+
+def _read_alike(raw: bytes) -> bool:
+    """Whether `read_reports` and `decode` read `raw` into the same reports or both refuse it,
+    and the fast reader reads those same reports or leaves them to `decode`; True for a read."""
+    try:
+        expected: list[UploadedReport] | None = _uploaded(m19.UploadRequest.decode(raw))
+    except DecodeError:
+        expected = None
+    try:
+        got: list[UploadedReport] | None = m19.UploadRequest.read_reports(raw)
+    except DecodeError:
+        got = None
+    assert got == expected, raw.hex()
+    try:
+        fast: list[UploadedReport] | None = m19._read_plain_reports(raw)
+    except m19._IrregularError:
+        fast = None
+    assert fast is None or fast == expected, raw.hex()
+    return got is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans().flatmap(_upload), st.data())
+def test_read_reports_refuses_what_decode_refuses(
+    request: m19.UploadRequest, data: st.DataObject
+) -> None:
+    """Truncations and single bytes changed read alike or are refused alike."""
+    encoded = request.encode()
+    cut = data.draw(st.integers(0, len(encoded)))
+    where = data.draw(st.integers(0, len(encoded) - 1))
+    changed = bytearray(encoded)
+    changed[where] = data.draw(st.integers(0, 255))
+    _read_alike(encoded[:cut])
+    _read_alike(bytes(changed))
+
+
+def test_read_reports_edge_cases() -> None:
+    head = bytes(range(16)) + (7).to_bytes(8, "big") + bytes(2) + (1).to_bytes(4, "big") + b"P"
+
+    def ciphertext(enc: bytes, payload: bytes) -> bytes:
+        return (
+            b"\x01" + len(enc).to_bytes(2, "big") + enc + len(payload).to_bytes(4, "big") + payload
+        )
+
+    plain = head + ciphertext(b"e", b"leader") + ciphertext(b"e", b"helper")
+    refused = (
+        b"",  # an UploadRequest holds at least one report
+        head + ciphertext(b"", b"leader") + ciphertext(b"e", b"helper"),  # enc<1..2^16-1>
+        head + ciphertext(b"e", b"") + ciphertext(b"e", b"helper"),  # payload<1..2^32-1>
+        head + ciphertext(b"e", b"leader") + ciphertext(b"", b"helper"),
+        head + ciphertext(b"e", b"leader") + ciphertext(b"e", b""),
+        plain[:-1],
+        plain + plain[:30],  # a second report cut short
+        plain[:24] + b"\x00\x09" + plain[26:],  # public extensions past the end
+    )
+    for raw in refused:
+        assert not _read_alike(raw)
+    with_extension = plain[:24] + b"\x00\x04\x00\x05\x00\x00" + plain[26:]
+    for raw in (plain, plain + plain, with_extension):
+        assert _read_alike(raw)
+    (report,) = m19.UploadRequest.read_reports(with_extension)
+    assert report.leader.public_extensions == (Extension(5, b""),)
+    assert report.leader.payload == b"leader"
+
+
+def _inits(request: m19.AggregationJobInitReq) -> m19.JobInitParts:
+    return m19.JobInitParts(
+        request.verification_key_id,
+        request.agg_param,
+        request.extensions,
+        [SealedInit.of(v) for v in request.verify_inits],
+    )
+
+
+@st.composite
+def _job_init(draw: st.DrawFn) -> m19.AggregationJobInitReq:
+    reports = draw(_stored())
+    extensions = draw(_extensions)
+    key_id, agg_param = draw(st.integers(0, 255)), draw(st.binary(max_size=8))
+    return m19.AggregationJobInitReq(key_id, agg_param, extensions, _structs(reports))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_job_init())
+def test_read_inits_reads_what_decode_reads(request: m19.AggregationJobInitReq) -> None:
+    encoded = request.encode()
+    assert m19.AggregationJobInitReq.read_inits(encoded) == _inits(request)
+    # The fast reader itself (`read_inits` falls back on `decode`).
+    assert m19._read_job_init(encoded) == _inits(request)
+    assert m19.AggregationJobInitReq.read_inits(encoded).batch_id == request.batch_id
+
+
+def _inits_alike(raw: bytes) -> bool:
+    try:
+        expected: m19.JobInitParts | None = _inits(m19.AggregationJobInitReq.decode(raw))
+    except DecodeError:
+        expected = None
+    try:
+        got: m19.JobInitParts | None = m19.AggregationJobInitReq.read_inits(raw)
+    except DecodeError:
+        got = None
+    assert got == expected, raw.hex()
+    try:
+        fast: m19.JobInitParts | None = m19._read_job_init(raw)
+    except (m19._IrregularError, DecodeError):
+        fast = None
+    assert fast is None or fast == expected, raw.hex()
+    return got is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_job_init(), st.data())
+def test_read_inits_refuses_what_decode_refuses(
+    request: m19.AggregationJobInitReq, data: st.DataObject
+) -> None:
+    encoded = request.encode()
+    cut = data.draw(st.integers(0, len(encoded)))
+    where = data.draw(st.integers(0, len(encoded) - 1))
+    changed = bytearray(encoded)
+    changed[where] = data.draw(st.integers(0, 255))
+    _inits_alike(encoded[:cut])
+    _inits_alike(bytes(changed))
+
+
+def test_read_inits_edge_cases() -> None:
+    one = m19.StoredReportShare(b"\x01" * 16, 5, b"", HpkeCiphertext(1, b"e", b"p").encode(), b"m")
+    two = one._replace(report_id=b"\x02" * 16)
+    body = m19.AggregationJobInitReq.encode_reports(0, b"", (), [one, two])
+    assert body.endswith(b"\x00\x00\x00\x01m")  # the last VerifyInit's payload
+    assert _inits_alike(body)
+    for raw in (
+        body[:7],  # the fields before the VerifyInits, and none of them
+        body[:7] + body[7:].replace(b"\x02" * 16, b"\x01" * 16),  # a report listed twice
+        body[:-1],
+        body + b"\x00",
+        body[:-5] + bytes(4),  # an empty payload: payload<1..2^32-1>
+    ):
+        assert not _inits_alike(raw), raw.hex()

@@ -36,7 +36,7 @@ def test_dap09_wire_opens_divviup_ts_reports(case: dict[str, Any]) -> None:
     report = wire.decode_report(bytes.fromhex(case["report_hex"]))
     metadata = report.report_metadata
     assert wire.seconds(metadata.time) == case["time"]
-    aad = wire.input_share_aad(metadata, report.public_share)
+    aad = wire.input_share_aad(metadata.encode(), report.public_share)
     assert aad.hex() == case["input_share_aad_hex"]
     for role, ciphertext, expected in (
         (Role.LEADER, report.leader_encrypted_input_share, case["leader_input_share_hex"]),
@@ -50,7 +50,7 @@ def test_dap09_wire_opens_divviup_ts_reports(case: dict[str, Any]) -> None:
 
 def test_dap19_input_share_aad_is_janus_bytes() -> None:
     metadata = m19.ReportMetadata(RID_A, 54321, EXT_0123)
-    aad = _dap19().input_share_aad(metadata, b"0123")
+    aad = _dap19().input_share_aad(metadata.encode(), b"0123")
     expected = (
         f"{rep('0C')} {JANUS_TC_HEX} {RID_A_HEX} 000000000000D431 {EXT_0123_HEX} 00000004 30313233"
     )
