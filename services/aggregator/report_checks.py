@@ -170,7 +170,7 @@ STORE_REFUSALS: Final[dict[str, Refusal]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Accepted:
     """A share that passed every check: its VDAF payload and the token to spend, if any."""
 

@@ -177,10 +177,16 @@ class ParsedExtensions:
         return not self.problems
 
 
+#: What a share without extensions parses to; it runs once per report on both aggregators.
+_NO_EXTENSIONS: Final = ParsedExtensions()
+
+
 def decode_extensions(extensions: Sequence[Extension]) -> ParsedExtensions:
     """Parse a PlaintextInputShare's extensions. Never raises for content: a duplicate, an
     unknown type or a malformed body is listed in `problems` (and the first well-formed
     instance of each known type is still returned) so the aggregator can decide."""
+    if not extensions:
+        return _NO_EXTENSIONS
     seen: set[int] = set()
     duplicates: list[int] = []
     unknown: list[int] = []

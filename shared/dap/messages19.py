@@ -380,6 +380,9 @@ def check_report_extensions(
     error, or None: a list out of strictly increasing order, or a type in both lists, is
     `invalid_message`; an unsupported type is `unsupported_extension` (#789).
     """
+    if not (public or private):
+        # Most reports: nothing to check, and this runs once per report on both aggregators.
+        return None
     if first_unordered_extension(public) is not None:
         return ReportError.INVALID_MESSAGE
     if first_unordered_extension(private) is not None:
