@@ -58,6 +58,54 @@ def test_migrations_apply_once(db_url: str) -> None:
         db.close()
 
 
+def test_helper_report_aggregations_become_job_counts(db_url: str) -> None:
+    """Migration 9 turns a helper job's report aggregations into its counts; a leader job's
+    rows stay."""
+    db = Database.open(db_url)
+    before = tuple(m for m in MIGRATIONS if m.version < 9)
+    try:
+        db.migrate(before)
+        task = b"\x07" * 32
+
+        def fill(tx: Tx) -> None:
+            for job, role, states in (
+                (b"H" * 16, "helper", ("finished", "finished", "failed")),
+                (b"L" * 16, "leader", ("finished", "failed")),
+            ):
+                # The columns before migration 9 (`insert_job` writes the counts).
+                tx.execute(
+                    "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, time_min,"
+                    " time_max, state, step, lease_expiry, lease_attempts, created_at)"
+                    " VALUES (:t, :j, :role, :ap, 100, 100, 'finished', 1, 0, 0, 100)",
+                    {"t": task, "j": job, "role": role, "ap": b""},
+                )
+                tx.execute_many(
+                    "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
+                    " client_time, state, error) VALUES (:t, :j, :o, :r, 100, :s, NULL)",
+                    [
+                        {"t": task, "j": job, "o": i, "r": bytes([i]) * 16, "s": state}
+                        for i, state in enumerate(states)
+                    ],
+                )
+
+        db.run("fill", fill)
+        assert db.migrate(MIGRATIONS) == len(MIGRATIONS) - len(before)
+        jobs = db.run(
+            "jobs",
+            lambda tx: tx.query(
+                "SELECT role, finished_reports, failed_reports FROM aggregation_jobs ORDER BY role"
+            ),
+        )
+        assert [(r["role"], r["finished_reports"], r["failed_reports"]) for r in jobs] == [
+            ("helper", 2, 1),
+            ("leader", 0, 0),
+        ]
+        rows = db.run("rows", lambda tx: tx.query("SELECT job_id FROM report_aggregations"))
+        assert {bytes(r["job_id"]) for r in rows} == {b"L" * 16}
+    finally:
+        db.close()
+
+
 def test_task_tables_are_every_per_task_table() -> None:
     """The one table list (task deletion, row counts) names every table the migrations create
     with a task_id column, besides ``tasks`` itself."""

@@ -22,14 +22,16 @@ def insert_job(
     *,
     request_hash: bytes | None = None,
     response: bytes | None = None,
+    finished: int = 0,
+    failed: int = 0,
 ) -> None:
     """A new job over reports of these client times; the helper keeps its request's hash and
-    its response for re-sends."""
+    its response for re-sends, and how many of its reports finished and failed."""
     tx.execute(
         "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id, time_min,"
         " time_max, state, step, lease_expiry, lease_token, lease_attempts, request_hash,"
-        " response, created_at) VALUES (:t, :j, :role, :ap, :b, :tmin, :tmax, :s, 0, 0, NULL,"
-        " 0, :rh, :resp, :now)",
+        " response, created_at, finished_reports, failed_reports) VALUES (:t, :j, :role, :ap,"
+        " :b, :tmin, :tmax, :s, 0, 0, NULL, 0, :rh, :resp, :now, :fin, :fail)",
         {
             "t": task_id,
             "j": job_id,
@@ -42,6 +44,8 @@ def insert_job(
             "rh": request_hash,
             "resp": response,
             "now": now,
+            "fin": finished,
+            "fail": failed,
         },
     )
 

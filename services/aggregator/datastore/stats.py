@@ -8,7 +8,7 @@ from typing import Any
 
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.schema import TASK_TABLES
-from services.aggregator.datastore.states import Stage
+from services.aggregator.datastore.states import ReportAggregationState, Stage
 from services.common.db import Tx
 
 #: Reason of `batch_refusals`: a time bucket of the batch is above the rate limit.
@@ -97,6 +97,23 @@ class StatsStore(StoreBase):
             )
             return {str(r["state"]): int(r["n"]) for r in rows}
 
+        def report_aggregations(tx: Tx) -> dict[str, int]:
+            """The leader's rows by state, and the helper's jobs' counts."""
+            states = by_state(tx, "report_aggregations")
+            helper = tx.query_one(
+                "SELECT SUM(finished_reports) AS finished, SUM(failed_reports) AS failed"
+                " FROM aggregation_jobs WHERE task_id = :t AND role = 'helper'",
+                {"t": task_id},
+            )
+            for column, state in (
+                ("finished", ReportAggregationState.FINISHED),
+                ("failed", ReportAggregationState.FAILED),
+            ):
+                n = int(helper[column] or 0) if helper else 0
+                if n:
+                    states[state.value] = states.get(state.value, 0) + n
+            return dict(sorted(states.items()))
+
         def body(tx: Tx) -> dict[str, Any]:
             reports = tx.query_one(
                 "SELECT COUNT(*) AS n, SUM(CASE WHEN aggregation_started = 0 THEN 1 ELSE 0 END)"
@@ -120,7 +137,7 @@ class StatsStore(StoreBase):
                     "received": int(reports["n"]) if reports else 0,
                     "waiting": int(reports["waiting"] or 0) if reports else 0,
                 },
-                "report_aggregations": by_state(tx, "report_aggregations"),
+                "report_aggregations": report_aggregations(tx),
                 "aggregation_jobs": by_state(tx, "aggregation_jobs"),
                 "collection_jobs": by_state(tx, "collection_jobs"),
                 "batches_collected": int(collected["n"]) if collected else 0,
