@@ -6,6 +6,9 @@ refused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +16,42 @@ from shared.codec import DecodeError
 from shared.dap import messages19 as m19
 from shared.dap.ids import BatchId, ReportId
 from shared.dap.messages import Extension, HpkeCiphertext, SealedInit, UploadedReport
+
+_T = TypeVar("_T")
+
+
+def _reading(read: Callable[[bytes], _T], raw: bytes, *refusals: type[Exception]) -> _T | None:
+    """What `read` makes of `raw`; None if it refuses it (`DecodeError` or `refusals`)."""
+    refused: tuple[type[Exception], ...] = (DecodeError, *refusals)
+    try:
+        return read(raw)
+    except refused:
+        return None
+
+
+def _read_alike(
+    raw: bytes,
+    by_structs: Callable[[bytes], _T],
+    bulk: Callable[[bytes], _T],
+    fast: Callable[[bytes], _T] | None = None,
+) -> bool:
+    """Whether the bulk reader reads `raw` as the struct decoder does or both refuse it, and
+    its fast path (which may leave a message to the struct decoder) never reads it otherwise;
+    True for a read, so a caller can tell which."""
+    expected = _reading(by_structs, raw)
+    assert _reading(bulk, raw) == expected, raw.hex()
+    if fast is not None:
+        got = _reading(fast, raw, m19._IrregularError)
+        assert got is None or got == expected, raw.hex()
+    return expected is not None
+
+
+def _cut_and_changed(encoded: bytes, data: st.DataObject) -> tuple[bytes, bytes]:
+    """`encoded` cut short somewhere, and with one byte changed somewhere."""
+    changed = bytearray(encoded)
+    changed[data.draw(st.integers(0, len(encoded) - 1))] = data.draw(st.integers(0, 255))
+    return encoded[: data.draw(st.integers(0, len(encoded)))], bytes(changed)
+
 
 _ids = st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=12, unique=True)
 _payload = st.binary(min_size=1, max_size=40)
@@ -130,19 +169,12 @@ def test_answers_round_trip_as_the_structs_do(answers: list[m19.VerifyAnswer]) -
     assert m19.AggregationJobResp.decode_answers(encoded) == _read(_resps(answers))
 
 
-def _alike(raw: bytes) -> bool:
-    """Whether both decoders read `raw` into the same answers or both refuse it; True only
-    for a read (so a caller can tell which)."""
-    try:
-        expected: list[m19.DecodedVerifyResp] | None = _read(m19.AggregationJobResp.decode(raw))
-    except DecodeError:
-        expected = None
-    try:
-        got: list[m19.DecodedVerifyResp] | None = m19.AggregationJobResp.decode_answers(raw)
-    except DecodeError:
-        got = None
-    assert got == expected, raw.hex()
-    return got is not None
+def _answers_alike(raw: bytes) -> bool:
+    return _read_alike(
+        raw,
+        lambda b: _read(m19.AggregationJobResp.decode(b)),
+        m19.AggregationJobResp.decode_answers,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -151,13 +183,8 @@ def test_decode_answers_refuses_what_decode_refuses(
     answers: list[m19.VerifyAnswer], data: st.DataObject
 ) -> None:
     """Truncations and single bytes changed decode alike or are refused alike."""
-    encoded = bytearray(m19.AggregationJobResp.encode_answers(answers))
-    cut = data.draw(st.integers(0, len(encoded)))
-    where = data.draw(st.integers(0, len(encoded) - 1))
-    changed = bytearray(encoded)
-    changed[where] = data.draw(st.integers(0, 255))
-    _alike(bytes(encoded[:cut]))
-    _alike(bytes(changed))
+    for raw in _cut_and_changed(m19.AggregationJobResp.encode_answers(answers), data):
+        _answers_alike(raw)
 
 
 def test_decode_answers_edge_cases() -> None:
@@ -175,14 +202,14 @@ def test_decode_answers_edge_cases() -> None:
         continued + rid[:4],  # a second item cut short
     )
     for raw in refused:
-        assert not _alike(raw)
+        assert not _answers_alike(raw)
     for raw in (
         continued,
         rid + b"\x01",
         rid + b"\x02" + bytes([m19.ReportError.REPORT_DROPPED]),
         continued + rid + b"\x01",
     ):
-        assert _alike(raw)
+        assert _answers_alike(raw)
 
 
 def test_encode_answers_refuses_inconsistent_answers() -> None:
@@ -256,24 +283,13 @@ def test_reports_without_public_extensions_take_the_fast_reader(
     assert m19._read_plain_reports(request.encode()) == _uploaded(request)
 
 
-def _read_alike(raw: bytes) -> bool:
-    """Whether `read_reports` and `decode` read `raw` into the same reports or both refuse it,
-    and the fast reader reads those same reports or leaves them to `decode`; True for a read."""
-    try:
-        expected: list[UploadedReport] | None = _uploaded(m19.UploadRequest.decode(raw))
-    except DecodeError:
-        expected = None
-    try:
-        got: list[UploadedReport] | None = m19.UploadRequest.read_reports(raw)
-    except DecodeError:
-        got = None
-    assert got == expected, raw.hex()
-    try:
-        fast: list[UploadedReport] | None = m19._read_plain_reports(raw)
-    except m19._IrregularError:
-        fast = None
-    assert fast is None or fast == expected, raw.hex()
-    return got is not None
+def _reports_alike(raw: bytes) -> bool:
+    return _read_alike(
+        raw,
+        lambda b: _uploaded(m19.UploadRequest.decode(b)),
+        m19.UploadRequest.read_reports,
+        m19._read_plain_reports,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -282,13 +298,8 @@ def test_read_reports_refuses_what_decode_refuses(
     request: m19.UploadRequest, data: st.DataObject
 ) -> None:
     """Truncations and single bytes changed read alike or are refused alike."""
-    encoded = request.encode()
-    cut = data.draw(st.integers(0, len(encoded)))
-    where = data.draw(st.integers(0, len(encoded) - 1))
-    changed = bytearray(encoded)
-    changed[where] = data.draw(st.integers(0, 255))
-    _read_alike(encoded[:cut])
-    _read_alike(bytes(changed))
+    for raw in _cut_and_changed(request.encode(), data):
+        _reports_alike(raw)
 
 
 def test_read_reports_edge_cases() -> None:
@@ -311,10 +322,10 @@ def test_read_reports_edge_cases() -> None:
         plain[:24] + b"\x00\x09" + plain[26:],  # public extensions past the end
     )
     for raw in refused:
-        assert not _read_alike(raw)
+        assert not _reports_alike(raw)
     with_extension = plain[:24] + b"\x00\x04\x00\x05\x00\x00" + plain[26:]
     for raw in (plain, plain + plain, with_extension):
-        assert _read_alike(raw)
+        assert _reports_alike(raw)
     (report,) = m19.UploadRequest.read_reports(with_extension)
     assert report.leader.public_extensions == (Extension(5, b""),)
     assert report.leader.payload == b"leader"
@@ -348,21 +359,12 @@ def test_read_inits_reads_what_decode_reads(request: m19.AggregationJobInitReq) 
 
 
 def _inits_alike(raw: bytes) -> bool:
-    try:
-        expected: m19.JobInitParts | None = _inits(m19.AggregationJobInitReq.decode(raw))
-    except DecodeError:
-        expected = None
-    try:
-        got: m19.JobInitParts | None = m19.AggregationJobInitReq.read_inits(raw)
-    except DecodeError:
-        got = None
-    assert got == expected, raw.hex()
-    try:
-        fast: m19.JobInitParts | None = m19._read_job_init(raw)
-    except (m19._IrregularError, DecodeError):
-        fast = None
-    assert fast is None or fast == expected, raw.hex()
-    return got is not None
+    return _read_alike(
+        raw,
+        lambda b: _inits(m19.AggregationJobInitReq.decode(b)),
+        m19.AggregationJobInitReq.read_inits,
+        m19._read_job_init,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -370,13 +372,9 @@ def _inits_alike(raw: bytes) -> bool:
 def test_read_inits_refuses_what_decode_refuses(
     request: m19.AggregationJobInitReq, data: st.DataObject
 ) -> None:
-    encoded = request.encode()
-    cut = data.draw(st.integers(0, len(encoded)))
-    where = data.draw(st.integers(0, len(encoded) - 1))
-    changed = bytearray(encoded)
-    changed[where] = data.draw(st.integers(0, 255))
-    _inits_alike(encoded[:cut])
-    _inits_alike(bytes(changed))
+    """Truncations and single bytes changed read alike or are refused alike."""
+    for raw in _cut_and_changed(request.encode(), data):
+        _inits_alike(raw)
 
 
 def test_read_inits_edge_cases() -> None:

@@ -11,8 +11,9 @@ Tables (one store serves many tasks, in either role):
   the payload columns once the report is aggregated; the helper inserts payload-less rows as
   it aggregates. `received_at` is the upload time, or for a report the helper found too
   early, when it may go into a job again.
-- ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease (leader) or the stored
-  request hash and response (helper, for idempotent re-sends, DAP-09 §4.5.1.2).
+- ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease and a report aggregation
+  per report (leader), or the stored request hash and response (helper, for idempotent
+  re-sends, DAP-09 §4.5.1.2) with how many of the job's reports finished and failed.
 - ``batch_aggregations``: running aggregate shares per (task, batch key, agg param), spread
   over a few shard rows so concurrent jobs rarely write the same row; the sum over shards is
   the batch's share, its count, and the XOR checksum of its report ids.
