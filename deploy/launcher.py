@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -143,18 +144,49 @@ def free_port(host: str = "127.0.0.1") -> int:
     return port
 
 
+#: Where `free_ports` looks: above the well-known and most registered services' ports, below
+#: the kernel's ephemeral range (read from Linux, else its default start).
+_LOWEST_PORT = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` different ports the kernel considers free right now. They are bound all at
-    once: one at a time, a port just released could come back for the next (two services
-    then refused to share it)."""
+    """`count` different ports free right now, for services to bind a moment later.
+
+    They are drawn at random below the kernel's ephemeral range: a port the kernel hands out
+    itself (bind to port 0) is also what it hands any outgoing connection as its source port,
+    and one did take a helper's port between the probe and the helper's bind (a CI run, with
+    tests starting deployments side by side). Drawn from the OS's randomness, not `random`'s:
+    two test workers may have seeded that alike. All are bound at once while probing, so none
+    comes back twice. Where the ephemeral range leaves no room, the kernel chooses."""
+    ports = range(_LOWEST_PORT, _ephemeral_start())
+    draw = random.SystemRandom()
     with contextlib.ExitStack() as bound:
-        socks = [
-            bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            for _ in range(count)
-        ]
-        for sock in socks:
+        chosen: list[int] = []
+        for _ in range(50 * count if len(ports) >= 10 * count else 0):
+            if len(chosen) == count:
+                break
+            port = draw.choice(ports)
+            if port in chosen:
+                continue
+            sock = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            chosen.append(port)
+        while len(chosen) < count:
+            sock = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+            chosen.append(int(sock.getsockname()[1]))
+        return chosen
 
 
 def postgres_database_urls(base_url: str) -> dict[str, str]:

@@ -178,6 +178,7 @@ __all__ = [
     "HpkeConfigList",
     "InputShareAad",
     "Interval",
+    "JobInitParts",
     "MessageType",
     "PingPongMessage",
     "PlaintextInputShare",
@@ -193,7 +194,6 @@ __all__ = [
     "TaskExtensionType",
     "UploadErrors",
     "UploadRequest",
-    "JobInitParts",
     "Url",
     "VdafConfig",
     "VdafType",
@@ -719,7 +719,7 @@ class UploadRequest(TlsStruct):
 
 
 class _IrregularError(Exception):
-    """`_read_plain_reports` met something it leaves to the struct decoder."""
+    """`_read_plain` met something it leaves to the struct decoder."""
 
 
 #: ReportID, Time and the byte length of public_extensions: how each Report starts.

@@ -4,7 +4,6 @@ background driver threads and the `python -m services.aggregator` entry point wo
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from deploy.launcher import free_ports
 from services.aggregator.app import create_app
 from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
@@ -113,9 +113,8 @@ def test_background_drivers(db_factory: Any) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
 
 
 def _spawn(tmp_path: Path, name: str, port: int, **extra: str) -> subprocess.Popen[bytes]:

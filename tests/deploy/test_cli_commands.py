@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pydantic_settings import SettingsError
 
+from deploy import launcher
 from deploy.cli import main
 from deploy.config import Deployment, load_deployment
 from deploy.demo import demo_recipe
@@ -372,3 +373,16 @@ def test_free_ports_are_different_and_free() -> None:
         for port in ports:
             sock = bound.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind(("127.0.0.1", port))
+
+
+def test_free_ports_stay_below_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outgoing connections take their source ports from the kernel's ephemeral range, so a
+    port probed free there may be taken before the service binds it: none is drawn there."""
+    start = launcher._ephemeral_start()
+    for _ in range(20):
+        assert all(10_000 <= port < start for port in free_ports(len(DEFAULT_PORTS)))
+    # An ephemeral range that leaves no room below it: the kernel chooses.
+    monkeypatch.setattr(launcher, "_ephemeral_start", lambda: 10_010)
+    ports = free_ports(len(DEFAULT_PORTS))
+    assert len(set(ports)) == len(DEFAULT_PORTS)
+    assert not any(port < 10_010 for port in ports)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from client_sdk.manufacturer import ManufacturerCA
+from deploy.launcher import free_ports
 from services.token_issuer.__main__ import main
 from services.token_issuer.settings import TokenIssuerSettings
 from shared.privacypass.directory import (
@@ -52,10 +52,8 @@ def test_main_reports_bad_settings(
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    (port,) = free_ports(1)
+    return port
 
 
 @pytest.mark.slow
