@@ -14,14 +14,14 @@ DAP-19 ReportError (`Refusal.report_error`).
 Decided here: a report id listed twice in one request is stored once and the later copy is
 answered `report_replayed` (dap-ts does the same); a store failure (an exception) answers the
 whole request with it, so the client retries and the reports stored meanwhile come back as
-`report_replayed`, which DAP-19 allows (idempotent upload, RFC 9110 §9.2.2).
+`report_replayed`, which DAP-19 allows (idempotent upload, RFC 9110 §9.2.2). A request goes
+to the writer whole or not at all: when the writer's queue has no room for it, it is answered
+503 with Retry-After and nothing of it is stored.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from services.aggregator.answer import Answer
@@ -32,7 +32,7 @@ from services.aggregator.tokens import (
     IssuerUnavailableError,
     issuer_answer,
 )
-from services.aggregator.uploads import Queued
+from services.aggregator.uploads import Outcome, Queued
 from services.common.limits import HTTP_CONTENT_TOO_LARGE
 from services.common.problems import HttpProblemError
 from shared.codec import DecodeError
@@ -50,52 +50,6 @@ if TYPE_CHECKING:
     from services.aggregator.service import Aggregator, Task
 
 Done = Callable[[Answer | Exception], None]
-
-
-class _Request:
-    """The outcomes of one request's reports as the writer commits them; answers once all
-    `expected` are in."""
-
-    def __init__(self, ids: list[bytes], done: Done) -> None:
-        self.ids = ids
-        self.errors: list[ReportError | None] = [None] * len(ids)
-        self.failure: Exception | None = None
-        self.expected = len(ids)
-        self.arrived = 0
-        self.done = done
-        self.lock = threading.Lock()
-
-    def settle(self, index: int, outcome: str | Exception | Refusal) -> None:
-        with self.lock:
-            if isinstance(outcome, Refusal):
-                self.errors[index] = outcome.report_error
-            elif isinstance(outcome, Exception):
-                self.failure = self.failure or outcome
-            elif outcome != UploadOutcome.STORED:
-                self.errors[index] = STORE_REFUSALS[outcome].report_error
-            self.arrived += 1
-            finished = self.arrived == self.expected
-        if finished:
-            self.done(self.failure or self.answer())
-
-    def stop_at(self, submitted: int, failure: Exception) -> None:
-        """Only the first `submitted` reports reached the writer; answer `failure` after them."""
-        with self.lock:
-            self.failure = failure
-            self.expected = submitted
-            finished = self.arrived == self.expected
-        if finished:
-            self.done(failure)
-
-    def answer(self) -> Answer:
-        refused = tuple(
-            ReportUploadStatus(ReportId(rid), error)
-            for rid, error in zip(self.ids, self.errors, strict=True)
-            if error is not None
-        )
-        if not refused:
-            return Answer(200)
-        return Answer(200, UploadErrors(refused).encode(), MEDIA_UPLOAD_ERRORS)
 
 
 def bulk_upload(
@@ -145,30 +99,49 @@ def bulk_upload(
     verdicts: list[NewReport | Refusal] = [
         next(checked) if is_first else Refusal.REPLAYED for is_first in first
     ]
-    pending = _Request([r.leader.report_id for r in reports], done)
-    items = [
-        # A refusal stands whether or not its count could be stored.
-        Queued(
-            None,
-            (task.id.value, verdict.reason),
-            functools.partial(_settle_refusal, pending, i, verdict),
-        )
-        if isinstance(verdict, Refusal)
-        else Queued(verdict, None, functools.partial(pending.settle, i))
-        for i, verdict in enumerate(verdicts)
+    stored = [verdict for verdict in verdicts if not isinstance(verdict, Refusal)]
+
+    def told(outcomes: Sequence[Outcome]) -> None:
+        failure = next((o for o in outcomes if isinstance(o, Exception)), None)
+        if failure is not None:
+            done(failure)
+            return
+        results = iter(outcomes)
+        errors = [
+            verdict.report_error if isinstance(verdict, Refusal) else _store_error(next(results))
+            for verdict in verdicts
+        ]
+        done(_answer([r.leader.report_id for r in reports], errors))
+
+    # A refusal stands whether or not its count could be stored.
+    refusals = [
+        (task.id.value, verdict.reason) for verdict in verdicts if isinstance(verdict, Refusal)
     ]
-    queued = agg.uploads.queue_all(items)
-    if queued < len(items):
-        full = HttpProblemError(
-            503,
-            "the upload queue is full",
-            task_id=task.b64,
-            retry_after=agg.settings.upload_retry_after_s,
+    if not agg.uploads.queue(Queued(stored, refusals, told)):
+        done(
+            HttpProblemError(
+                503,
+                "the upload queue is full",
+                task_id=task.b64,
+                retry_after=agg.settings.upload_retry_after_s,
+            )
         )
-        pending.stop_at(queued, full)
 
 
-def _settle_refusal(
-    pending: _Request, index: int, refusal: Refusal, _counted: str | Exception
-) -> None:
-    pending.settle(index, refusal)
+def _store_error(outcome: Outcome) -> ReportError | None:
+    """The ReportError of a report the store refused, None for a stored one."""
+    if outcome == UploadOutcome.STORED:
+        return None
+    return STORE_REFUSALS[str(outcome)].report_error
+
+
+def _answer(ids: list[bytes], errors: list[ReportError | None]) -> Answer:
+    """200, with UploadErrors listing the refused reports in request order if any."""
+    refused = tuple(
+        ReportUploadStatus(ReportId(rid), error)
+        for rid, error in zip(ids, errors, strict=True)
+        if error is not None
+    )
+    if not refused:
+        return Answer(200)
+    return Answer(200, UploadErrors(refused).encode(), MEDIA_UPLOAD_ERRORS)

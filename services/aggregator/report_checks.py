@@ -34,6 +34,7 @@ helper ciphertext's size); the datastore adds replays, collected batches and spe
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -172,10 +173,67 @@ STORE_REFUSALS: Final[dict[str, Refusal]] = {
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """A share that passed every check: its VDAF payload and the token to spend, if any."""
+    """A share that passed every check: its VDAF payload, the token to spend, if any, and the
+    report's time in seconds."""
 
     payload: bytes = field(repr=False)
     spend: TokenSpend | None
+    time_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """What one `check_all` checks every share against, worked out once: the share sizes of
+    the task's VDAF, the report times no time check refuses, and whether extensions matter."""
+
+    now: int
+    input_share_len: int
+    public_share_len: int
+    #: Past the clock's tolerance: `reportTooEarly`.
+    too_early_after_s: int
+    #: The task's lifetime (`Wire.lifetime_s`): before it task_not_started, after it
+    #: task_expired.
+    first_s: int | None
+    last_s: int | None
+    #: Before this the report is older than `report_expiry_age`: its replay record may be gone.
+    expired_before_s: int | None
+    #: Every time check passes in [earliest_s, latest_s].
+    earliest_s: float
+    latest_s: float
+    #: The task asks nothing of a report's extensions (no recipe binding, no token).
+    plain: bool
+
+    @classmethod
+    def of(cls, task: Task, role: Role, settings: AggregatorSettings, now: int) -> _Bounds:
+        first_s, last_s = task.wire.lifetime_s
+        age = task.report_expiry_age
+        expired_before_s = None if age is None else now - age
+        too_early_after_s = now + settings.clock_skew_s
+        lows = [t for t in (first_s, expired_before_s) if t is not None]
+        return cls(
+            now,
+            task.vdaf.input_share_len(0 if role == Role.LEADER else 1),
+            task.vdaf.public_share_len(),
+            too_early_after_s,
+            first_s,
+            last_s,
+            expired_before_s,
+            max(lows, default=-math.inf),
+            too_early_after_s if last_s is None else min(too_early_after_s, last_s),
+            task.recipe_digest is None and task.tokens is None,
+        )
+
+    def time_refusal(self, time_s: int) -> Refusal | None:
+        """The time checks in the order DAP-09 §4.5.1.4 gives them."""
+        if time_s > self.too_early_after_s:
+            return Refusal.TOO_EARLY
+        if self.last_s is not None and time_s > self.last_s:
+            return Refusal.TASK_EXPIRED
+        if self.first_s is not None and time_s < self.first_s:
+            return Refusal.TASK_NOT_STARTED
+        if self.expired_before_s is not None and time_s < self.expired_before_s:
+            return Refusal.REPORT_EXPIRED
+        return None
 
 
 @dataclass(frozen=True)
@@ -205,10 +263,11 @@ class ReportChecker:
 
         Raises `IssuerUnavailableError` when the task's issuer keys cannot be had; `wait` and
         `fetch` are `IssuerKeyCache.keys`'s."""
+        bounds = _Bounds.of(task, role, self.settings, now)
         return [
             opened
             if isinstance(opened, Refusal)
-            else self._check_opened(task, role, share, opened, now, wait=wait, fetch=fetch)
+            else self._check_opened(task, role, share, opened, bounds, wait=wait, fetch=fetch)
             for share, opened in zip(shares, self._open_all(task, role, shares), strict=True)
         ]
 
@@ -247,7 +306,7 @@ class ReportChecker:
         role: Role,
         sealed: SealedShare,
         plaintext: bytes,
-        now: int,
+        bounds: _Bounds,
         *,
         wait: bool,
         fetch: bool,
@@ -257,21 +316,19 @@ class ReportChecker:
             share = wire.decode_plaintext_input_share(plaintext)
         except DecodeError:
             return Refusal.MALFORMED_SHARE
-        agg_id = 0 if role == Role.LEADER else 1
         if (
-            len(share.payload) != task.vdaf.input_share_len(agg_id)
-            or len(sealed.public_share) != task.vdaf.public_share_len()
+            len(share.payload) != bounds.input_share_len
+            or len(sealed.public_share) != bounds.public_share_len
         ):
             return Refusal.MALFORMED_SHARE
         time_s = wire.seconds(sealed.time)
-        if time_s > now + self.settings.clock_skew_s:
-            return Refusal.TOO_EARLY
-        if wire.expired(time_s):
-            return Refusal.TASK_EXPIRED
-        if wire.not_started(time_s):
-            return Refusal.TASK_NOT_STARTED
-        if task.expired_report(time_s, now):
-            return Refusal.REPORT_EXPIRED
+        if not bounds.earliest_s <= time_s <= bounds.latest_s:
+            refusal = bounds.time_refusal(time_s)
+            if refusal is not None:
+                return refusal
+        if bounds.plain and not share.extensions and not sealed.public_extensions:
+            # Nothing to read in extensions, and nothing the task asks of them.
+            return Accepted(share.payload, None, time_s)
         extension_error = wire.extension_error(sealed.public_extensions, share)
         if extension_error is not None:
             return (
@@ -285,9 +342,9 @@ class ReportChecker:
             else self.settings.token_aggregation_grace_s
         )
         refusal, spend = self._check_extensions(
-            task, role, time_s, share, now, grace_s, wait=wait, fetch=fetch
+            task, role, time_s, share, bounds.now, grace_s, wait=wait, fetch=fetch
         )
-        return refusal if refusal is not None else Accepted(share.payload, spend)
+        return refusal if refusal is not None else Accepted(share.payload, spend, time_s)
 
     def _check_extensions(
         self,

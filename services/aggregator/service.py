@@ -217,10 +217,6 @@ class Task:
             return HttpProblemError(HTTP_FORBIDDEN, detail, task_id=self.b64)
         return self.problem(ProblemType.UNAUTHORIZED_REQUEST, detail)
 
-    def expired_report(self, report_time: int, now: int) -> bool:
-        """Older than `report_expiry_age`: refused, since its replay record may be gone."""
-        return self.report_expiry_age is not None and report_time < now - self.report_expiry_age
-
     @property
     def rate_limit(self) -> RateLimit | None:
         """What the datastore checks for 001 §4.8 rate validation (None: no check)."""
@@ -593,7 +589,7 @@ class Aggregator:
             if isinstance(report, Refusal):
                 problem = task.problem(report.problem, report.detail)
                 # The refusal stands whether or not its count could be stored.
-                self.uploads.count_refusal(task.id.value, report.reason, lambda _: done(problem))
+                self.uploads.count_refusal(task.id.value, report.reason, lambda: done(problem))
             else:
                 self.uploads.store(report, lambda outcome: done(_stored_answer(task, outcome)))
         except QueueFullError:
@@ -653,7 +649,7 @@ class Aggregator:
     @staticmethod
     def _new_report(task: Task, report: UploadedReport, checked: Accepted, now: int) -> NewReport:
         leader = report.leader
-        time_s = task.wire.seconds(leader.time)
+        time_s = checked.time_s
         batch_key = (
             bucket_key(time_s, task.time_precision)
             if task.query_type == QueryType.TIME_INTERVAL

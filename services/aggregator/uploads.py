@@ -36,24 +36,31 @@ from services.common.problems import InternalError
 
 log = logging.getLogger(__name__)
 
-#: What a queued upload is told once its group is committed: the store's outcome
-#: (`put_reports`; COUNTED for a refusal), or the error that failed it.
-Done = Callable[[str | Exception], None]
-COUNTED = "counted"
+#: The store's outcome of one queued report (`put_reports`), or the error that failed it.
+Outcome = str | Exception
+#: What a queued batch is told once its group is committed: the outcome of each of its
+#: reports, in order (none for a batch of refusals only).
+Done = Callable[[Sequence[Outcome]], None]
 
 
 class QueueFullError(InternalError):
     """The writer already holds `max_queue` uploads: try again later."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Queued:
-    """One upload for the writer: a validated report to store, or the (task id, reason) of a
-    refusal to count, and whom to tell the outcome."""
+    """The uploads of one request for the writer: validated reports to store, the (task id,
+    reason) of refusals to count, and whom to tell the outcomes. A DAP-19 request's reports
+    go in as one batch: one lock, one wake-up of the writer, one answer, and no object per
+    report beyond the report itself."""
 
-    report: NewReport | None
-    refusal: tuple[bytes, str] | None
+    reports: Sequence[NewReport]
+    refusals: Sequence[tuple[bytes, str]]
     done: Done
+
+    @property
+    def size(self) -> int:
+        return len(self.reports) + len(self.refusals)
 
 
 class UploadWriter:
@@ -75,6 +82,8 @@ class UploadWriter:
         self._jobs = jobs
         self._idle_s = idle_s
         self._queue: deque[Queued] = deque()
+        #: Uploads in `_queue`, what `max_queue` bounds.
+        self._queued = 0
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -92,35 +101,33 @@ class UploadWriter:
             registry=metrics,
         ).labels(role="leader")
 
-    def store(self, report: NewReport, done: Done) -> None:
+    def store(self, report: NewReport, done: Callable[[Outcome], None]) -> None:
         """Queue a validated report; `done` runs in the writer thread after the commit.
         Raises `QueueFullError` (and `done` never runs) when the queue is full."""
-        if not self.queue_all([Queued(report, None, done)]):
+        if not self.queue(Queued((report,), (), lambda outcomes: done(outcomes[0]))):
             raise QueueFullError
 
-    def count_refusal(self, task_id: bytes, reason: str, done: Done) -> None:
+    def count_refusal(self, task_id: bytes, reason: str, done: Callable[[], None]) -> None:
         """Queue the count of an upload refused before the store."""
-        if not self.queue_all([Queued(None, (task_id, reason), done)]):
+        if not self.queue(Queued((), ((task_id, reason),), lambda _: done())):
             raise QueueFullError
 
-    def queue_all(self, items: Sequence[Queued]) -> int:
-        """Queue uploads in order, as many as the queue has room for: how many (the `done` of
-        the others never runs). One lock and one wake-up of the writer for them all: a
-        DAP-19 request's reports cost no hand-over each, and go into one group."""
+    def queue(self, batch: Queued) -> bool:
+        """Queue a batch whole if the queue has room for it (or is empty: a batch larger than
+        the bound must still go in some time); False, and its `done` never runs, if not."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("the upload writer is closed")
-            room = max(0, self._max_queue - len(self._queue))
-            taken = items[:room]
-            if not taken:
-                return 0
-            self._queue.extend(taken)
+            if self._queued and self._queued + batch.size > self._max_queue:
+                return False
+            self._queue.append(batch)
+            self._queued += batch.size
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="upload-writer", daemon=True)
                 self._thread.start()
             else:
                 self._cond.notify()
-            return len(taken)
+            return True
 
     def close(self, timeout: float = 10.0) -> None:
         """Commit what is queued, then refuse new uploads."""
@@ -138,43 +145,71 @@ class UploadWriter:
                     self._thread = None
                     self._cond.notify_all()
                     return
-                take = min(len(self._queue), self._max_group)
-                group = [self._queue.popleft() for _ in range(take)]
+                # Whole batches, up to `max_group` uploads (at least one batch).
+                group = [self._queue.popleft()]
+                size = group[0].size
+                while self._queue and size + self._queue[0].size <= self._max_group:
+                    size += self._queue[0].size
+                    group.append(self._queue.popleft())
+                self._queued -= size
             self._commit(group)
 
     def _commit(self, group: list[Queued]) -> None:
-        reports = [p.report for p in group if p.report is not None]
-        refusals = [p.refusal for p in group if p.refusal is not None]
+        reports = [r for batch in group for r in batch.reports]
+        refusals = [r for batch in group for r in batch.refusals]
         try:
-            stored = iter(self._ds.put_reports(reports, refusals, self._jobs))
+            stored = self._ds.put_reports(reports, refusals, self._jobs)
         except TransientDbError as exc:
             # The store stayed busy or unreachable through every retry: one by one would only
             # wait that long again per upload. Every request gets the error (a 500: retry).
             log.error("storing an upload group failed: %s", type(exc).__name__)
-            for pending in group:
-                self._tell(pending, exc)
+            for batch in group:
+                self._tell(batch, [exc] * len(batch.reports))
             return
         except Exception as exc:
-            if len(group) > 1:
+            if len(reports) + len(refusals) > 1:
                 log.warning(
                     "an upload group failed (%s); storing its reports one by one",
                     type(exc).__name__,
                 )
-                for pending in group:
-                    self._commit([pending])
+                for batch in group:
+                    self._tell(batch, self._commit_apart(batch))
                 return
             log.error("storing an upload failed: %s", type(exc).__name__)
-            self._tell(group[0], exc)
+            self._tell(group[0], [exc] * len(group[0].reports))
             return
         self.commits.inc()
         self.committed.inc(len(reports))
-        for pending in group:
-            self._tell(pending, next(stored) if pending.report is not None else COUNTED)
+        start = 0
+        for batch in group:
+            end = start + len(batch.reports)
+            self._tell(batch, stored[start:end])
+            start = end
+
+    def _commit_apart(self, batch: Queued) -> list[Outcome]:
+        """A batch's uploads one transaction each, so one bad row fails only its own report."""
+        outcomes: list[Outcome] = []
+        for report in batch.reports:
+            try:
+                outcomes += self._ds.put_reports([report])
+            except Exception as exc:
+                log.error("storing an upload failed: %s", type(exc).__name__)
+                outcomes.append(exc)
+            else:
+                self.commits.inc()
+                self.committed.inc()
+        for refusal in batch.refusals:
+            try:
+                self._ds.put_reports([], [refusal])
+            except Exception as exc:
+                # The refusal stands; only its count is lost.
+                log.error("counting an upload refusal failed: %s", type(exc).__name__)
+        return outcomes
 
     @staticmethod
-    def _tell(pending: Queued, outcome: str | Exception) -> None:
+    def _tell(batch: Queued, outcomes: Sequence[Outcome]) -> None:
         try:
-            pending.done(outcome)
+            batch.done(outcomes)
         except Exception as exc:
             # A request's callback must not stop the writer; the others still get answers.
             log.error("upload callback failed: %s", type(exc).__name__)

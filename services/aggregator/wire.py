@@ -88,11 +88,11 @@ class Wire09(Dap09Wire):
         `shared.dap.extensions.decode_extensions` alone."""
         return None
 
-    def expired(self, time_s: int) -> bool:
-        return self.task_expiration is not None and time_s > self.task_expiration
-
-    def not_started(self, time_s: int) -> bool:
-        return False
+    @property
+    def lifetime_s(self) -> tuple[int | None, int | None]:
+        """The first and the last report second the task accepts (None: no bound): DAP-09 has
+        an expiration only."""
+        return None, self.task_expiration
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +117,14 @@ class Wire19(Dap19Wire):
             return m19.ReportError.UNSUPPORTED_EXTENSION
         return error
 
-    def expired(self, time_s: int) -> bool:
+    @property
+    def lifetime_s(self) -> tuple[int | None, int | None]:
+        """The first and the last report second the task accepts (None: no bound): the
+        seconds of `task_interval`'s whole time_precision units (DAP-19 §4.2)."""
         interval = self.config.task_interval
-        return interval is not None and self.units(time_s) >= interval.end
-
-    def not_started(self, time_s: int) -> bool:
-        interval = self.config.task_interval
-        return interval is not None and self.units(time_s) < interval.start
+        if interval is None:
+            return None, None
+        return self.seconds(interval.start), self.seconds(interval.end) - 1
 
 
 Wire = Wire09 | Wire19

@@ -275,6 +275,19 @@ def test_upload_outside_task_interval_is_dropped(fx_interval: Fx) -> None:
     ]
 
 
+def test_task_interval_bounds_are_its_first_and_last_units(fx_interval: Fx) -> None:
+    """[start, end) in time_precision units (DAP-19 §4.2): the first and the last unit are in,
+    the units either side are out."""
+    fx = fx_interval
+    units = fx.now // 3600
+    first, last = fx.report((units - 10) * 3600), fx.report((units - 3) * 3600)
+    before, after = fx.report((units - 11) * 3600), fx.report((units - 2) * 3600)
+    assert fx.errors(first, last, before, after) == [
+        (before.report_metadata.report_id, REPORT_DROPPED),
+        (after.report_metadata.report_id, REPORT_DROPPED),
+    ]
+
+
 def test_upload_into_collected_bucket_is_batch_collected(fx: Fx) -> None:
     """Ambiguity 9: batch_collected, not the text's optional report_replayed, so a client can
     tell a report stored by its earlier attempt from one too late for its batch."""

@@ -37,6 +37,7 @@ from shared.dap.problems import ProblemType
 from shared.dap.sizes import helper_ciphertext_bounds, max_report_len
 from shared.privacypass.messages import Token
 from shared.privacypass.rsabssa import BLIND_RSA_NK
+from tests.aggregator import dap19_client as c19
 from tests.aggregator import helpers
 from tests.aggregator.env import Env, make_env
 from tests.aggregator.issuer import ISSUER_URL, Issuer
@@ -211,6 +212,44 @@ def test_full_queue_answers_503_and_keeps_what_it_accepted(
         assert [r.status_code for r in out] == [201]
     assert env.leader_agg.ds.count_rows("client_reports", env.params.task_id.value) == 4
     assert env.upload(env.report(1)).status_code == 201
+
+
+def test_a_bulk_upload_the_queue_has_no_room_for_is_refused_whole(
+    sqlite_factory: Callable[[], str], clock: TestClock
+) -> None:
+    """A DAP-19 request goes to the writer whole or not at all: past the bound it is 503
+    with Retry-After and none of its reports is stored; sent again later, all of them are."""
+    task = c19.make_task({"type": "Prio3Count"}, min_batch_size=1)
+    env = make_env(sqlite_factory, clock, task.params, upload_queue_max=3, upload_group_max=1)
+    lc, hc = c19.hpke_config(env.leader), c19.hpke_config(env.helper)
+    now = clock.now()
+    store = _BlockedStore(env.leader_agg)
+    first = [c19.make_report(task, lc, hc, 1, now)]
+    blocked: list[httpx.Response] = []
+    thread = threading.Thread(
+        target=lambda: blocked.append(c19.upload(env.leader, task, first)), daemon=True
+    )
+    thread.start()
+    assert store.entered.wait(30)
+    # The writer holds one request in its transaction; the queue holds two uploads of three.
+    queued = [c19.make_report(task, lc, hc, 1, now) for _ in range(2)]
+    queued_thread = threading.Thread(
+        target=lambda: blocked.append(c19.upload(env.leader, task, queued)), daemon=True
+    )
+    queued_thread.start()
+    _wait(lambda: env.leader_agg.uploads._queued == 2)
+    refused = [c19.make_report(task, lc, hc, 1, now) for _ in range(2)]
+    response = c19.upload(env.leader, task, refused)
+    _problem(response, 503, None, env.tid)
+    assert response.headers["Retry-After"] == "1"
+    store.release.set()
+    for t in (thread, queued_thread):
+        t.join(30)
+    assert [r.status_code for r in blocked] == [200, 200]
+    assert env.leader_agg.ds.count_rows("client_reports", task.params.task_id.value) == 3
+    again = c19.upload(env.leader, task, refused)
+    assert (again.status_code, again.content) == (200, b"")
+    assert env.leader_agg.ds.count_rows("client_reports", task.params.task_id.value) == 5
 
 
 # --- unknown ids cost no store query ------------------------------------------------------------

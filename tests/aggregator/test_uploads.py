@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from services.aggregator.datastore import Datastore, NewReport, UploadOutcome
-from services.aggregator.uploads import COUNTED, Queued, QueueFullError, UploadWriter
+from services.aggregator.uploads import Outcome, Queued, QueueFullError, UploadWriter
 from services.common.db import Database, TransientDbError
 
 TASK = b"\x02" * 32
@@ -59,6 +59,14 @@ class _Answers:
 
         return done
 
+    def counted(self, i: int) -> Any:
+        """The callback of a refusal's count: records COUNTED under `i`."""
+        callback = self.callback(i)
+        return lambda: callback(COUNTED)
+
+
+COUNTED = "counted"
+
 
 def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     ds: Datastore,
@@ -88,7 +96,7 @@ def test_concurrent_uploads_are_committed_in_groups_and_answered_after_commit(
     for t in threads:
         t.join()
     writer.store(_report(1), answers.callback(n))  # a replay, queued behind its original
-    writer.count_refusal(TASK, "hpke_decrypt_error", answers.callback(n + 1))
+    writer.count_refusal(TASK, "hpke_decrypt_error", answers.counted(n + 1))
     gate.set()
     assert answers.all_in.wait(10)
     ds.put_reports = original  # type: ignore[method-assign]
@@ -142,9 +150,10 @@ def test_a_bad_report_fails_only_its_own_upload(ds: Datastore) -> None:
     writer.close()
 
 
-def test_queue_all_takes_what_fits_in_order_and_answers_it(ds: Datastore) -> None:
-    """A DAP-19 request's uploads go in at once: as many as the queue has room for, in order;
-    those are committed in one group and answered, the rest never are."""
+def test_a_batch_goes_in_whole_or_not_at_all_and_is_answered_once(ds: Datastore) -> None:
+    """A DAP-19 request's uploads go in as one batch: whole if the queue has room for it,
+    else not at all; its reports are committed in one group and answered together, in
+    order; a batch too large for the bound goes in once the queue is empty."""
     writer = UploadWriter(ds, max_group=64, max_queue=4)
     gate, entered = threading.Event(), threading.Event()
     original = ds.put_reports
@@ -160,19 +169,29 @@ def test_queue_all_takes_what_fits_in_order_and_answers_it(ds: Datastore) -> Non
     first = _Answers(ds, 1)
     writer.store(_report(100), first.callback(100))
     assert entered.wait(5)
-    answers = _Answers(ds, 4)
-    items = [Queued(_report(i), None, answers.callback(i)) for i in range(3)]
-    items.insert(1, Queued(None, (TASK, "hpke_decrypt_error"), answers.callback(50)))
-    items.append(Queued(_report(3), None, answers.callback(3)))
-    assert writer.queue_all(items) == 4
+    told: list[Sequence[Outcome]] = []
+    batch = Queued([_report(i) for i in (0, 1, 2)], [(TASK, "hpke_decrypt_error")], told.append)
+    assert writer.queue(batch)
+    # Full: a one-report batch does not fit, nor does a single upload.
+    assert not writer.queue(Queued([_report(3)], (), told.append))
     with pytest.raises(QueueFullError):
-        writer.store(_report(4), answers.callback(4))
+        writer.store(_report(4), first.callback(4))
     gate.set()
-    assert answers.all_in.wait(10)
-    assert answers.outcomes == {0: "stored", 50: COUNTED, 1: "stored", 2: "stored"}
+    for _ in range(250):
+        if told:
+            break
+        threading.Event().wait(0.02)
+    assert told == [["stored"] * 3]
     assert groups == [1, 3]
     assert ds.count_rows("client_reports", TASK) == 4
+    assert ds.rejection_counts(TASK)["upload"] == {"hpke_decrypt_error": 1}
+    ds.put_reports = original  # type: ignore[method-assign]
+    # Larger than the bound, into an empty queue: stored all the same.
+    big = [_report(i) for i in range(10, 16)]
+    assert writer.queue(Queued(big, (), told.append))
     writer.close()
+    assert told[-1] == ["stored"] * 6
+    assert ds.count_rows("client_reports", TASK) == 10
 
 
 def test_close_commits_what_is_queued_and_refuses_more(ds: Datastore) -> None:
