@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import secrets
 import sqlite3
@@ -12,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from services.aggregator.aggregate import ShareAdder
@@ -27,6 +30,7 @@ from services.aggregator.datastore import (
     TokenSpend,
 )
 from services.aggregator.datastore.batch_aggregations import mark_collected
+from services.aggregator.datastore.uploads import job_cuts
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
 from services.common.db import SQLITE_PAGE_SIZE, Database, Migration, TransientDbError, Tx
@@ -397,7 +401,7 @@ def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
 
 def test_a_large_upload_group_makes_its_jobs(ds: Datastore) -> None:
     """A group holding `from_group` of a time_interval task's reports makes their jobs in its
-    transaction, cut as the creator cuts them; the rest is left to the creator, and every
+    transaction, as even as the maximum allows; the rest is left to the creator, and every
     stored report ends up in exactly one job."""
     key = bucket_key(7200, 3600)
     jobs = JobSizes(minimum=2, maximum=3, from_group=4)
@@ -412,17 +416,17 @@ def test_a_large_upload_group_makes_its_jobs(ds: Datastore) -> None:
 
     large = [_new(rid, 7200 + i, key) for i, rid in enumerate(ids(10, 7))]
     replay = _new(bytes([0]) * 16, 7200, key)
-    # Seven new reports make two jobs of three; the seventh is below a job's minimum.
+    # Seven new reports make three jobs, as even as a job's maximum of three allows.
     assert ds.put_reports([*large, replay], (), jobs) == ["stored"] * 7 + ["replayed"]
-    assert ds.unaggregated_reports(TASK) == 4
+    assert ds.unaggregated_reports(TASK) == 3
     # Nor does a fixed_size task's group (its jobs fill batches in order).
     fixed = [_new(rid, 7200, None) for rid in ids(20, 4)]
     assert ds.put_reports(fixed, (), jobs) == ["stored"] * 4
-    assert ds.unaggregated_reports(TASK) == 8
+    assert ds.unaggregated_reports(TASK) == 7
 
     leases = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
     members = sorted([r.report_id for r in ds.leader_job(lease)[1]] for lease in leases)
-    assert members == [ids(10, 3), ids(13, 3)]
+    assert members == [ids(10, 3), ids(13, 2), ids(15, 2)]
     assert (
         ds.create_aggregation_jobs(
             TASK, fixed_size_target=None, min_job_size=1, max_job_size=10, flush_before=0, now=100
@@ -433,6 +437,32 @@ def test_a_large_upload_group_makes_its_jobs(ds: Datastore) -> None:
     rows = ds.db.run("members", lambda tx: tx.query("SELECT report_id FROM report_aggregations"))
     in_jobs = [bytes(r["report_id"]) for r in rows]
     assert sorted(in_jobs) == sorted(ids(0, 3) + ids(10, 7) + ids(20, 4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    count=st.integers(0, 3000),
+    minimum=st.integers(1, 600),
+    spread=st.integers(0, 600),
+)
+def test_job_cuts_are_as_few_and_as_even_as_the_sizes_allow(
+    count: int, minimum: int, spread: int
+) -> None:
+    """An upload group's jobs: ceil(count / maximum) of them whenever that many can each hold
+    at least `minimum` (then sizes differ by one at most and every report is in one), else
+    jobs of `maximum` in order and no job below `minimum`."""
+    maximum = minimum + spread
+    cuts = job_cuts(count, minimum, maximum)
+    sizes = [end - start for start, end in cuts]
+    assert all(minimum <= size <= maximum for size in sizes)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(cuts))
+    fewest = -(-count // maximum)
+    if fewest * minimum <= count:
+        assert len(cuts) == fewest
+        assert sum(sizes) == count and (not cuts or cuts[0][0] == 0)
+        assert max(sizes, default=0) - min(sizes, default=0) <= 1
+    else:
+        assert cuts == [(i * maximum, (i + 1) * maximum) for i in range(count // maximum)]
 
 
 def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url: str) -> None:

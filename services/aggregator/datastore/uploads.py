@@ -2,7 +2,8 @@
 (``client_reports``) and the spent tokens, refusals counted in the same transaction.
 
 A group that holds many of one time_interval task's reports (`JobSizes.from_group`: a DAP-19
-bulk upload, a busy leader) makes their aggregation jobs in the transaction that stores them
+bulk upload, a busy leader) makes their aggregation jobs, as even as `job_cuts` can make
+them, in the transaction that stores them
 (DAP-09 §4.5.1.1 leaves job formation to the leader): the job creator would otherwise read
 every report row back, shares and all, and rewrite it to mark it started. Smaller groups (the
 creator batches them across commits into fuller jobs), the remainder below a job's minimum and
@@ -86,16 +87,29 @@ def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[byt
 def _make_jobs(
     tx: Tx, task_id: bytes, reports: list[NewReport], jobs: JobSizes
 ) -> list[tuple[bytes, list[NewReport]]]:
-    """Jobs of at most `jobs.maximum` of these reports, cut as the creator cuts them; a
-    remainder below `jobs.minimum` is left to the creator. Each job's id and reports."""
+    """Jobs of these reports, each id and reports (`job_cuts`); what no job takes is left to
+    the creator."""
     made: list[tuple[bytes, list[NewReport]]] = []
-    for start in range(0, len(reports), jobs.maximum):
-        chunk = reports[start : start + jobs.maximum]
-        if len(chunk) < jobs.minimum:
-            break
+    for start, end in job_cuts(len(reports), jobs.minimum, jobs.maximum):
+        chunk = reports[start:end]
         members = [(r.report_id, r.client_time) for r in chunk]
         made.append((insert_leader_job(tx, task_id, None, members, chunk[0].received_at), chunk))
     return made
+
+
+def job_cuts(count: int, minimum: int, maximum: int) -> list[tuple[int, int]]:
+    """[start, end) of the jobs `count` reports make: as few as `maximum` allows, of sizes that
+    differ by one at most (a group of 1,000 makes two jobs of 500, not 500, 500 and a
+    remainder), so a job's fixed costs (a lease, a helper round trip, a batch update on both
+    sides) are spread over as many reports as they can be. When even jobs would fall below
+    `minimum`, jobs of `maximum` and a remainder below `minimum` that no job takes."""
+    parts = -(-count // maximum)
+    if parts and count // parts >= minimum:
+        size, longer = divmod(count, parts)
+        ends = [(i + 1) * size + min(i + 1, longer) for i in range(parts)]
+        return list(zip([0, *ends[:-1]], ends, strict=True))
+    cuts = [(start, min(start + maximum, count)) for start in range(0, count, maximum)]
+    return [(start, end) for start, end in cuts if end - start >= minimum]
 
 
 class UploadStore(StoreBase):
