@@ -209,10 +209,8 @@ def open_aggregator(
     migrations and the first key are safe to race."""
     db = database or Database.open(settings.database_url, pool_size=settings.pg_pool_size)
     crypter = crypter_from(settings.datastore_keys, "aggregator")
-    # A few jobs for each aggregation worker: the upload writer makes them faster than the
-    # drivers take them only in bursts; the rest is read from the store as before.
-    fresh = 4 * settings.max_job_size * settings.aggregation_workers if settings.run_drivers else 0
-    ds = Datastore(db, shards=settings.batch_shards, crypter=crypter, fresh_job_reports=fresh)
+    fresh = settings.fresh_job_cache_mib * 2**20 if settings.run_drivers else 0
+    ds = Datastore(db, shards=settings.batch_shards, crypter=crypter, fresh_job_bytes=fresh)
     ds.migrate()
     clock = clock or RealClock()
     ds.add_hpke_key(clock.now(), only_if_none=True)

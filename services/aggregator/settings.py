@@ -78,6 +78,10 @@ class AggregatorSettings(ServiceSettings, TlsSettings, ServerLimits):
     #: Aggregation-job driver threads in this process: while one waits for the helper's
     #: answer, another prepares its own job, so leader and helper work at the same time.
     aggregation_workers: int = Field(default=2, ge=1)
+    #: MiB of the shares of jobs the upload writer just made, kept for this process's drivers
+    #: so they need not read them back (`datastore.fresh_jobs`); past it, the oldest are read.
+    #: 64 MiB holds ~24,000 Histogram(100) reports: a burst's backlog on a 2-core leader.
+    fresh_job_cache_mib: int = Field(default=64, ge=0)
     #: How often a collection job waiting for reports is looked at again; also Retry-After.
     collection_retry_s: int = Field(default=2, ge=1)
     #: Leeway for client clocks running ahead (DAP-09 §4.4.2 "a few minutes").

@@ -468,10 +468,11 @@ def test_job_cuts_are_as_few_and_as_even_as_the_sizes_allow(
 def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url: str) -> None:
     """A job the upload group made in this process comes to its first lease here as committed,
     without reading the shares back; a later lease (a retry) reads the store, as does every
-    job of a store that keeps none (`fresh_job_reports` 0) and one dropped past the bound. A
+    job of a store that keeps none (`fresh_job_bytes` 0) and one dropped past the bound. A
     body retried after a transient failure keeps only the committed attempt's jobs."""
     db = Database.open(db_url)
-    ds = Datastore(db, shards=2, fresh_job_reports=4)
+    # 12 bytes of shares a report (`_new`): room for two jobs of two.
+    ds = Datastore(db, shards=2, fresh_job_bytes=4 * 12)
     ds.migrate()
     try:
         key = bucket_key(7200, 3600)
@@ -515,7 +516,7 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
             assert all(
                 r.public_share == b"" and r.helper_encrypted_share == b"helper" for r in reports
             )
-        # The first group's job (bound 4 reports: the last two jobs) was dropped: read back.
+        # The first group's job (the bound holds the last two jobs) was dropped: read back.
         assert shares == {rids[0]: [b"db"] * 2, rids[2]: [b"leader"] * 2, rids[4]: [b"leader"] * 2}
         ds.release_aggregation_job(leases[1], 0)
         again = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)

@@ -19,12 +19,12 @@ class StoreBase:
         *,
         shards: int = 8,
         crypter: Crypter | None = None,
-        fresh_job_reports: int = 0,
+        fresh_job_bytes: int = 0,
     ) -> None:
         self.db = db
         self._shards = shards
         #: For this process's own aggregation driver (0: it runs none here).
-        self._fresh = FreshJobs(fresh_job_reports)
+        self._fresh = FreshJobs(fresh_job_bytes)
         #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
         self._crypter = crypter or Crypter()
 

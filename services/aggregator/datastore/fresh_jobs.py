@@ -8,7 +8,10 @@ job's report rows (`finish_leader_job` scrubs them, the job creator only takes r
 job), so the reports as committed are the reports as stored: the job's first lease in this
 process takes them from here, once; any later lease (a retry after a release, a job another
 process leased first) reads the store. Memory only, so a crash loses nothing the store lacks,
-and bounded: past `max_reports` the oldest jobs are dropped and read from the store.
+and bounded by the bytes of the shares it holds: past `max_bytes` the oldest jobs are dropped
+and read from the store. A burst of uploads makes jobs faster than the driver takes them, and
+the driver takes the oldest first: a bound of a few jobs dropped most of a burst's jobs before
+their turn (~5 us a report more to read them back, #15).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ class FreshJobs:
     """Committed jobs' reports by (task id, job id); shared by the upload writer's thread
     and the drivers' threads."""
 
-    def __init__(self, max_reports: int) -> None:
-        self._max = max_reports
-        self._jobs: OrderedDict[tuple[bytes, bytes], list[LeaderReport]] = OrderedDict()
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+        self._jobs: OrderedDict[tuple[bytes, bytes], tuple[list[LeaderReport], int]] = OrderedDict()
+        #: Bytes of the shares held.
         self._held = 0
         self._lock = threading.Lock()
 
@@ -45,17 +49,23 @@ class FreshJobs:
             )
             for i, r in enumerate(reports)
         ]
+        size = sum(
+            len(r.public_share) + len(r.leader_input_share) + len(r.helper_encrypted_share)
+            for r in reports
+        )
         with self._lock:
-            self._jobs[(task_id, job_id)] = rows
-            self._held += len(rows)
+            self._jobs[(task_id, job_id)] = rows, size
+            self._held += size
             while self._held > self._max:
-                _, dropped = self._jobs.popitem(last=False)
-                self._held -= len(dropped)
+                _, (_, dropped) = self._jobs.popitem(last=False)
+                self._held -= dropped
 
     def take(self, task_id: bytes, job_id: bytes) -> list[LeaderReport] | None:
         """A kept job's reports, forgotten here; None if not kept."""
         with self._lock:
-            rows = self._jobs.pop((task_id, job_id), None)
-            if rows is not None:
-                self._held -= len(rows)
+            kept = self._jobs.pop((task_id, job_id), None)
+            if kept is None:
+                return None
+            rows, size = kept
+            self._held -= size
             return rows
