@@ -199,7 +199,7 @@ class _Bounds:
     expired_before_s: int | None
     #: Every time check passes in [earliest_s, latest_s].
     earliest_s: float
-    latest_s: float
+    latest_s: int
     #: The task asks nothing of a report's extensions (no recipe binding, no token).
     plain: bool
 
