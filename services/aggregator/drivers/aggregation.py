@@ -294,10 +294,11 @@ def _bucket(task: Task, time: int) -> bytes:
     return bucket_key(time, task.time_precision)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Resp:
     """One report's answer from the helper, whatever the version: its continuation payload,
-    or its error in sagg's stored vocabulary (DAP-09's PrepareError, `wire`)."""
+    or its error in sagg's stored vocabulary (DAP-09's PrepareError, `wire`). (Slots, not
+    frozen: one is made per report, `datastore.records.LeaderReport`.)"""
 
     report_id: bytes
     payload: bytes | None = None
