@@ -164,7 +164,7 @@ class AggregationJobDriver(LeasedJobDriver):
                 else _init09(task, batch_id, lease.job_id, shares)
             )
             try:
-                resps, job_url = self._send(task, exchange)
+                resps, location = self._send(task, exchange)
             except HelperPendingError as pending:
                 # DAP-19 §3.1: still pending after the polling budget; the identical request
                 # after Retry-After finds the job and its state (DAP-19 §4.5.3.2 idempotency).
@@ -187,6 +187,7 @@ class AggregationJobDriver(LeasedJobDriver):
                 return
             if [rr.report_id for rr in resps] != [reports[i].report_id for i in sent]:
                 log.warning("helper answered with other report ids; abandoning the job")
+                job_url = _job_url(exchange.url, location)
                 self._abandon(task, lease, outcomes, batch.out_shares, job_url)
                 return
             for i, resp in zip(sent, resps, strict=True):
@@ -219,10 +220,11 @@ class AggregationJobDriver(LeasedJobDriver):
             len(final),
         )
 
-    def _send(self, task: Task, exchange: _InitExchange) -> tuple[list[_Resp], str]:
+    def _send(self, task: Task, exchange: _InitExchange) -> tuple[list[_Resp], str | None]:
         """Send the init request; DAP-19's helper may defer (an empty 2xx with Location): poll
         GET Location after each Retry-After, for at most `helper_poll_s` in all. The answers
-        and the job's URL (DAP-19: its Location, resolved against the request's URL)."""
+        and the answer's Location (DAP-19), if any: the job's URL is only needed to abandon it
+        (`_job_url`), and httpx parses a URL character by character."""
         headers = {"Content-Type": exchange.media_type}
         headers.update(helper_headers(task))
         try:
@@ -242,15 +244,13 @@ class AggregationJobDriver(LeasedJobDriver):
                 check_response(response)
         except httpx.HTTPError as exc:
             raise HelperUnavailableError(type(exc).__name__) from exc
-        job_url = exchange.url
-        if "location" in response.headers:
-            job_url = str(
-                httpx.URL(exchange.url).join(response.headers["location"]).copy_with(query=None)
-            )
+        location = response.headers.get("location")
         try:
-            return exchange.decode(response.content), job_url
+            return exchange.decode(response.content), location
         except DecodeError:
-            raise HelperError(response.status_code, None, job_url) from None
+            raise HelperError(
+                response.status_code, None, _job_url(exchange.url, location)
+            ) from None
 
     def _retry_or_abandon(
         self,
@@ -288,6 +288,14 @@ class AggregationJobDriver(LeasedJobDriver):
         if job_url is not None:
             with contextlib.suppress(httpx.HTTPError):
                 self.http.delete(job_url, headers=helper_headers(task))
+
+
+def _job_url(request_url: str, location: str | None) -> str:
+    """The helper's job: DAP-19's Location, resolved against the request's URL, without its
+    query; else the URL the job was created at (DAP-09)."""
+    if location is None:
+        return request_url
+    return str(httpx.URL(request_url).join(location).copy_with(query=None))
 
 
 def _bucket(task: Task, time: int) -> bytes:
