@@ -163,8 +163,7 @@ class UploadWriter:
             # The store stayed busy or unreachable through every retry: one by one would only
             # wait that long again per upload. Every request gets the error (a 500: retry).
             log.error("storing an upload group failed: %s", type(exc).__name__)
-            for batch in group:
-                self._tell(batch, [exc] * len(batch.reports))
+            self._fail(group, exc)
             return
         except Exception as exc:
             if len(reports) + len(refusals) > 1:
@@ -176,7 +175,7 @@ class UploadWriter:
                     self._tell(batch, self._commit_apart(batch))
                 return
             log.error("storing an upload failed: %s", type(exc).__name__)
-            self._tell(group[0], [exc] * len(group[0].reports))
+            self._fail(group, exc)
             return
         self.commits.inc()
         self.committed.inc(len(reports))
@@ -205,6 +204,11 @@ class UploadWriter:
                 # The refusal stands; only its count is lost.
                 log.error("counting an upload refusal failed: %s", type(exc).__name__)
         return outcomes
+
+    def _fail(self, group: list[Queued], exc: Exception) -> None:
+        """Every report of the group failed with `exc` (its refusals stand)."""
+        for batch in group:
+            self._tell(batch, [exc] * len(batch.reports))
 
     @staticmethod
     def _tell(batch: Queued, outcomes: Sequence[Outcome]) -> None:
