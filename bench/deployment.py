@@ -597,14 +597,18 @@ def upload_commits(http: httpx.Client, spawned: Spawned) -> tuple[float, float]:
 #: What the aggregators count of their own HPKE opens and preparation
 #: (`services.aggregator.crypto_cpu`).
 CRYPTO_CPU = ("sagg_hpke_open_cpu_seconds_total", "sagg_vdaf_prep_cpu_seconds_total")
+#: `crypto_cpu`'s figures, in its order.
+IN_SITU_PARTS = [(who, part) for who in ("leader", "helper") for part in ("HPKE open", "prep")]
 
 
-def crypto_cpu(http: httpx.Client, spawned: Spawned) -> float:
-    """Leader's and helper's CPU seconds so far in HPKE opens and VDAF preparation."""
-    return sum(
-        sum(metric_sums(http, url, spawned.admin_token, CRYPTO_CPU))
+def crypto_cpu(http: httpx.Client, spawned: Spawned) -> list[float]:
+    """CPU seconds so far in the leader's HPKE opens, its preparation, the helper's opens and
+    its preparation."""
+    return [
+        seconds
         for url in (spawned.leader, spawned.helper)
-    )
+        for seconds in metric_sums(http, url, spawned.admin_token, CRYPTO_CPU)
+    ]
 
 
 def bench_case(
@@ -654,7 +658,7 @@ def bench_case(
         e2e_s = time.perf_counter() - start
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
-        in_situ_s = crypto_cpu(http, spawned) - crypto0
+        in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
     after = reference_cost()
     reference = PrepCost((before.leader + after.leader) / 2, (before.helper + after.helper) / 2)
 
@@ -706,8 +710,12 @@ def bench_case(
             "ratio",
         ),
         # The same calls timed where they ran, during the case (`crypto_cpu`).
-        row("servers' own prep + HPKE open, CPU", in_situ_s * per_report_us, "µs/report"),
-        row("server CPU / servers' own prep + HPKE open", server_s / in_situ_s, "ratio"),
+        *(
+            row(f"{who}'s own {part}, CPU", seconds * per_report_us, "µs/report")
+            for (who, part), seconds in zip(IN_SITU_PARTS, in_situ, strict=True)
+        ),
+        row("servers' own prep + HPKE open, CPU", sum(in_situ) * per_report_us, "µs/report"),
+        row("server CPU / servers' own prep + HPKE open", server_s / sum(in_situ), "ratio"),
         row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
         row("other processes' CPU (PostgreSQL...)", max(0.0, others) / e2e_s, "cores"),
     ]

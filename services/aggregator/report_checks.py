@@ -274,30 +274,30 @@ class ReportChecker:
     def _open_all(
         self, task: Task, role: Role, shares: Sequence[SealedShare]
     ) -> list[bytes | Refusal]:
-        """Each share's plaintext, or why it has none. The opens run in one loop whose CPU is
+        """Each share's plaintext, or why it has none. The opens run in one batch whose CPU is
         counted once: interleaved with the other checks, an open cost 1.6 times as much
         (X25519's code and tables fall out of cache; measured 68 against 42 us)."""
         wire = task.wire
-        info = wire.input_share_info(role)
         opened: list[bytes | Refusal] = []
-        work: list[tuple[int, hpke.HpkeKeyPair, bytes, bytes, bytes]] = []
+        work: list[tuple[hpke.HpkeKeyPair, bytes, bytes, bytes]] = []
+        at: list[int] = []
         for share in shares:
             keypair = self.keypair(share.config_id)
             if keypair is None:
                 opened.append(Refusal.UNKNOWN_CONFIG)
                 continue
             aad = wire.input_share_aad(share.metadata, share.public_share)
-            work.append((len(opened), keypair, share.enc, aad, share.payload))
+            at.append(len(opened))
+            work.append((keypair, share.enc, aad, share.payload))
             opened.append(b"")
-
-        def open_each() -> None:
-            for i, keypair, enc, aad, payload in work:
-                try:
-                    opened[i] = hpke.open(keypair, enc, info, aad, payload)
-                except hpke.HpkeError:
-                    opened[i] = Refusal.UNDECRYPTABLE
-
-        self.cpu.hpke_open("leader" if role == Role.LEADER else "helper", open_each)
+        plaintexts = self.cpu.hpke_open(
+            "leader" if role == Role.LEADER else "helper",
+            hpke.open_batch,
+            work,
+            wire.input_share_info(role),
+        )
+        for i, plaintext in zip(at, plaintexts, strict=True):
+            opened[i] = Refusal.UNDECRYPTABLE if plaintext is None else plaintext
         return opened
 
     def _check_opened(

@@ -366,6 +366,41 @@ def test_wrong_recipient_key_is_rejected(sealed: Sealed) -> None:
     assert_rejected(replace(sealed, recipient=hpke.generate_keypair(sealed.recipient.config_id)))
 
 
+def test_open_batch_agrees_with_open_on_every_message_valid_or_not() -> None:
+    """The batch opens what `open` opens (small shares, and leader-sized ones past the 2 KiB at
+    which AES-GCM releases the GIL) and gives None exactly where `open` raises, without one bad
+    message disturbing its neighbours; the RFC's message is in the batch too."""
+    keys = [hpke.generate_keypair(1), hpke.generate_keypair(2)]
+    rfc_recipient = hpke.derive_keypair(0, RFC["ikmR"])
+    rfc_aad, rfc_ct = RFC_ENCRYPTIONS[0][1:]
+    messages: list[tuple[HpkeKeyPair, bytes, bytes, bytes]] = []
+    for i, size in enumerate([0, 29, 2047, 2700, 5000]):
+        key = keys[i % 2]
+        aad = f"aad {i}".encode()
+        enc, ct = hpke.seal(key.public_key, RFC["info"], aad, bytes([i]) * size)
+        messages += [
+            (key, enc, aad, ct),
+            (key, enc, aad, flipped(ct, 8 * len(ct) - 1)),
+            (key, enc, aad + b"!", ct),
+            (keys[1 - i % 2], enc, aad, ct),
+            (key, LOW_ORDER_POINTS[i % len(LOW_ORDER_POINTS)], aad, ct),
+            (key, enc[:31], aad, ct),
+        ]
+    messages.append((rfc_recipient, RFC["enc"], rfc_aad, rfc_ct))
+
+    def one(keypair: HpkeKeyPair, enc: bytes, aad: bytes, ct: bytes) -> bytes | None:
+        try:
+            return hpke.open(keypair, enc, RFC["info"], aad, ct)
+        except HpkeError:
+            return None
+
+    expected = [one(*message) for message in messages]
+    assert hpke.open_batch(messages, RFC["info"]) == expected
+    assert [e is not None for e in expected] == [i % 6 == 0 for i in range(30)] + [True]
+    assert expected[-1] == RFC_PT
+    assert hpke.open_batch([], RFC["info"]) == []
+
+
 # --- Key pairs -----------------------------------------------------------------------------------
 
 
