@@ -87,6 +87,9 @@ POSTGRES = Dialect(
 )
 
 
+#: Values of one `Tx.present` statement on SQLite, well below its limit of 32,766 variables.
+_SQLITE_IN_CHUNK = 500
+
 #: Columns of `Tx.insert_rows`: (name, DDL type placeholder: "blob", "bigint" or "text").
 Columns = Sequence[tuple[str, str]]
 #: Writes rows (tuples in column order) into a table, the engine's fastest way.
@@ -100,7 +103,7 @@ class Tx:
         self,
         name: str,
         dialect: Dialect,
-        execute: Callable[[str, Params], Any],
+        execute: Callable[[str, Params | Sequence[Any]], Any],
         execute_many: Callable[[str, Sequence[Params]], Any],
         insert_rows: InsertRows,
     ) -> None:
@@ -128,6 +131,26 @@ class Tx:
         statement (the unique index checks COPY's rows the same way)."""
         if rows:
             self._insert_rows(table, columns, rows)
+
+    def present(
+        self, table: str, match: tuple[str, Any], column: str, values: Sequence[Any]
+    ) -> set[Any]:
+        """Which of `values` a row of `table` whose `match` column equals its value holds in
+        `column` (an anti-replay lookup). Positional parameters on SQLite, where binding
+        hundreds of named ones costs twice as much, in chunks below its variable limit; one
+        array parameter on PostgreSQL."""
+        found: set[Any] = set()
+        where = f"SELECT {column} FROM {table} WHERE {match[0]} = "
+        if self.dialect.name == "sqlite":
+            for start in range(0, len(values), _SQLITE_IN_CHUNK):
+                chunk = values[start : start + _SQLITE_IN_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                cur = self._execute(f"{where}? AND {column} IN ({marks})", [match[1], *chunk])
+                found.update(r[column] for r in cur.fetchall())
+        elif values:
+            cur = self._execute(f"{where}%s AND {column} = ANY(%s)", [match[1], list(values)])
+            found.update(r[column] for r in cur.fetchall())
+        return found
 
     def query(self, sql: str, params: Params | None = None) -> list[Row]:
         cur = self._execute(self.dialect.translate(sql), params or {})

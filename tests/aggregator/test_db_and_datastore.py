@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import random
 import re
 import secrets
 import sqlite3
@@ -232,6 +233,39 @@ def test_read_sees_committed_rows_only_and_copy_inserts_rows(db_url: str) -> Non
         ]
         with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
             db.run("again", lambda tx: tx.insert_rows("t", columns, [(1, b"", "x")]))
+    finally:
+        db.close()
+
+
+def test_present_finds_exactly_the_stored_values_of_the_matching_rows(db_url: str) -> None:
+    """`Tx.present` answers as the plain query would: across SQLite's chunks of values (1,201
+    asked), only rows whose match column agrees, none for an empty question."""
+    db = Database.open(db_url)
+    try:
+        db.migrate(
+            (
+                Migration(
+                    1,
+                    "r",
+                    ("CREATE TABLE r (t {blob}, id {blob}, PRIMARY KEY (t, id))",),
+                ),
+            )
+        )
+        rng = random.Random(7)
+        stored = [rng.randbytes(16) for _ in range(700)]
+        other = [rng.randbytes(16) for _ in range(50)]
+        columns = (("t", "blob"), ("id", "blob"))
+        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"A", i) for i in stored]))
+        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"B", i) for i in other]))
+        asked = stored[::2] + other + [rng.randbytes(16) for _ in range(801)]
+        rng.shuffle(asked)
+        expected = {
+            bytes(r["id"]) for r in db.read("all", "SELECT id FROM r WHERE t = :t", {"t": b"A"})
+        }
+        assert len(asked) == 1201
+        found = db.run("ask", lambda tx: tx.present("r", ("t", b"A"), "id", asked))
+        assert {bytes(v) for v in found} == expected & set(asked) == set(stored[::2])
+        assert db.run("none", lambda tx: tx.present("r", ("t", b"A"), "id", [])) == set()
     finally:
         db.close()
 

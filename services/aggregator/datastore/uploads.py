@@ -70,18 +70,10 @@ def spend_token(tx: Tx, task_id: bytes, report_id: bytes, spend: TokenSpend, now
 
 def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[bytes]:
     """Which of these report ids the task has seen (the anti-replay set)."""
-    known: set[bytes] = set()
-    for start in range(0, len(report_ids), 500):
-        chunk = report_ids[start : start + 500]
-        names = {f"r{i}": rid for i, rid in enumerate(chunk)}
-        placeholders = ", ".join(f":{name}" for name in names)
-        rows = tx.query(
-            "SELECT report_id FROM client_reports WHERE task_id = :t"
-            f" AND report_id IN ({placeholders})",
-            {"t": task_id, **names},
-        )
-        known |= {bytes(r["report_id"]) for r in rows}
-    return known
+    return {
+        bytes(r)
+        for r in tx.present("client_reports", ("task_id", task_id), "report_id", report_ids)
+    }
 
 
 def _make_jobs(
