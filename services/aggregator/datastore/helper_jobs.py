@@ -38,6 +38,16 @@ from shared.dap.messages import PrepareError
 from shared.dap.problems import ProblemType
 
 
+#: The columns of the payload-less anti-replay row the helper keeps of a report it aggregates.
+_REPORT_COLUMNS = (
+    ("task_id", "blob"),
+    ("report_id", "blob"),
+    ("client_time", "bigint"),
+    ("aggregation_started", "bigint"),
+    ("received_at", "bigint"),
+)
+
+
 class HelperJobStore(StoreBase):
     def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
         return self._job_row("aggregation_job", "aggregation_jobs", task_id, job_id)
@@ -103,17 +113,14 @@ class HelperJobStore(StoreBase):
             # recorded, so that is not a replay.
             remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
             seen = known_report_ids(tx, task_id, [o.report_id for o in remembered])
-            tx.execute_many(
-                "INSERT INTO client_reports (task_id, report_id, client_time,"
-                " aggregation_started, received_at) VALUES (:t, :r, :time, 1, :now)"
-                " ON CONFLICT (task_id, report_id) DO NOTHING",
+            # Plain inserts: the ids are distinct (`helper_init` refuses a job that repeats
+            # one) and unseen under this transaction's isolation, so a conflict can only be a
+            # concurrent job's, which fails this attempt and the retry finds it replayed.
+            tx.insert_rows(
+                "client_reports",
+                _REPORT_COLUMNS,
                 [
-                    {
-                        "t": task_id,
-                        "r": o.report_id,
-                        "time": min(o.client_time, MAX_STORED_TIME),
-                        "now": now,
-                    }
+                    (task_id, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
                     for o in remembered
                     if o.report_id not in seen
                 ],
