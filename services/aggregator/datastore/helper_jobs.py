@@ -37,7 +37,6 @@ from services.common.db import Row, Tx
 from shared.dap.messages import PrepareError
 from shared.dap.problems import ProblemType
 
-
 #: The columns of the payload-less anti-replay row the helper keeps of a report it aggregates.
 _REPORT_COLUMNS = (
     ("task_id", "blob"),
