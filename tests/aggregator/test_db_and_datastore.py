@@ -499,6 +499,16 @@ def test_job_cuts_are_as_few_and_as_even_as_the_sizes_allow(
         assert cuts == [(i * maximum, (i + 1) * maximum) for i in range(count // maximum)]
 
 
+def _job_shares(*leader_shares: bytes) -> bytes:
+    """A `leader_job_shares` value written by hand from its documented layout: per report, a
+    u32 length and the bytes of the public share (empty, as `_new` makes it), the leader's
+    share and the helper's (b"helper")."""
+    return b"".join(
+        b"\x00\x00\x00\x00" + len(share).to_bytes(4, "big") + share + b"\x00\x00\x00\x06helper"
+        for share in leader_shares
+    )
+
+
 def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url: str) -> None:
     """A job the upload group made in this process comes to its first lease here as committed,
     without reading the shares back; a later lease (a retry) reads the store, as does every
@@ -537,7 +547,7 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
         ds.db.run(
             "tamper",
             lambda tx: tx.execute(
-                "UPDATE client_reports SET leader_input_share = :x", {"x": b"db"}
+                "UPDATE leader_job_shares SET shares = :x", {"x": _job_shares(b"db", b"db")}
             ),
         )
         leases = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
@@ -566,14 +576,124 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
         plain.run(
             "tamper",
             lambda tx: tx.execute(
-                "UPDATE client_reports SET leader_input_share = :x WHERE report_id = :r",
-                {"x": b"db", "r": bytes([9]) * 16},
+                "UPDATE leader_job_shares SET shares = :x", {"x": _job_shares(b"db", b"leader")}
             ),
         )
         (lease,) = keeps_none.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
         assert [r.leader_input_share for r in keeps_none.leader_job(lease)[1]] == [b"db", b"leader"]
     finally:
         plain.close()
+
+
+def _payloads(ds: Datastore) -> dict[bytes, tuple[Any, ...]]:
+    """Each stored report's (started, received_at, public, leader, helper shares)."""
+    rows = ds.db.run(
+        "peek",
+        lambda tx: tx.query(
+            "SELECT report_id, aggregation_started, received_at, public_share,"
+            " leader_input_share, helper_encrypted_share FROM client_reports"
+        ),
+    )
+    return {
+        bytes(r["report_id"]): (
+            r["aggregation_started"],
+            r["received_at"],
+            *(
+                None if r[c] is None else bytes(r[c])
+                for c in ("public_share", "leader_input_share", "helper_encrypted_share")
+            ),
+        )
+        for r in rows
+    }
+
+
+def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_url: str) -> None:
+    """The shares of a job the upload group made live in its `leader_job_shares` row (read
+    back in order), not in its reports' rows; finishing deletes the row, and a report the
+    helper found too early gets its shares back in its own row for the job creator, whose job
+    clears them in turn. Nothing of an input share is stored once every job finished."""
+    db = Database.open(db_url)
+    ds = Datastore(db, shards=2, fresh_job_bytes=0)
+    ds.migrate()
+    vdaf = prio3_count()
+    key = bucket_key(7200, 3600)
+    rids = [bytes([i]) * 16 for i in range(3)]
+    reports = [
+        NewReport(TASK, rid, 7200, b"P%d" % i, b"L%d" % i, b"H%d" % i, key, 100)
+        for i, rid in enumerate(rids)
+    ]
+    try:
+        assert ds.put_reports(reports, (), JobSizes(3, 3, 3)) == ["stored"] * 3
+        assert _payloads(ds) == {rid: (1, 100, None, None, None) for rid in rids}
+        assert ds.count_rows("leader_job_shares", TASK) == 1
+        (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+        _, read = ds.leader_job(lease)
+        assert [
+            (r.ord, r.report_id, r.public_share, r.leader_input_share, r.helper_encrypted_share)
+            for r in read
+        ] == [(i, rid, b"P%d" % i, b"L%d" % i, b"H%d" % i) for i, rid in enumerate(rids)]
+        outcomes = [
+            ReportOutcome(rids[0], 7200, key, None, 0),
+            ReportOutcome(rids[1], 7200, key, PrepareError.REPORT_TOO_EARLY, 1),
+            ReportOutcome(rids[2], 7200, key, None, 2),
+        ]
+        shares = vdaf.field.from_ints([1, 1, 1]).reshape(3, 1, 1)
+        ds.finish_leader_job(lease, outcomes, ShareAdder(vdaf, shares), requeue_at=500)
+        assert ds.count_rows("leader_job_shares", TASK) == 0
+        assert _payloads(ds) == {
+            rids[0]: (1, 100, None, None, None),
+            rids[1]: (0, 500, b"P1", b"L1", b"H1"),
+            rids[2]: (1, 100, None, None, None),
+        }
+        assert ds.batch_totals(TASK, key, key + b"\xff").report_count == 2
+        # The requeued report waits for its time, then goes into a job the creator makes.
+        assert (
+            ds.create_aggregation_jobs(
+                TASK,
+                fixed_size_target=None,
+                min_job_size=1,
+                max_job_size=3,
+                flush_before=10**6,
+                now=499,
+            )
+            == 0
+        )
+        assert (
+            ds.create_aggregation_jobs(
+                TASK,
+                fixed_size_target=None,
+                min_job_size=1,
+                max_job_size=3,
+                flush_before=10**6,
+                now=500,
+            )
+            == 1
+        )
+        (again,) = ds.acquire_aggregation_jobs(now=500, lease_duration=10, limit=10)
+        _, read = ds.leader_job(again)
+        assert [(r.report_id, r.leader_input_share) for r in read] == [(rids[1], b"L1")]
+        one = vdaf.field.from_ints([1]).reshape(1, 1, 1)
+        ds.finish_leader_job(
+            again, [ReportOutcome(rids[1], 7200, key, None, 0)], ShareAdder(vdaf, one)
+        )
+        assert ds.batch_totals(TASK, key, key + b"\xff").report_count == 3
+        assert all(p[2:] == (None, None, None) for p in _payloads(ds).values())
+        # An abandoned job's shares go the same way.
+        more = [
+            NewReport(TASK, bytes([9 + i]) * 16, 7200, b"", b"L", b"H", key, 600) for i in range(2)
+        ]
+        assert ds.put_reports(more, (), JobSizes(2, 2, 2)) == ["stored"] * 2
+        (dropped,) = ds.acquire_aggregation_jobs(now=600, lease_duration=10, limit=10)
+        failed = [
+            ReportOutcome(r.report_id, 7200, key, PrepareError.REPORT_DROPPED, None) for r in more
+        ]
+        ds.finish_leader_job(
+            dropped, failed, ShareAdder(vdaf, vdaf.field.zeros((0, 1, 1))), abandoned=True
+        )
+        assert ds.count_rows("leader_job_shares", TASK) == 0
+        assert all(p[2:] == (None, None, None) for p in _payloads(ds).values())
+    finally:
+        db.close()
 
 
 def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:

@@ -4,14 +4,14 @@ driver (DAP-09 §4.5.1.1; #15).
 An upload group of a time_interval task makes its jobs in the transaction that stores the
 reports (`uploads`); the driver then read every row back, shares and all, by a join over the
 job (`LeaderJobStore.leader_job`), ~6 us a report. Until its job finishes, nothing changes a
-job's report rows (`finish_leader_job` scrubs them, the job creator only takes reports in no
-job), so the reports as committed are the reports as stored: the job's first lease in this
-process takes them from here, once; any later lease (a retry after a release, a job another
-process leased first) reads the store. Memory only, so a crash loses nothing the store lacks,
-and bounded by the bytes of the shares it holds: past `max_bytes` the oldest jobs are dropped
-and read from the store. A burst of uploads makes jobs faster than the driver takes them, and
-the driver takes the oldest first: a bound of a few jobs dropped most of a burst's jobs before
-their turn (~5 us a report more to read them back, #15).
+job's reports or its shares row (`finish_leader_job` deletes it, the job creator only takes
+reports in no job), so the reports as committed are the reports as stored: the job's first
+lease in this process takes them from here, once; any later lease (a retry after a release, a
+job another process leased first) reads the store. Memory only, so a crash loses nothing the
+store lacks, and bounded by the bytes of the shares it holds: past `max_bytes` the oldest jobs
+are dropped and read from the store. A burst of uploads makes jobs faster than the driver
+takes them, and the driver takes the oldest first: a bound of a few jobs dropped most of a
+burst's jobs before their turn (~5 us a report more to read them back, #15).
 """
 
 from __future__ import annotations

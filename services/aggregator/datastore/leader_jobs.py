@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+from services.aggregator.datastore import job_shares
 from services.aggregator.datastore.aggregation_jobs import (
     insert_job,
     insert_report_aggregations,
@@ -181,6 +182,21 @@ class LeaderJobStore(StoreBase):
             fresh = self._fresh.take(lease.task_id, lease.job_id)
             if fresh is not None:
                 return job, fresh
+            ids = {"t": lease.task_id, "j": lease.job_id}
+            kept = tx.query_one(
+                "SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids
+            )
+            if kept is not None:
+                members = tx.query(
+                    "SELECT ord, report_id, client_time FROM report_aggregations"
+                    " WHERE task_id = :t AND job_id = :j ORDER BY ord",
+                    ids,
+                )
+                shares = job_shares.decode(bytes(kept["shares"]), len(members))
+                return job, [
+                    LeaderReport(int(m["ord"]), bytes(m["report_id"]), int(m["client_time"]), *s)
+                    for m, s in zip(members, shares, strict=True)
+                ]
             rows = tx.query(
                 "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
                 " cr.leader_input_share, cr.helper_encrypted_share"
@@ -264,22 +280,7 @@ class LeaderJobStore(StoreBase):
                 for o in final
                 if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
             }
-            tx.execute(
-                "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
-                " helper_encrypted_share = NULL WHERE task_id = :t AND report_id IN"
-                " (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
-                "  AND (error IS NULL OR error != :keep))",
-                # Without a requeue time no report keeps its shares (-1 is no PrepareError).
-                {
-                    **ids,
-                    "keep": int(PrepareError.REPORT_TOO_EARLY) if requeue_at is not None else -1,
-                },
-            )
-            tx.execute_many(
-                "UPDATE client_reports SET aggregation_started = 0, received_at = :at"
-                " WHERE task_id = :t AND report_id = :r",
-                [{"t": lease.task_id, "r": rid, "at": requeue_at} for rid in requeue],
-            )
+            _release_shares(tx, lease, requeue, requeue_at)
             tx.execute(
                 "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"
                 " WHERE task_id = :t AND job_id = :j",
@@ -292,3 +293,50 @@ class LeaderJobStore(StoreBase):
             return final
 
         return self.db.run("finish_leader_job", body)
+
+
+def _release_shares(tx: Tx, lease: Lease, requeue: set[bytes], requeue_at: int | None) -> None:
+    """A finished job's shares, gone: its shares row deleted (`job_shares`), or for a job the
+    creator made, its reports' payload columns cleared. The reports in `requeue` keep their
+    shares (back in their rows) and become available to a new job from `requeue_at`."""
+    ids = {"t": lease.task_id, "j": lease.job_id}
+    kept = (
+        tx.query_one("SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids)
+        if requeue
+        else None
+    )
+    back: list[dict[str, object]] = [{"r": rid} for rid in requeue]
+    restore = ""
+    if tx.execute("DELETE FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids):
+        if kept is not None:
+            members = tx.query(
+                "SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
+                " ORDER BY ord",
+                ids,
+            )
+            shares = job_shares.decode(bytes(kept["shares"]), len(members))
+            back = [
+                {"r": rid, "p": public, "l": leader, "h": helper}
+                for rid, (public, leader, helper) in zip(
+                    (bytes(m["report_id"]) for m in members), shares, strict=True
+                )
+                if rid in requeue
+            ]
+            restore = ", public_share = :p, leader_input_share = :l, helper_encrypted_share = :h"
+    else:
+        tx.execute(
+            "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
+            " helper_encrypted_share = NULL WHERE task_id = :t AND report_id IN"
+            " (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
+            "  AND (error IS NULL OR error != :keep))",
+            # Without a requeue time no report keeps its shares (-1 is no PrepareError).
+            {
+                **ids,
+                "keep": int(PrepareError.REPORT_TOO_EARLY) if requeue_at is not None else -1,
+            },
+        )
+    tx.execute_many(
+        f"UPDATE client_reports SET aggregation_started = 0, received_at = :at{restore}"
+        " WHERE task_id = :t AND report_id = :r",
+        [{"t": lease.task_id, "at": requeue_at, **b} for b in back],
+    )

@@ -7,13 +7,16 @@ Tables (one store serves many tasks, in either role):
 - ``hpke_keys``: the aggregator's HPKE keys, newest first; every stored key still decrypts.
 - ``client_reports``: one row per report id per task, the anti-replay set (DAP-09 §4.5.1.4),
   kept until the task's `report_expiry_age` has passed (`drivers.garbage`). The leader stores
-  the report there at upload (its decrypted input share, the helper's ciphertext) and scrubs
-  the payload columns once the report is aggregated; the helper inserts payload-less rows as
-  it aggregates. `received_at` is the upload time, or for a report the helper found too
-  early, when it may go into a job again.
+  the report there at upload (its decrypted input share, the helper's ciphertext) until it
+  goes into a job made later, and scrubs the payload columns once the report is aggregated;
+  the helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or
+  for a report the helper found too early, when it may go into a job again.
 - ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease and a report aggregation
   per report (leader), or the stored request hash and response (helper, for idempotent
   re-sends, DAP-09 §4.5.1.2) with how many of the job's reports finished and failed.
+- ``leader_job_shares`` (leader): the shares of the reports of a job made at upload, in one
+  row per job (`job_shares`), deleted when the job finishes; its reports' ``client_reports``
+  rows carry no payload.
 - ``batch_aggregations``: running aggregate shares per (task, batch key, agg param), spread
   over a few shard rows so concurrent jobs rarely write the same row; the sum over shards is
   the batch's share, its count, and the XOR checksum of its report ids.
@@ -50,6 +53,7 @@ TASK_TABLES: Final = (
     "client_reports",
     "aggregation_jobs",
     "report_aggregations",
+    "leader_job_shares",
     "batch_aggregations",
     "batches",
     "collection_jobs",

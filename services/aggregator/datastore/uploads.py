@@ -3,10 +3,11 @@
 
 A group that holds many of one time_interval task's reports (`JobSizes.from_group`: a DAP-19
 bulk upload, a busy leader) makes their aggregation jobs, as even as `job_cuts` can make
-them, in the transaction that stores them
-(DAP-09 §4.5.1.1 leaves job formation to the leader): the job creator would otherwise read
-every report row back, shares and all, and rewrite it to mark it started. Smaller groups (the
-creator batches them across commits into fuller jobs), the remainder below a job's minimum and
+them, in the transaction that stores them (DAP-09 §4.5.1.1 leaves job formation to the
+leader): the job creator would otherwise read every report row back, shares and all, and
+rewrite it to mark it started. Such a job keeps its reports' shares in one row
+(`job_shares`), their report rows only the anti-replay record. Smaller groups (the creator
+batches them across commits into fuller jobs), the remainder below a job's minimum and
 fixed_size tasks (whose jobs fill batches in order) are left to the creator
 (`LeaderJobStore.create_aggregation_jobs`).
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from services.aggregator.datastore import job_shares
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import is_collected
 from services.aggregator.datastore.leader_jobs import insert_leader_job
@@ -85,7 +87,12 @@ def _make_jobs(
     for start, end in job_cuts(len(reports), jobs.minimum, jobs.maximum):
         chunk = reports[start:end]
         members = [(r.report_id, r.client_time) for r in chunk]
-        made.append((insert_leader_job(tx, task_id, None, members, chunk[0].received_at), chunk))
+        job_id = insert_leader_job(tx, task_id, None, members, chunk[0].received_at)
+        tx.execute(
+            "INSERT INTO leader_job_shares (task_id, job_id, shares) VALUES (:t, :j, :s)",
+            {"t": task_id, "j": job_id, "s": job_shares.encode(chunk)},
+        )
+        made.append((job_id, chunk))
     return made
 
 
@@ -165,19 +172,22 @@ class UploadStore(StoreBase):
                         made += _make_jobs(tx, group[0].task_id, group, jobs)
             started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
             # The ids were checked above under the transaction's isolation: a concurrent
-            # insert of one of them makes this conflict, and the retry finds it replayed.
+            # insert of one of them makes this conflict, and the retry finds it replayed. The
+            # shares of a report in a job made here are its job's (`leader_job_shares`).
             tx.insert_rows(
                 "client_reports",
                 _REPORT_COLUMNS,
                 [
-                    (
+                    (r.task_id, r.report_id, r.client_time, None, None, None, 1, r.received_at)
+                    if (r.task_id, r.report_id) in started
+                    else (
                         r.task_id,
                         r.report_id,
                         r.client_time,
                         r.public_share,
                         r.leader_input_share,
                         r.helper_encrypted_share,
-                        int((r.task_id, r.report_id) in started),
+                        0,
                         r.received_at,
                     )
                     for r in stored
