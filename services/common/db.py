@@ -132,25 +132,37 @@ class Tx:
         if rows:
             self._insert_rows(table, columns, rows)
 
-    def present(
-        self, table: str, match: tuple[str, Any], column: str, values: Sequence[Any]
-    ) -> set[Any]:
-        """Which of `values` a row of `table` whose `match` column equals its value holds in
-        `column` (an anti-replay lookup). Positional parameters on SQLite, where binding
-        hundreds of named ones costs twice as much, in chunks below its variable limit; one
-        array parameter on PostgreSQL."""
-        found: set[Any] = set()
-        where = f"SELECT {column} FROM {table} WHERE {match[0]} = "
+    def rows_in(
+        self,
+        table: str,
+        columns: Sequence[str],
+        match: tuple[str, Any],
+        column: str,
+        values: Sequence[Any],
+    ) -> list[Row]:
+        """`columns` of the rows of `table` whose `match` column equals its value and whose
+        `column` is one of `values`, in no particular order. Positional parameters on SQLite,
+        where binding hundreds of named ones costs twice as much, in chunks below its
+        variable limit; one array parameter on PostgreSQL."""
+        rows: list[Row] = []
+        select = f"SELECT {', '.join(columns)} FROM {table} WHERE {match[0]} = "
         if self.dialect.name == "sqlite":
             for start in range(0, len(values), _SQLITE_IN_CHUNK):
                 chunk = values[start : start + _SQLITE_IN_CHUNK]
                 marks = ", ".join("?" * len(chunk))
-                cur = self._execute(f"{where}? AND {column} IN ({marks})", [match[1], *chunk])
-                found.update(r[column] for r in cur.fetchall())
+                cur = self._execute(f"{select}? AND {column} IN ({marks})", [match[1], *chunk])
+                rows += map(dict, cur.fetchall())
         elif values:
-            cur = self._execute(f"{where}%s AND {column} = ANY(%s)", [match[1], list(values)])
-            found.update(r[column] for r in cur.fetchall())
-        return found
+            cur = self._execute(f"{select}%s AND {column} = ANY(%s)", [match[1], list(values)])
+            rows += map(dict, cur.fetchall())
+        return rows
+
+    def present(
+        self, table: str, match: tuple[str, Any], column: str, values: Sequence[Any]
+    ) -> set[Any]:
+        """Which of `values` a row of `table` whose `match` column equals its value holds in
+        `column` (an anti-replay lookup, `rows_in`)."""
+        return {r[column] for r in self.rows_in(table, (column,), match, column, values)}
 
     def query(self, sql: str, params: Params | None = None) -> list[Row]:
         cur = self._execute(self.dialect.translate(sql), params or {})

@@ -20,7 +20,6 @@ from shared.dap.messages import (
     CollectionReq,
     FixedSizeQuery,
     Interval,
-    PrepareError,
     Query,
     QueryType,
     Role,
@@ -228,9 +227,10 @@ def test_helper_rejection_abandons_job(db_factory: Any, clock: TestClock) -> Non
     env.runner.aggregation.http = flaky  # type: ignore[assignment]
     assert env.upload(env.report(1, NOW)).status_code == 201
     env.drive()
-    ds = env.leader_agg.ds
-    rows = ds.report_aggregations(env.params.task_id.value, only_job(env, "aggregation_jobs"))
-    assert [r["state"] for r in rows] == ["failed"]
+    only_job(env, "aggregation_jobs")
+    stats = helpers.task_stats(env.leader, env.tid)
+    assert stats["report_aggregations"] == {"failed": 1}
+    assert stats["aggregation_jobs"] == {"abandoned": 1}
     # The abandoned job's report is not counted; the next report is.
     assert env.upload(env.report(1, NOW)).status_code == 201
     collection = env.collect(Query.time_interval(Interval(NOW, TP)))
@@ -247,9 +247,10 @@ def test_job_abandoned_after_max_attempts(db_factory: Any, clock: TestClock) -> 
         clock.advance(120)
     # Three attempts, then the job is given up (no DELETE: the helper is unreachable).
     assert down.calls == 3
-    job_id = only_job(env, "aggregation_jobs")
-    rows = env.leader_agg.ds.report_aggregations(env.params.task_id.value, job_id)
-    assert [(r["state"], r["error"]) for r in rows] == [("failed", PrepareError.REPORT_DROPPED)]
+    only_job(env, "aggregation_jobs")
+    stats = helpers.task_stats(env.leader, env.tid)
+    assert stats["report_aggregations"] == {"failed": 1}
+    assert stats["rejections"]["aggregation"] == {"report_dropped": 1}
 
 
 def test_report_too_early_for_the_helper_is_retried(db_factory: Any, clock: TestClock) -> None:
@@ -261,14 +262,9 @@ def test_report_too_early_for_the_helper_is_retried(db_factory: Any, clock: Test
     assert env.upload(env.report(1, NOW)).status_code == 201
     assert env.upload(env.report(1, NOW + 100)).status_code == 201
     env.drive()
-    rows = env.leader_agg.ds.db.run(
-        "ras",
-        lambda tx: tx.query(
-            "SELECT error FROM report_aggregations WHERE task_id = :t AND state = 'failed'",
-            {"t": env.params.task_id.value},
-        ),
-    )
-    assert [r["error"] for r in rows] == [PrepareError.REPORT_TOO_EARLY]
+    stats = helpers.task_stats(env.leader, env.tid)
+    assert stats["report_aggregations"] == {"failed": 1, "finished": 1}
+    assert stats["rejections"]["aggregation"] == {"report_too_early": 1}
     # Not yet: the retry waits `too_early_retry_s`.
     env.drive()
     assert env.leader_agg.ds.unaggregated_reports(env.params.task_id.value) == 1

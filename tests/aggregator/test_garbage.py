@@ -58,7 +58,7 @@ def test_expired_reports_are_refused_and_collected(db_factory: DbFactory, clock:
     assert (leader.reports, leader.aggregation_jobs) == (5, 1)
     assert (helper.reports, helper.aggregation_jobs) == (3, 1)
     assert _rows(env.leader_agg, "client_reports") == 1  # the fresh report
-    assert _rows(env.leader_agg, "report_aggregations") == 0
+    assert _rows(env.leader_agg, "aggregation_jobs") == 0
     assert _rows(env.helper_agg, "aggregation_jobs") == 0
 
     # A collected report's id is gone, and its replay is still refused: it is too old.

@@ -1,4 +1,5 @@
-"""services.aggregator.datastore.job_shares: a leader job's shares in one stored value."""
+"""A leader job's reports and their shares as stored values (`datastore.job_shares`,
+`aggregation_jobs.encode_members`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.aggregator.datastore import NewReport, job_shares
+from services.aggregator.datastore.aggregation_jobs import decode_members, encode_members
 
 TASK = b"\x01" * 32
 
@@ -53,3 +55,25 @@ def test_a_value_that_holds_anything_else_is_refused() -> None:
         job_shares.decode(value, 1)
     with pytest.raises(ValueError, match="end inside"):
         job_shares.decode(value, 3)
+
+
+def test_members_are_each_report_id_and_its_time_in_job_order() -> None:
+    value = b"a" * 16 + b"\x00" * 7 + b"\x05" + b"b" * 16 + b"\x01" + b"\x00" * 7
+    assert encode_members([(b"a" * 16, 5), (b"b" * 16, 1 << 56)]) == value
+    assert decode_members(value) == [(b"a" * 16, 5), (b"b" * 16, 1 << 56)]
+    assert decode_members(b"") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 2**64 - 1))))
+def test_decode_members_gives_back_what_encode_stored(members: list[tuple[bytes, int]]) -> None:
+    assert decode_members(encode_members(members)) == members
+
+
+def test_members_of_another_shape_are_refused() -> None:
+    with pytest.raises(ValueError, match="16 bytes"):
+        encode_members([(b"short", 1)])
+    value = encode_members([(b"a" * 16, 1)])
+    for cut in range(1, len(value)):
+        with pytest.raises(ValueError, match="multiple"):
+            decode_members(value[:cut])

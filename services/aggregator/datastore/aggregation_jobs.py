@@ -1,13 +1,37 @@
-"""The rows both roles write for an aggregation job (DAP-09 §4.5): the job and its report
-aggregations, one per report in job order."""
+"""The row both roles write for an aggregation job (DAP-09 §4.5).
+
+A leader job holds its reports (`members`: each report id, 16 bytes, and client time, a
+big-endian u64, in job order), and once finished, as a helper job does from the start, how
+many of them finished and failed: one-round Prio3 needs no state per report between the
+job's creation and its end, and a row per report cost ~5 us a report to write and update
+(#15). Leader jobs made before that keep ``report_aggregations`` rows until they finish.
+"""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
-from services.aggregator.datastore.records import ReportOutcome
-from services.aggregator.datastore.states import JobState, ReportAggregationState
+from services.aggregator.datastore.states import JobState
 from services.common.db import Tx
+
+_MEMBER = struct.Struct(">16sQ")
+#: Bytes of `members` per report.
+MEMBER_SIZE = _MEMBER.size
+
+
+def encode_members(reports: Sequence[tuple[bytes, int]]) -> bytes:
+    """A leader job's `members` value of these (report id, client time), in job order."""
+    if any(len(report_id) != _MEMBER.size - 8 for report_id, _ in reports):
+        raise ValueError("a report id is not 16 bytes")
+    return b"".join(_MEMBER.pack(report_id, time) for report_id, time in reports)
+
+
+def decode_members(value: bytes) -> list[tuple[bytes, int]]:
+    """The (report id, client time) of a leader job's reports, in job order."""
+    if len(value) % _MEMBER.size:
+        raise ValueError(f"job members of {len(value)} bytes, not a multiple of {_MEMBER.size}")
+    return list(_MEMBER.iter_unpack(value))
 
 
 def insert_job(
@@ -24,14 +48,16 @@ def insert_job(
     response: bytes | None = None,
     finished: int = 0,
     failed: int = 0,
+    members: bytes | None = None,
 ) -> None:
-    """A new job over reports of these client times; the helper keeps its request's hash and
-    its response for re-sends, and how many of its reports finished and failed."""
+    """A new job over reports of these client times; the leader's holds its `members`, the
+    helper's its request's hash and its response for re-sends, and how many of its reports
+    finished and failed."""
     tx.execute(
         "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, batch_id, time_min,"
         " time_max, state, step, lease_expiry, lease_token, lease_attempts, request_hash,"
-        " response, created_at, finished_reports, failed_reports) VALUES (:t, :j, :role, :ap,"
-        " :b, :tmin, :tmax, :s, 0, 0, NULL, 0, :rh, :resp, :now, :fin, :fail)",
+        " response, created_at, finished_reports, failed_reports, members) VALUES (:t, :j, :role,"
+        " :ap, :b, :tmin, :tmax, :s, 0, 0, NULL, 0, :rh, :resp, :now, :fin, :fail, :m)",
         {
             "t": task_id,
             "j": job_id,
@@ -46,46 +72,6 @@ def insert_job(
             "now": now,
             "fin": finished,
             "fail": failed,
+            "m": members,
         },
     )
-
-
-#: What a report aggregation is inserted with: report id, client time, state, error.
-Entry = tuple[bytes, int, ReportAggregationState, int | None]
-
-_COLUMNS = (
-    ("task_id", "blob"),
-    ("job_id", "blob"),
-    ("ord", "bigint"),
-    ("report_id", "blob"),
-    ("client_time", "bigint"),
-    ("state", "text"),
-    ("error", "bigint"),
-)
-
-
-def insert_report_aggregations(
-    tx: Tx, task_id: bytes, job_id: bytes, entries: Sequence[Entry]
-) -> None:
-    """A job's report aggregations, one per entry, in job order."""
-    tx.insert_rows(
-        "report_aggregations",
-        _COLUMNS,
-        [
-            (task_id, job_id, ord_, report_id, time, state.value, error)
-            for ord_, (report_id, time, state, error) in enumerate(entries)
-        ],
-    )
-
-
-def outcome_entries(outcomes: Sequence[ReportOutcome]) -> list[Entry]:
-    """The report aggregations of a job's finished reports, in job order."""
-    return [
-        (
-            o.report_id,
-            o.client_time,
-            ReportAggregationState.FINISHED if o.error is None else ReportAggregationState.FAILED,
-            None if o.error is None else int(o.error),
-        )
-        for o in outcomes
-    ]

@@ -18,8 +18,8 @@ class GarbageStore(StoreBase):
         - reports timestamped before `report_horizon` (no horizon: kept forever), unless a
           leader job in progress still needs their payload; their ids leave the replay set,
           which is safe because both aggregators refuse reports that old;
-        - aggregation jobs whose every report is that old, with their report aggregations,
-          except leader jobs in progress, and DAP-19 jobs a helper deferred before it;
+        - aggregation jobs whose every report is that old, except leader jobs in progress,
+          and DAP-19 jobs a helper deferred before it;
         - spent tokens spent before `token_horizon`, which no aggregator would accept again.
         """
 
@@ -41,9 +41,6 @@ class GarbageStore(StoreBase):
                 )
                 job_ids = [r["job_id"] for r in tx.query(expired_jobs, horizon)]
                 rows = [{"t": task_id, "j": job_id} for job_id in job_ids]
-                tx.execute_many(
-                    "DELETE FROM report_aggregations WHERE task_id = :t AND job_id = :j", rows
-                )
                 tx.execute_many(
                     "DELETE FROM aggregation_jobs WHERE task_id = :t AND job_id = :j", rows
                 )

@@ -51,16 +51,6 @@ class HelperJobStore(StoreBase):
     def aggregation_job(self, task_id: bytes, job_id: bytes) -> Row | None:
         return self._job_row("aggregation_job", "aggregation_jobs", task_id, job_id)
 
-    def report_aggregations(self, task_id: bytes, job_id: bytes) -> list[Row]:
-        """A leader job's report aggregations in job order (a helper job keeps only counts)."""
-        return self.db.run(
-            "report_aggregations",
-            lambda tx: tx.query(
-                "SELECT * FROM report_aggregations WHERE task_id = :t AND job_id = :j ORDER BY ord",
-                {"t": task_id, "j": job_id},
-            ),
-        )
-
     def helper_init_job(
         self,
         task_id: bytes,

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from services.aggregator.datastore import job_shares
 from services.aggregator.datastore.aggregation_jobs import (
+    decode_members,
+    encode_members,
     insert_job,
-    insert_report_aggregations,
 )
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import add_outcomes
@@ -26,7 +27,7 @@ from services.aggregator.datastore.records import (
     ShareSum,
     opt_bytes,
 )
-from services.aggregator.datastore.states import JobState, ReportAggregationState, Stage
+from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
 from services.common.db import Row, Tx
 from shared.dap.messages import PrepareError
@@ -54,12 +55,16 @@ def insert_leader_job(
     caller marks the reports started in the same transaction."""
     job_id = secrets.token_bytes(16)
     times = [time for _, time in reports]
-    insert_job(tx, task_id, job_id, "leader", batch_id, times, JobState.IN_PROGRESS, now)
-    insert_report_aggregations(
+    insert_job(
         tx,
         task_id,
         job_id,
-        [(report_id, time, ReportAggregationState.START, None) for report_id, time in reports],
+        "leader",
+        batch_id,
+        times,
+        JobState.IN_PROGRESS,
+        now,
+        members=encode_members(reports),
     )
     return job_id
 
@@ -158,19 +163,12 @@ class LeaderJobStore(StoreBase):
     def _insert_leader_job(
         self, tx: Tx, task_id: bytes, batch_id: bytes | None, chunk: list[Row], now: int
     ) -> None:
-        job_id = insert_leader_job(
-            tx,
-            task_id,
-            batch_id,
-            [(bytes(r["report_id"]), int(r["client_time"])) for r in chunk],
-            now,
-        )
-        # One statement over the job's rows (the report_aggregations just inserted) rather
-        # than one parameter set per report.
-        tx.execute(
-            "UPDATE client_reports SET aggregation_started = 1 WHERE task_id = :t AND report_id"
-            " IN (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j)",
-            {"t": task_id, "j": job_id},
+        members = [(bytes(r["report_id"]), int(r["client_time"])) for r in chunk]
+        insert_leader_job(tx, task_id, batch_id, members, now)
+        tx.execute_many(
+            "UPDATE client_reports SET aggregation_started = 1"
+            " WHERE task_id = :t AND report_id = :r",
+            [{"t": task_id, "r": report_id} for report_id, _ in members],
         )
 
     def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
@@ -183,38 +181,35 @@ class LeaderJobStore(StoreBase):
             if fresh is not None:
                 return job, fresh
             ids = {"t": lease.task_id, "j": lease.job_id}
+            members = _members(tx, lease, job["members"])
             kept = tx.query_one(
                 "SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids
             )
             if kept is not None:
-                members = tx.query(
-                    "SELECT ord, report_id, client_time FROM report_aggregations"
-                    " WHERE task_id = :t AND job_id = :j ORDER BY ord",
-                    ids,
+                shares: list[tuple[bytes | None, ...]] = list(
+                    job_shares.decode(bytes(kept["shares"]), len(members))
                 )
-                shares = job_shares.decode(bytes(kept["shares"]), len(members))
-                return job, [
-                    LeaderReport(int(m["ord"]), bytes(m["report_id"]), int(m["client_time"]), *s)
-                    for m, s in zip(members, shares, strict=True)
-                ]
-            rows = tx.query(
-                "SELECT ra.ord, ra.report_id, ra.client_time, cr.public_share,"
-                " cr.leader_input_share, cr.helper_encrypted_share"
-                " FROM report_aggregations ra LEFT JOIN client_reports cr"
-                " ON cr.task_id = ra.task_id AND cr.report_id = ra.report_id"
-                " WHERE ra.task_id = :t AND ra.job_id = :j ORDER BY ra.ord",
-                {"t": lease.task_id, "j": lease.job_id},
-            )
+            else:
+                # A job the creator made: its reports' shares are in their rows.
+                rows = tx.rows_in(
+                    "client_reports",
+                    ("report_id", "public_share", "leader_input_share", "helper_encrypted_share"),
+                    ("task_id", lease.task_id),
+                    "report_id",
+                    [report_id for report_id, _ in members],
+                )
+                stored = {
+                    bytes(r["report_id"]): (
+                        opt_bytes(r["public_share"]),
+                        opt_bytes(r["leader_input_share"]),
+                        opt_bytes(r["helper_encrypted_share"]),
+                    )
+                    for r in rows
+                }
+                shares = [stored.get(report_id, (None, None, None)) for report_id, _ in members]
             return job, [
-                LeaderReport(
-                    int(r["ord"]),
-                    bytes(r["report_id"]),
-                    int(r["client_time"]),
-                    opt_bytes(r["public_share"]),
-                    opt_bytes(r["leader_input_share"]),
-                    opt_bytes(r["helper_encrypted_share"]),
-                )
-                for r in rows
+                LeaderReport(i, report_id, time, *three)
+                for i, ((report_id, time), three) in enumerate(zip(members, shares, strict=True))
             ]
 
         return self.db.run("leader_job", body)
@@ -229,7 +224,7 @@ class LeaderJobStore(StoreBase):
         requeue_at: int | None = None,
         bucket_precision: int | None = None,
     ) -> list[ReportOutcome]:
-        """Commit a leader job: output shares into batches, report states, job done.
+        """Commit a leader job: output shares into batches, its reports' counts, job done.
 
         Reports whose batch got collected meanwhile are failed with batch_collected rather
         than added. With `requeue_at`, reports the helper found too early keep their shares
@@ -237,7 +232,7 @@ class LeaderJobStore(StoreBase):
         this one retry); every other report is scrubbed. Returns the outcomes as committed."""
 
         def body(tx: Tx) -> list[ReportOutcome]:
-            job = leased_row(tx, "aggregation_jobs", lease, "batch_id")
+            job = leased_row(tx, "aggregation_jobs", lease, "batch_id, members IS NULL AS legacy")
             shard = self._shard()
             final = add_outcomes(
                 tx,
@@ -255,39 +250,30 @@ class LeaderJobStore(StoreBase):
                 [r for r in (o.rejection_reason for o in final) if r is not None],
                 shard,
             )
-            failed_in_batch = sum(1 for o in final if o.error is not None)
-            if job["batch_id"] is not None and failed_in_batch:
-                unassign(tx, lease.task_id, bytes(job["batch_id"]), failed_in_batch)
-            # Set-based where every report of the job gets the same change: all finished, then
-            # the failed ones one by one; shares scrubbed for all but the requeued ones.
-            ids = {"t": lease.task_id, "j": lease.job_id}
-            tx.execute(
-                "UPDATE report_aggregations SET state = :s, error = NULL"
-                " WHERE task_id = :t AND job_id = :j",
-                {**ids, "s": ReportAggregationState.FINISHED},
-            )
-            tx.execute_many(
-                "UPDATE report_aggregations SET state = :s, error = :e"
-                " WHERE task_id = :t AND job_id = :j AND ord = :o",
-                [
-                    {**ids, "o": ord_, "s": ReportAggregationState.FAILED, "e": int(o.error)}
-                    for ord_, o in enumerate(final)
-                    if o.error is not None
-                ],
-            )
+            failed = sum(1 for o in final if o.error is not None)
+            if job["batch_id"] is not None and failed:
+                unassign(tx, lease.task_id, bytes(job["batch_id"]), failed)
             requeue = {
                 o.report_id
                 for o in final
                 if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
             }
-            _release_shares(tx, lease, requeue, requeue_at)
+            _release_shares(tx, lease, [o.report_id for o in final], requeue, requeue_at)
+            ids = {"t": lease.task_id, "j": lease.job_id}
+            if job["legacy"]:
+                # Made before its reports were kept in its row (migration 0011).
+                tx.execute(
+                    "DELETE FROM report_aggregations WHERE task_id = :t AND job_id = :j", ids
+                )
             tx.execute(
-                "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1"
+                "UPDATE aggregation_jobs SET state = :s, lease_token = NULL, step = 1,"
+                " finished_reports = :fin, failed_reports = :fail"
                 " WHERE task_id = :t AND job_id = :j",
                 {
+                    **ids,
                     "s": JobState.ABANDONED if abandoned else JobState.FINISHED,
-                    "t": lease.task_id,
-                    "j": lease.job_id,
+                    "fin": len(final) - failed,
+                    "fail": failed,
                 },
             )
             return final
@@ -295,10 +281,26 @@ class LeaderJobStore(StoreBase):
         return self.db.run("finish_leader_job", body)
 
 
-def _release_shares(tx: Tx, lease: Lease, requeue: set[bytes], requeue_at: int | None) -> None:
+def _members(tx: Tx, lease: Lease, members: bytes | None) -> list[tuple[bytes, int]]:
+    """A leader job's (report id, client time), in job order: from its row, or for a job made
+    before migration 0011, from its report aggregations."""
+    if members is not None:
+        return decode_members(bytes(members))
+    rows = tx.query(
+        "SELECT report_id, client_time FROM report_aggregations"
+        " WHERE task_id = :t AND job_id = :j ORDER BY ord",
+        {"t": lease.task_id, "j": lease.job_id},
+    )
+    return [(bytes(r["report_id"]), int(r["client_time"])) for r in rows]
+
+
+def _release_shares(
+    tx: Tx, lease: Lease, members: list[bytes], requeue: set[bytes], requeue_at: int | None
+) -> None:
     """A finished job's shares, gone: its shares row deleted (`job_shares`), or for a job the
-    creator made, its reports' payload columns cleared. The reports in `requeue` keep their
-    shares (back in their rows) and become available to a new job from `requeue_at`."""
+    creator made, its reports' (`members`, in job order) payload columns cleared. The reports
+    in `requeue` keep their shares (back in their rows) and become available to a new job
+    from `requeue_at`."""
     ids = {"t": lease.task_id, "j": lease.job_id}
     kept = (
         tx.query_one("SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids)
@@ -309,31 +311,18 @@ def _release_shares(tx: Tx, lease: Lease, requeue: set[bytes], requeue_at: int |
     restore = ""
     if tx.execute("DELETE FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids):
         if kept is not None:
-            members = tx.query(
-                "SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
-                " ORDER BY ord",
-                ids,
-            )
             shares = job_shares.decode(bytes(kept["shares"]), len(members))
             back = [
                 {"r": rid, "p": public, "l": leader, "h": helper}
-                for rid, (public, leader, helper) in zip(
-                    (bytes(m["report_id"]) for m in members), shares, strict=True
-                )
+                for rid, (public, leader, helper) in zip(members, shares, strict=True)
                 if rid in requeue
             ]
             restore = ", public_share = :p, leader_input_share = :l, helper_encrypted_share = :h"
     else:
-        tx.execute(
+        tx.execute_many(
             "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
-            " helper_encrypted_share = NULL WHERE task_id = :t AND report_id IN"
-            " (SELECT report_id FROM report_aggregations WHERE task_id = :t AND job_id = :j"
-            "  AND (error IS NULL OR error != :keep))",
-            # Without a requeue time no report keeps its shares (-1 is no PrepareError).
-            {
-                **ids,
-                "keep": int(PrepareError.REPORT_TOO_EARLY) if requeue_at is not None else -1,
-            },
+            " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
+            [{"t": lease.task_id, "r": rid} for rid in members if rid not in requeue],
         )
     tx.execute_many(
         f"UPDATE client_reports SET aggregation_started = 0, received_at = :at{restore}"

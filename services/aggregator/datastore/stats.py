@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from services.aggregator.datastore.aggregation_jobs import MEMBER_SIZE
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.schema import TASK_TABLES
-from services.aggregator.datastore.states import ReportAggregationState, Stage
+from services.aggregator.datastore.states import JobState, ReportAggregationState, Stage
 from services.common.db import Tx
 
 #: Reason of `batch_refusals`: a time bucket of the batch is above the rate limit.
@@ -98,18 +99,21 @@ class StatsStore(StoreBase):
             return {str(r["state"]): int(r["n"]) for r in rows}
 
         def report_aggregations(tx: Tx) -> dict[str, int]:
-            """The leader's rows by state, and the helper's jobs' counts."""
+            """Reports by state: the jobs' counts, a leader job in progress's reports as
+            started (`aggregation_jobs`), and the rows of leader jobs made before 0011."""
             states = by_state(tx, "report_aggregations")
-            helper = tx.query_one(
-                "SELECT SUM(finished_reports) AS finished, SUM(failed_reports) AS failed"
-                " FROM aggregation_jobs WHERE task_id = :t AND role = 'helper'",
-                {"t": task_id},
+            counts = tx.query_one(
+                "SELECT SUM(finished_reports) AS finished, SUM(failed_reports) AS failed,"
+                " SUM(CASE WHEN state = :s THEN LENGTH(members) ELSE 0 END) AS started"
+                " FROM aggregation_jobs WHERE task_id = :t",
+                {"t": task_id, "s": JobState.IN_PROGRESS},
             )
-            for column, state in (
-                ("finished", ReportAggregationState.FINISHED),
-                ("failed", ReportAggregationState.FAILED),
+            for column, state, per in (
+                ("finished", ReportAggregationState.FINISHED, 1),
+                ("failed", ReportAggregationState.FAILED, 1),
+                ("started", ReportAggregationState.START, MEMBER_SIZE),
             ):
-                n = int(helper[column] or 0) if helper else 0
+                n = int(counts[column] or 0) // per if counts else 0
                 if n:
                     states[state.value] = states.get(state.value, 0) + n
             return dict(sorted(states.items()))
