@@ -713,28 +713,18 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
         }
         assert ds.batch_totals(TASK, key, key + b"\xff").report_count == 2
         # The requeued report waits for its time, then goes into a job the creator makes.
-        assert (
+        made = [
             ds.create_aggregation_jobs(
                 TASK,
                 fixed_size_target=None,
                 min_job_size=1,
                 max_job_size=3,
                 flush_before=10**6,
-                now=499,
+                now=now,
             )
-            == 0
-        )
-        assert (
-            ds.create_aggregation_jobs(
-                TASK,
-                fixed_size_target=None,
-                min_job_size=1,
-                max_job_size=3,
-                flush_before=10**6,
-                now=500,
-            )
-            == 1
-        )
+            for now in (499, 500)
+        ]
+        assert made == [0, 1]
         (again,) = ds.acquire_aggregation_jobs(now=500, lease_duration=10, limit=10)
         _, read = ds.leader_job(again)
         assert [(r.report_id, r.leader_input_share) for r in read] == [(rids[1], b"L1")]

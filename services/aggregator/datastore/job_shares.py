@@ -5,7 +5,7 @@ each report's ``client_reports`` row: once the job finishes, the shares go with 
 which frees the value's pages, where clearing them from every report row rewrote every page
 those rows were on. In a SQLite store that cost ~10 us a report against ~4.
 
-The value holds, for each report in job order (``report_aggregations.ord``), its public share,
+The value holds, for each report in job order (the job's `members`), its public share,
 the leader's input share and the helper's encrypted input share (as encoded at upload), each
 as a big-endian u32 length and the bytes.
 """

@@ -11,9 +11,10 @@ Tables (one store serves many tasks, in either role):
   goes into a job made later, and scrubs the payload columns once the report is aggregated;
   the helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or
   for a report the helper found too early, when it may go into a job again.
-- ``aggregation_jobs`` / ``report_aggregations``: jobs with a lease and a report aggregation
-  per report (leader), or the stored request hash and response (helper, for idempotent
-  re-sends, DAP-09 §4.5.1.2) with how many of the job's reports finished and failed.
+- ``aggregation_jobs``: jobs with a lease and their reports' ids and times (leader), or the
+  stored request hash and response (helper, for idempotent re-sends, DAP-09 §4.5.1.2), with
+  how many of the job's reports finished and failed. ``report_aggregations`` holds a row per
+  report only for leader jobs made before migration 11, until they finish.
 - ``leader_job_shares`` (leader): the shares of the reports of a job made at upload, in one
   row per job (`job_shares`), deleted when the job finishes; its reports' ``client_reports``
   rows carry no payload.
