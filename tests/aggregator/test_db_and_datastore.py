@@ -692,6 +692,7 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
         assert ds.put_reports(reports, (), JobSizes(3, 3, 3)) == ["stored"] * 3
         assert _payloads(ds) == {rid: (1, 100, None, None, None) for rid in rids}
         assert ds.count_rows("leader_job_shares", TASK) == 1
+        assert ds.task_stats(TASK)["report_aggregations"] == {"start": 3}
         (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
         _, read = ds.leader_job(lease)
         assert [
@@ -712,6 +713,7 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
             rids[2]: (1, 100, None, None, None),
         }
         assert ds.batch_totals(TASK, key, key + b"\xff").report_count == 2
+        assert ds.task_stats(TASK)["report_aggregations"] == {"failed": 1, "finished": 2}
         # The requeued report waits for its time, then goes into a job the creator makes.
         made = [
             ds.create_aggregation_jobs(
