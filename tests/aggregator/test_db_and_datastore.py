@@ -63,6 +63,28 @@ def test_migrations_apply_once(db_url: str) -> None:
         db.close()
 
 
+def _old_job(
+    tx: Tx, task: bytes, job: bytes, role: str, state: str, report_states: tuple[str, ...]
+) -> None:
+    """A job as stores before migration 9 wrote it: its row without counts or members, and a
+    report aggregation per report (ids: the job id's first byte, then the report's index),
+    all of client time 7200."""
+    tx.execute(
+        "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, time_min,"
+        " time_max, state, step, lease_expiry, lease_attempts, created_at)"
+        " VALUES (:t, :j, :role, :ap, 7200, 7200, :s, 0, 0, 0, 100)",
+        {"t": task, "j": job, "role": role, "ap": b"", "s": state},
+    )
+    tx.execute_many(
+        "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
+        " client_time, state, error) VALUES (:t, :j, :o, :r, 7200, :s, NULL)",
+        [
+            {"t": task, "j": job, "o": i, "r": job[:1] * 15 + bytes([i]), "s": report_state}
+            for i, report_state in enumerate(report_states)
+        ],
+    )
+
+
 def test_helper_report_aggregations_become_job_counts(db_url: str) -> None:
     """Migration 9 turns a helper job's report aggregations into its counts; a leader job's
     rows stay."""
@@ -73,25 +95,8 @@ def test_helper_report_aggregations_become_job_counts(db_url: str) -> None:
         task = b"\x07" * 32
 
         def fill(tx: Tx) -> None:
-            for job, role, states in (
-                (b"H" * 16, "helper", ("finished", "finished", "failed")),
-                (b"L" * 16, "leader", ("finished", "failed")),
-            ):
-                # The columns before migration 9 (`insert_job` writes the counts).
-                tx.execute(
-                    "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, time_min,"
-                    " time_max, state, step, lease_expiry, lease_attempts, created_at)"
-                    " VALUES (:t, :j, :role, :ap, 100, 100, 'finished', 1, 0, 0, 100)",
-                    {"t": task, "j": job, "role": role, "ap": b""},
-                )
-                tx.execute_many(
-                    "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
-                    " client_time, state, error) VALUES (:t, :j, :o, :r, 100, :s, NULL)",
-                    [
-                        {"t": task, "j": job, "o": i, "r": bytes([i]) * 16, "s": state}
-                        for i, state in enumerate(states)
-                    ],
-                )
+            _old_job(tx, task, b"H" * 16, "helper", "finished", ("finished", "finished", "failed"))
+            _old_job(tx, task, b"L" * 16, "leader", "finished", ("finished", "failed"))
 
         db.run("fill", fill)
         assert db.migrate(tuple(m for m in MIGRATIONS if m.version <= 9)) == 1
@@ -120,24 +125,8 @@ def test_leader_jobs_made_before_their_members_were_kept_finish_as_before(db_url
         db.migrate(tuple(m for m in MIGRATIONS if m.version < 11))
 
         def fill(tx: Tx) -> None:
-            for job, state, states in (
-                (b"F" * 16, "finished", ("finished", "failed", "finished")),
-                (b"P" * 16, "in_progress", ("start", "start")),
-            ):
-                tx.execute(
-                    "INSERT INTO aggregation_jobs (task_id, job_id, role, agg_param, time_min,"
-                    " time_max, state, step, lease_expiry, lease_attempts, created_at)"
-                    " VALUES (:t, :j, 'leader', :ap, 7200, 7200, :s, 0, 0, 0, 100)",
-                    {"t": TASK, "j": job, "ap": b"", "s": state},
-                )
-                tx.execute_many(
-                    "INSERT INTO report_aggregations (task_id, job_id, ord, report_id,"
-                    " client_time, state, error) VALUES (:t, :j, :o, :r, 7200, :s, NULL)",
-                    [
-                        {"t": TASK, "j": job, "o": i, "r": job[:1] * 15 + bytes([i]), "s": s}
-                        for i, s in enumerate(states)
-                    ],
-                )
+            _old_job(tx, TASK, b"F" * 16, "leader", "finished", ("finished", "failed", "finished"))
+            _old_job(tx, TASK, b"P" * 16, "leader", "in_progress", ("start", "start"))
             tx.execute_many(
                 "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
                 " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
