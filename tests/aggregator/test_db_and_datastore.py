@@ -289,9 +289,33 @@ def test_read_sees_committed_rows_only_and_copy_inserts_rows(db_url: str) -> Non
         db.close()
 
 
-def test_present_finds_exactly_the_stored_values_of_the_matching_rows(db_url: str) -> None:
-    """`Tx.present` answers as the plain query would: across SQLite's chunks of values (1,201
-    asked), only rows whose match column agrees, none for an empty question."""
+@pytest.mark.parametrize("count", [1, 2, 127, 128, 129, 255, 300, 1000])
+def test_insert_rows_stores_every_row_in_order_whatever_the_count(db_url: str, count: int) -> None:
+    """SQLite's multi-row INSERTs cut a group into statements of 128 rows and halving sizes:
+    every row lands once with its own values, at counts on both sides of each cut; a
+    duplicate anywhere in the group fails the whole transaction, leaving nothing of it."""
+    db = Database.open(db_url)
+    try:
+        db.migrate(
+            (Migration(1, "t", ("CREATE TABLE t (k {bigint} PRIMARY KEY, v {blob}, s {text})",)),)
+        )
+        columns = (("k", "bigint"), ("v", "blob"), ("s", "text"))
+        rows = [(k, k.to_bytes(2, "big") if k % 3 else None, f"row {k}") for k in range(count)]
+        db.run("put", lambda tx: tx.insert_rows("t", columns, rows))
+        stored = db.read("all", "SELECT k, v, s FROM t ORDER BY k")
+        assert [(r["k"], None if r["v"] is None else bytes(r["v"]), r["s"]) for r in stored] == rows
+        again = [(count + k, b"", "new") for k in range(count)] + [(count - 1, b"", "dup")]
+        with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+            db.run("again", lambda tx: tx.insert_rows("t", columns, again))
+        assert db.read("n", "SELECT COUNT(*) AS n FROM t") == [{"n": count}]
+    finally:
+        db.close()
+
+
+def test_present_and_update_in_touch_exactly_the_matching_rows(db_url: str) -> None:
+    """`Tx.present` and `Tx.update_in` answer and change what the plain statements would:
+    across SQLite's chunks of values (1,201 asked), only rows whose match column agrees,
+    nothing for an empty question."""
     db = Database.open(db_url)
     try:
         db.migrate(
@@ -299,16 +323,16 @@ def test_present_finds_exactly_the_stored_values_of_the_matching_rows(db_url: st
                 Migration(
                     1,
                     "r",
-                    ("CREATE TABLE r (t {blob}, id {blob}, PRIMARY KEY (t, id))",),
+                    ("CREATE TABLE r (t {blob}, id {blob}, f {bigint}, PRIMARY KEY (t, id))",),
                 ),
             )
         )
         rng = random.Random(7)
         stored = [rng.randbytes(16) for _ in range(700)]
         other = [rng.randbytes(16) for _ in range(50)]
-        columns = (("t", "blob"), ("id", "blob"))
-        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"A", i) for i in stored]))
-        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"B", i) for i in other]))
+        columns = (("t", "blob"), ("id", "blob"), ("f", "bigint"))
+        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"A", i, 0) for i in stored]))
+        db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"B", i, 0) for i in other]))
         asked = stored[::2] + other + [rng.randbytes(16) for _ in range(801)]
         rng.shuffle(asked)
         expected = {
@@ -318,6 +342,14 @@ def test_present_finds_exactly_the_stored_values_of_the_matching_rows(db_url: st
         found = db.run("ask", lambda tx: tx.present("r", ("t", b"A"), "id", asked))
         assert {bytes(v) for v in found} == expected & set(asked) == set(stored[::2])
         assert db.run("none", lambda tx: tx.present("r", ("t", b"A"), "id", [])) == set()
+
+        changed = db.run("flag", lambda tx: tx.update_in("r", "f = 1", ("t", b"A"), "id", asked))
+        assert changed == 350
+        flagged = db.read("f", "SELECT t, id FROM r WHERE f = 1")
+        assert {(bytes(r["t"]), bytes(r["id"])) for r in flagged} == {
+            (b"A", i) for i in stored[::2]
+        }
+        assert db.run("none", lambda tx: tx.update_in("r", "f = 2", ("t", b"A"), "id", [])) == 0
     finally:
         db.close()
 

@@ -165,10 +165,12 @@ class LeaderJobStore(StoreBase):
     ) -> None:
         members = [(bytes(r["report_id"]), int(r["client_time"])) for r in chunk]
         insert_leader_job(tx, task_id, batch_id, members, now)
-        tx.execute_many(
-            "UPDATE client_reports SET aggregation_started = 1"
-            " WHERE task_id = :t AND report_id = :r",
-            [{"t": task_id, "r": report_id} for report_id, _ in members],
+        tx.update_in(
+            "client_reports",
+            "aggregation_started = 1",
+            ("task_id", task_id),
+            "report_id",
+            [report_id for report_id, _ in members],
         )
 
     def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
@@ -319,10 +321,12 @@ def _release_shares(
             ]
             restore = ", public_share = :p, leader_input_share = :l, helper_encrypted_share = :h"
     else:
-        tx.execute_many(
-            "UPDATE client_reports SET public_share = NULL, leader_input_share = NULL,"
-            " helper_encrypted_share = NULL WHERE task_id = :t AND report_id = :r",
-            [{"t": lease.task_id, "r": rid} for rid in members if rid not in requeue],
+        tx.update_in(
+            "client_reports",
+            "public_share = NULL, leader_input_share = NULL, helper_encrypted_share = NULL",
+            ("task_id", lease.task_id),
+            "report_id",
+            [rid for rid in members if rid not in requeue],
         )
     tx.execute_many(
         f"UPDATE client_reports SET aggregation_started = 0, received_at = :at{restore}"
