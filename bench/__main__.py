@@ -11,6 +11,7 @@ from bench import (
     load,
     population,
     privacypass,
+    store,
     vdaf,
 )
 from bench.common import Result, print_table
@@ -18,7 +19,18 @@ from bench.common import Result, print_table
 
 def main() -> None:
     results: list[Result] = []
-    modules = (field, hpke, privacypass, vdaf, accounting, deployment, load, flood, population)
+    modules = (
+        field,
+        hpke,
+        privacypass,
+        vdaf,
+        accounting,
+        deployment,
+        store,
+        load,
+        flood,
+        population,
+    )
     for module in modules:
         results += module.run()
     print_table(results, "Summary of all benchmarks")

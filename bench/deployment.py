@@ -91,6 +91,8 @@ __all__ = [
     "percentile",
     "provision",
     "postgres_available",
+    "postgres_create",
+    "postgres_drop",
     "put_reports",
     "request_collection",
     "rss_kib",
@@ -179,13 +181,13 @@ class Spawned:
         return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _postgres_create(names: Sequence[str]) -> None:
+def postgres_create(names: Sequence[str]) -> None:
     with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as c:
         for name in names:
             c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def _postgres_drop(names: Sequence[str]) -> None:
+def postgres_drop(names: Sequence[str]) -> None:
     with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as c:
         for name in names:
             c.execute(
@@ -285,7 +287,7 @@ def spawn_deployment(
     try:
         if pg_names:
             # Inside the try: a half-done creation is dropped too (DROP ... IF EXISTS).
-            _postgres_create(pg_names)
+            postgres_create(pg_names)
         for name in names:
             with (log_dir / f"{name}.log").open("ab") as log:
                 spawned.processes[name] = subprocess.Popen(
@@ -304,7 +306,7 @@ def spawn_deployment(
     finally:
         spawned.stop()
         if pg_names:
-            _postgres_drop(pg_names)
+            postgres_drop(pg_names)
 
 
 # --- /proc ------------------------------------------------------------------------------------
