@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bench.common import Result, print_table
@@ -90,27 +90,21 @@ def _reports(task_id: bytes, count: int, at: int, sizes: tuple[int, int, int]) -
 @contextmanager
 def _store(kind: str) -> Iterator[Datastore]:
     """A fresh, migrated store of `kind`, dropped afterwards."""
-    if kind == "sqlite":
-        work = Path(tempfile.mkdtemp(prefix="sagg-bench-store-"))
-        db = Database.open(f"sqlite:///{work / 'leader.db'}")
-        try:
-            ds = Datastore(db, shards=1)
-            ds.migrate()
-            yield ds
-        finally:
-            db.close()
-            shutil.rmtree(work, ignore_errors=True)
-        return
-    name = f"sagg_bench_store_{os.getpid()}_{secrets.token_hex(4)}"
-    postgres_create([name])
-    db = Database.open(f"{POSTGRES_SERVER}/{name}")
-    try:
+    with ExitStack() as cleanup:
+        if kind == "sqlite":
+            work = Path(tempfile.mkdtemp(prefix="sagg-bench-store-"))
+            cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+            url = f"sqlite:///{work / 'leader.db'}"
+        else:
+            name = f"sagg_bench_store_{os.getpid()}_{secrets.token_hex(4)}"
+            postgres_create([name])
+            cleanup.callback(postgres_drop, [name])
+            url = f"{POSTGRES_SERVER}/{name}"
+        db = Database.open(url)
+        cleanup.callback(db.close)
         ds = Datastore(db, shards=1)
         ds.migrate()
         yield ds
-    finally:
-        db.close()
-        postgres_drop([name])
 
 
 def measure(
