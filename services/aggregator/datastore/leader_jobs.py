@@ -182,15 +182,11 @@ class LeaderJobStore(StoreBase):
             fresh = self._fresh.take(lease.task_id, lease.job_id)
             if fresh is not None:
                 return job, fresh
-            ids = {"t": lease.task_id, "j": lease.job_id}
             members = _members(tx, lease, job["members"])
-            kept = tx.query_one(
-                "SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids
-            )
+            kept = _stored_shares(tx, lease, len(members))
+            shares: list[tuple[bytes | None, ...]]
             if kept is not None:
-                shares: list[tuple[bytes | None, ...]] = list(
-                    job_shares.decode(bytes(kept["shares"]), len(members))
-                )
+                shares = list(kept)
             else:
                 # A job the creator made: its reports' shares are in their rows.
                 rows = tx.rows_in(
@@ -296,6 +292,16 @@ def _members(tx: Tx, lease: Lease, members: bytes | None) -> list[tuple[bytes, i
     return [(bytes(r["report_id"]), int(r["client_time"])) for r in rows]
 
 
+def _stored_shares(tx: Tx, lease: Lease, count: int) -> list[job_shares.JobShares] | None:
+    """The shares row of a job the upload writer made (`job_shares`), decoded for its `count`
+    reports; None for a job the creator made (its reports' shares are in their rows)."""
+    row = tx.query_one(
+        "SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j",
+        {"t": lease.task_id, "j": lease.job_id},
+    )
+    return None if row is None else job_shares.decode(bytes(row["shares"]), count)
+
+
 def _release_shares(
     tx: Tx, lease: Lease, members: list[bytes], requeue: set[bytes], requeue_at: int | None
 ) -> None:
@@ -303,20 +309,15 @@ def _release_shares(
     creator made, its reports' (`members`, in job order) payload columns cleared. The reports
     in `requeue` keep their shares (back in their rows) and become available to a new job
     from `requeue_at`."""
-    ids = {"t": lease.task_id, "j": lease.job_id}
-    kept = (
-        tx.query_one("SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids)
-        if requeue
-        else None
-    )
+    kept = _stored_shares(tx, lease, len(members)) if requeue else None
     back: list[dict[str, object]] = [{"r": rid} for rid in requeue]
     restore = ""
+    ids = {"t": lease.task_id, "j": lease.job_id}
     if tx.execute("DELETE FROM leader_job_shares WHERE task_id = :t AND job_id = :j", ids):
         if kept is not None:
-            shares = job_shares.decode(bytes(kept["shares"]), len(members))
             back = [
                 {"r": rid, "p": public, "l": leader, "h": helper}
-                for rid, (public, leader, helper) in zip(members, shares, strict=True)
+                for rid, (public, leader, helper) in zip(members, kept, strict=True)
                 if rid in requeue
             ]
             restore = ", public_share = :p, leader_input_share = :l, helper_encrypted_share = :h"
