@@ -12,6 +12,7 @@ import pytest
 
 from services.aggregator.drivers.aggregation import create_jobs, delete_expired_tasks
 from services.common.clock import TestClock
+from services.common.db import TransientDbError
 from shared.dap.ids import BatchId
 from shared.dap.messages import (
     MEDIA_COLLECT_REQ,
@@ -216,6 +217,44 @@ def test_crash_between_helper_answer_and_commit_counts_once(
     # Until the lease expires no other worker takes the job.
     assert env.runner.aggregation.run_once() == 0
     clock.advance(env.leader_agg.settings.lease_duration_s + 1)
+    collection = env.collect(Query.time_interval(Interval(NOW, TP)))
+    assert collection.report_count == 4
+    assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 3
+
+
+def test_store_failure_after_the_helper_answered_retries_at_once_and_counts_once(
+    db_factory: Any, clock: TestClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's finishing transaction fails past its retries (PostgreSQL's serialization
+    conflicts under load): the job is due again at once, not after its lease, the failure is
+    not one of its attempts, and the re-sent request counts every report exactly once."""
+    env = make_env(db_factory, clock, TaskParams(min_batch_size=4))
+    for m in (1, 1, 1, 0):
+        assert env.upload(env.report(m, NOW)).status_code == 201
+    ds = env.leader_agg.ds
+    real = ds.finish_leader_job
+
+    def conflict(*args: Any, **kw: Any) -> Any:
+        raise TransientDbError("could not serialize access")
+
+    monkeypatch.setattr(ds, "finish_leader_job", conflict)
+    create_jobs(env.leader_agg)
+    assert env.runner.aggregation.run_once() == 1
+    job_id = only_job(env, "aggregation_jobs")
+    row = ds.db.run(
+        "job",
+        lambda tx: tx.query_one(
+            "SELECT state, lease_expiry, lease_token, lease_attempts FROM aggregation_jobs"
+            " WHERE task_id = :t AND job_id = :j",
+            {"t": env.params.task_id.value, "j": job_id},
+        ),
+    )
+    assert row is not None
+    assert (row["state"], row["lease_token"], row["lease_attempts"]) == ("in_progress", None, 0)
+    assert row["lease_expiry"] <= clock.now()
+    monkeypatch.setattr(ds, "finish_leader_job", real)
+    # Due again on the same clock: no waiting out the lease.
+    assert env.runner.aggregation.run_once() == 1
     collection = env.collect(Query.time_interval(Interval(NOW, TP)))
     assert collection.report_count == 4
     assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 3

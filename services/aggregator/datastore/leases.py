@@ -94,9 +94,12 @@ class LeaseStore(StoreBase):
             for r in rows
         ]
 
-    def release_aggregation_job(self, lease: Lease, retry_at: int) -> None:
-        """Give the job back for a later attempt (the helper was unreachable, say)."""
-        self._release("aggregation_jobs", lease, retry_at)
+    def release_aggregation_job(
+        self, lease: Lease, retry_at: int, *, count_attempt: bool = True
+    ) -> None:
+        """Give the job back for a later attempt (the helper was unreachable, say); without
+        `count_attempt` the attempt does not count towards abandoning the job."""
+        self._release("aggregation_jobs", lease, retry_at, refund=not count_attempt)
 
     def release_collection_job(self, lease: Lease, retry_at: int, *, count_attempt: bool) -> None:
         self._release("collection_jobs", lease, retry_at, refund=not count_attempt)

@@ -96,6 +96,9 @@ def delete_expired_tasks(agg: Aggregator) -> int:
 class AggregationJobDriver(LeasedJobDriver):
     kind = "an aggregation job"
 
+    def release_uncounted(self, lease: Lease, retry_at: int) -> None:
+        self.agg.ds.release_aggregation_job(lease, retry_at, count_attempt=False)
+
     def acquire(self, now: int, lease_s: int, limit: int) -> list[Lease]:
         return self.agg.ds.acquire_aggregation_jobs(now, lease_s, limit)
 

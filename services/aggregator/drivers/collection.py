@@ -62,6 +62,9 @@ HELPER_UNAVAILABLE = "helperUnavailable"
 class CollectionJobDriver(LeasedJobDriver):
     kind = "a collection job"
 
+    def release_uncounted(self, lease: Lease, retry_at: int) -> None:
+        self.agg.ds.release_collection_job(lease, retry_at, count_attempt=False)
+
     def acquire(self, now: int, lease_s: int, limit: int) -> list[Lease]:
         return self.agg.ds.acquire_collection_jobs(now, lease_s, limit)
 

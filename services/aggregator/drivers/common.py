@@ -3,6 +3,7 @@ timing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -14,6 +15,7 @@ from services.aggregator.datastore import Lease, LeaseLostError
 from services.aggregator.service import Aggregator, Task
 from services.aggregator.settings import AggregatorSettings
 from services.common.auth import auth_headers
+from services.common.db import TransientDbError
 from services.common.http import parse_retry_after
 from shared.dap import taskprov
 from shared.dap.problems import ProblemType
@@ -41,6 +43,10 @@ class LeasedJobDriver(ABC):
     def step(self, lease: Lease) -> None:
         """Do the leased job's next unit of work and commit it."""
 
+    @abstractmethod
+    def release_uncounted(self, lease: Lease, retry_at: int) -> None:
+        """Give the job back for another step at `retry_at`, the attempt not counted."""
+
     def run_once(self) -> int:
         """Lease and step a few jobs; how many were leased."""
         s = self.agg.settings
@@ -50,6 +56,15 @@ class LeasedJobDriver(ABC):
                 self.step(lease)
             except LeaseLostError:
                 log.warning("lost the lease on %s; another worker has it", self.kind)
+            except TransientDbError:
+                # The store refused a transaction of the step past its retries (PostgreSQL's
+                # serialization conflicts under load): nothing of it committed, and the job
+                # is due again at once instead of after its lease (a minute by default). A
+                # request the helper answered is answered again from its record of it. Not
+                # an attempt of the job's: the store failed, not the job.
+                log.warning("the store failed %s's step; it is due again", self.kind)
+                with contextlib.suppress(LeaseLostError):
+                    self.release_uncounted(lease, self.agg.clock.now())
         return len(leases)
 
 
