@@ -262,10 +262,10 @@ def create_app(
 #: aggregate shares, collection jobs, HPKE configs. Their work is CPU under the GIL, so more
 #: threads run nothing in parallel; they only take the GIL from each other wherever a call
 #: lets it go (numpy's larger operations, SQLite, socket reads), a context switch and cold
-#: caches for both each time. A helper preparing two jobs at once on AnyIO's pool paid ~20 us
-#: a DAP-19 report more for them, and the leader's drivers more for waiting on it together
-#: (#15: server CPU ~287 -> ~240 us a report, seven alternated runs). None of these handlers
-#: waits for another request to this process, so one thread cannot deadlock them.
+#: caches for both each time. Against AnyIO's pool, where a helper prepared two jobs at once:
+#: helper CPU ~124 -> ~104 us a DAP-19 report, server CPU ~281 -> ~248 (medians of seven
+#: alternated runs, #15). None of these handlers waits for another request to this process,
+#: so one thread cannot deadlock them.
 _dap_requests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dap-request")
 
 
