@@ -5,6 +5,7 @@ aggregate shares opened with the collector's key and unsharded to exactly the tr
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -195,31 +196,46 @@ def test_driver_retries_when_helper_is_down(
     assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 2
 
 
-def test_crash_between_helper_answer_and_commit_counts_once(
-    db_factory: Any, clock: TestClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The leader dies after the helper aggregated the job but before its own commit: the
-    re-sent request gets the helper's stored answer and every report counts exactly once."""
+def _job_whose_finish_fails(
+    db_factory: Any, clock: TestClock, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> tuple[Env, Callable[[], None]]:
+    """Four reports (three 1s) in one leader job whose finishing transaction, after the helper
+    has answered, raises `error` until the returned function puts the real one back."""
     env = make_env(db_factory, clock, TaskParams(min_batch_size=4))
     for m in (1, 1, 1, 0):
         assert env.upload(env.report(m, NOW)).status_code == 201
     ds = env.leader_agg.ds
     real = ds.finish_leader_job
 
-    def crash(*args: Any, **kw: Any) -> Any:
-        raise RuntimeError("process killed")
+    def fail(*args: Any, **kw: Any) -> Any:
+        raise error
 
-    monkeypatch.setattr(ds, "finish_leader_job", crash)
+    monkeypatch.setattr(ds, "finish_leader_job", fail)
     create_jobs(env.leader_agg)
-    with pytest.raises(RuntimeError):
-        env.runner.aggregation.run_once()
-    monkeypatch.setattr(ds, "finish_leader_job", real)
-    # Until the lease expires no other worker takes the job.
-    assert env.runner.aggregation.run_once() == 0
-    clock.advance(env.leader_agg.settings.lease_duration_s + 1)
+    return env, lambda: monkeypatch.setattr(ds, "finish_leader_job", real)
+
+
+def _assert_counted_once(env: Env) -> None:
     collection = env.collect(Query.time_interval(Interval(NOW, TP)))
     assert collection.report_count == 4
     assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 3
+
+
+def test_crash_between_helper_answer_and_commit_counts_once(
+    db_factory: Any, clock: TestClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader dies after the helper aggregated the job but before its own commit: the
+    re-sent request gets the helper's stored answer and every report counts exactly once."""
+    env, restore = _job_whose_finish_fails(
+        db_factory, clock, monkeypatch, RuntimeError("process killed")
+    )
+    with pytest.raises(RuntimeError):
+        env.runner.aggregation.run_once()
+    restore()
+    # Until the lease expires no other worker takes the job.
+    assert env.runner.aggregation.run_once() == 0
+    clock.advance(env.leader_agg.settings.lease_duration_s + 1)
+    _assert_counted_once(env)
 
 
 def test_store_failure_after_the_helper_answered_retries_at_once_and_counts_once(
@@ -228,20 +244,12 @@ def test_store_failure_after_the_helper_answered_retries_at_once_and_counts_once
     """The leader's finishing transaction fails past its retries (PostgreSQL's serialization
     conflicts under load): the job is due again at once, not after its lease, the failure is
     not one of its attempts, and the re-sent request counts every report exactly once."""
-    env = make_env(db_factory, clock, TaskParams(min_batch_size=4))
-    for m in (1, 1, 1, 0):
-        assert env.upload(env.report(m, NOW)).status_code == 201
-    ds = env.leader_agg.ds
-    real = ds.finish_leader_job
-
-    def conflict(*args: Any, **kw: Any) -> Any:
-        raise TransientDbError("could not serialize access")
-
-    monkeypatch.setattr(ds, "finish_leader_job", conflict)
-    create_jobs(env.leader_agg)
+    env, restore = _job_whose_finish_fails(
+        db_factory, clock, monkeypatch, TransientDbError("could not serialize access")
+    )
     assert env.runner.aggregation.run_once() == 1
     job_id = only_job(env, "aggregation_jobs")
-    row = ds.db.run(
+    row = env.leader_agg.ds.db.run(
         "job",
         lambda tx: tx.query_one(
             "SELECT state, lease_expiry, lease_token, lease_attempts FROM aggregation_jobs"
@@ -252,12 +260,10 @@ def test_store_failure_after_the_helper_answered_retries_at_once_and_counts_once
     assert row is not None
     assert (row["state"], row["lease_token"], row["lease_attempts"]) == ("in_progress", None, 0)
     assert row["lease_expiry"] <= clock.now()
-    monkeypatch.setattr(ds, "finish_leader_job", real)
+    restore()
     # Due again on the same clock: no waiting out the lease.
     assert env.runner.aggregation.run_once() == 1
-    collection = env.collect(Query.time_interval(Interval(NOW, TP)))
-    assert collection.report_count == 4
-    assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 3
+    _assert_counted_once(env)
 
 
 def test_helper_rejection_abandons_job(db_factory: Any, clock: TestClock) -> None:
