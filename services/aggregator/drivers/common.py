@@ -58,10 +58,11 @@ class LeasedJobDriver(ABC):
                 log.warning("lost the lease on %s; another worker has it", self.kind)
             except TransientDbError:
                 # The store refused a transaction of the step past its retries (PostgreSQL's
-                # serialization conflicts under load): nothing of it committed, and the job
-                # is due again at once instead of after its lease (a minute by default). A
-                # request the helper answered is answered again from its record of it. Not
-                # an attempt of the job's: the store failed, not the job.
+                # serialization conflicts under load). That transaction committed nothing and a
+                # step may run again, as after a crash, so the job is due again at once instead
+                # of after its lease (a minute by default); a request the helper answered is
+                # answered again from its record of it. Not an attempt of the job's: the store
+                # failed, not the job.
                 log.warning("the store failed %s's step; it is due again", self.kind)
                 with contextlib.suppress(LeaseLostError):
                     self.release_uncounted(lease, self.agg.clock.now())
