@@ -266,6 +266,44 @@ def test_store_failure_after_the_helper_answered_retries_at_once_and_counts_once
     _assert_counted_once(env)
 
 
+def test_store_failure_of_a_collection_step_retries_at_once(
+    db_factory: Any, clock: TestClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collection driver's store fails past its retries: the collection job is due again
+    on the same clock, that was not one of its attempts, and it then collects every report."""
+    env = make_env(db_factory, clock, TaskParams(min_batch_size=4))
+    for m in (1, 1, 1, 0):
+        assert env.upload(env.report(m, NOW)).status_code == 201
+    env.drive()
+    ds = env.leader_agg.ds
+    real = ds.start_collection
+
+    def conflict(*args: Any, **kw: Any) -> Any:
+        raise TransientDbError("could not serialize access")
+
+    monkeypatch.setattr(ds, "start_collection", conflict)
+    job = env.start_collection(Query.time_interval(Interval(NOW, TP)))
+    assert env.runner.collection.run_once() == 1
+    row = ds.db.run(
+        "job",
+        lambda tx: tx.query_one(
+            "SELECT lease_expiry, lease_token, lease_attempts FROM collection_jobs"
+            " WHERE task_id = :t",
+            {"t": env.params.task_id.value},
+        ),
+    )
+    assert row is not None
+    assert (row["lease_token"], row["lease_attempts"]) == (None, 0)
+    assert row["lease_expiry"] <= clock.now()
+    monkeypatch.setattr(ds, "start_collection", real)
+    assert env.runner.collection.run_once() == 1
+    response = env.poll(job)
+    assert response.status_code == 200, response.text
+    collection = Collection.decode(response.content)
+    assert collection.report_count == 4
+    assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 3
+
+
 def test_helper_rejection_abandons_job(db_factory: Any, clock: TestClock) -> None:
     env = make_env(db_factory, clock, TaskParams(min_batch_size=1))
     flaky = FlakyHelper(env.helper, failures=1, status=400)
