@@ -225,6 +225,11 @@ def _create_store_file(path: Path) -> None:
 #: Page size of a new SQLite store (bytes; `_SqliteEngine._conn` says why not the 4 KiB default).
 SQLITE_PAGE_SIZE = 8192
 
+#: Page cache of each SQLite connection, in KiB (SQLite's default is 2 MiB). The anti-replay
+#: index (task_id, report_id) takes ids in random order: once it outgrows the cache, every
+#: group commit read its leaf pages back from the operating system (#15, `bench.store`).
+SQLITE_CACHE_KIB = 16 * 1024
+
 
 class _SqliteEngine(_Engine):
     """One connection per thread; WAL lets readers run beside the single writer."""
@@ -257,6 +262,11 @@ class _SqliteEngine(_Engine):
                 # handler, while other processes open it too: the caller retries.
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+                # A multi-row INSERT inside a transaction keeps a statement journal, which
+                # SQLite spills to a temporary file past 64 KiB: half of the upload writer's
+                # write calls went there (#15). In memory it costs a copy, not a syscall.
+                conn.execute("PRAGMA temp_store = MEMORY")
             except sqlite3.OperationalError as exc:
                 conn.close()
                 if _sqlite_busy(exc):

@@ -9,6 +9,7 @@ import re
 import secrets
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,14 @@ from services.aggregator.datastore.batch_aggregations import mark_collected
 from services.aggregator.datastore.uploads import job_cuts
 from services.common.auth import hash_token, presented_token, token_matches
 from services.common.clock import TestClock
-from services.common.db import SQLITE_PAGE_SIZE, Database, Migration, TransientDbError, Tx
+from services.common.db import (
+    SQLITE_CACHE_KIB,
+    SQLITE_PAGE_SIZE,
+    Database,
+    Migration,
+    TransientDbError,
+    Tx,
+)
 from shared.dap.messages import PrepareError
 from shared.vdaf.prio3 import prio3_count
 
@@ -226,6 +234,27 @@ def test_transaction_rolls_back_on_error(db_url: str) -> None:
         )
         rows = db.run("read", lambda tx: tx.query("SELECT k, v FROM t"))
         assert rows == [{"k": 2, "v": b"\x00\xff"}]
+    finally:
+        db.close()
+
+
+def test_every_sqlite_connection_has_a_large_cache_and_in_memory_temp_store(
+    tmp_path: Path,
+) -> None:
+    """Each thread's connection, not only the first: the page cache holds the random-key
+    anti-replay index, and statement journals stay out of temporary files."""
+    db = Database.open(f"sqlite:///{tmp_path / 'store.sqlite3'}")
+    try:
+
+        def pragmas() -> tuple[object, object]:
+            cache = db.read("cache", "PRAGMA cache_size")[0]["cache_size"]
+            return cache, db.read("temp", "PRAGMA temp_store")[0]["temp_store"]
+
+        with ThreadPoolExecutor(max_workers=1) as other:
+            elsewhere = other.submit(pragmas).result()
+        # cache_size < 0 is in KiB; temp_store 2 is MEMORY.
+        assert pragmas() == elsewhere == (-SQLITE_CACHE_KIB, 2)
+        assert SQLITE_CACHE_KIB * 1024 > 2 * 1024 * 1024
     finally:
         db.close()
 
