@@ -8,7 +8,7 @@ Each stored report adds a random 16-byte id to the task's anti-replay set, the p
 has reports, every new id lands on a page of its own and the commit writes each such page whole
 (SQLite: a WAL frame, later a checkpoint write; PostgreSQL: the page in its WAL after each
 checkpoint), so the cost per report climbs with the store until then. `bench.deployment`'s
-cases start from empty stores and do not see it.
+cases each start from empty stores and do not see it.
 
 The groups are of `GROUP` reports, what the upload writer commits at a time under
 `bench.deployment`'s DAP-19 load, with the shares of a Histogram(100) VDAF-20 report (sharded
