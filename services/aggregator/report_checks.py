@@ -36,9 +36,9 @@ from __future__ import annotations
 import hmac
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from services.aggregator.crypto_cpu import CryptoCpu
 from services.aggregator.datastore import TokenSpend, UploadOutcome
@@ -171,12 +171,12 @@ STORE_REFUSALS: Final[dict[str, Refusal]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     """A share that passed every check: its VDAF payload, the token to spend, if any, and the
-    report's time in seconds."""
+    report's time in seconds. (A tuple: one is made per report on both aggregators, at a
+    third of a frozen dataclass's cost.)"""
 
-    payload: bytes = field(repr=False)
+    payload: bytes
     spend: TokenSpend | None
     time_s: int
 
@@ -312,12 +312,20 @@ class ReportChecker:
         fetch: bool,
     ) -> Accepted | Refusal:
         wire = task.wire
-        try:
-            share = wire.decode_plaintext_input_share(plaintext)
-        except DecodeError:
-            return Refusal.MALFORMED_SHARE
+        # Nothing in extensions and nothing the task asks of them: the payload is all there
+        # is to read, without building the struct.
+        payload = (
+            wire.plain_payload(plaintext) if bounds.plain and not sealed.public_extensions else None
+        )
+        share = None
+        if payload is None:
+            try:
+                share = wire.decode_plaintext_input_share(plaintext)
+            except DecodeError:
+                return Refusal.MALFORMED_SHARE
+            payload = share.payload
         if (
-            len(share.payload) != bounds.input_share_len
+            len(payload) != bounds.input_share_len
             or len(sealed.public_share) != bounds.public_share_len
         ):
             return Refusal.MALFORMED_SHARE
@@ -326,9 +334,10 @@ class ReportChecker:
             refusal = bounds.time_refusal(time_s)
             if refusal is not None:
                 return refusal
-        if bounds.plain and not share.extensions and not sealed.public_extensions:
-            # Nothing to read in extensions, and nothing the task asks of them.
-            return Accepted(share.payload, None, time_s)
+        if share is None or (
+            bounds.plain and not share.extensions and not sealed.public_extensions
+        ):
+            return Accepted(payload, None, time_s)
         extension_error = wire.extension_error(sealed.public_extensions, share)
         if extension_error is not None:
             return (

@@ -95,6 +95,11 @@ class DapWire(Protocol):
 
     def decode_plaintext_input_share(self, data: bytes) -> m09.PlaintextInputShare: ...
 
+    def plain_payload(self, data: bytes) -> bytes | None:
+        """The payload of an encoded PlaintextInputShare without extensions, None for any
+        other encoding (`PlaintextInputShare.plain_payload`)."""
+        ...
+
     def report(
         self,
         metadata: AnyReportMetadata,
@@ -158,6 +163,9 @@ class _VersionWire:
 
     def decode_plaintext_input_share(self, data: bytes) -> m09.PlaintextInputShare:
         return self._VERSION.plaintext_input_share.decode(data)
+
+    def plain_payload(self, data: bytes) -> bytes | None:
+        return self._VERSION.plaintext_input_share.plain_payload(data)
 
     def report(
         self,

@@ -26,7 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared import hpke
-from shared.codec import DecodeError, TlsStruct
+from shared.codec import DecodeError, TlsStruct, decode_all
+from shared.dap import messages as m09
 from shared.dap import messages19 as m19
 from shared.dap.ids import BatchId, ReportId, TaskId
 from shared.dap.messages import PrepareError, PrepareResp, PrepareRespState
@@ -995,6 +996,29 @@ def test_report_extensions_in_any_order_decode_for_a_per_report_error() -> None:
     assert m19.first_unordered_extension(ext(9, 9, 3)) == 9
     assert m19.first_unordered_extension(ext(4, 2)) == 2
     assert m19.first_unordered_extension(ext(1, 2, 3)) is None
+
+
+@pytest.mark.parametrize("cls", [m09.PlaintextInputShare, PlaintextInputShare])
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=24), extensions=st.lists(st.integers(0, 65535), max_size=2))
+def test_plain_payload_is_the_struct_decoders_payload_of_a_share_without_extensions(
+    cls: type[m09.PlaintextInputShare], data: bytes, extensions: list[int]
+) -> None:
+    """The checks' shortcut reads a payload only where the struct decoder (`decode_all`, which
+    does not take it) finds the same payload and no extensions; anything else is left to it."""
+    encoded = [data, b"\x00\x00" + len(data).to_bytes(4, "big") + data]
+    if data:
+        encoded.append(cls(ext(*extensions), data).encode())
+    for candidate in encoded:
+        shortcut = cls.plain_payload(candidate)
+        try:
+            share = decode_all(cls, candidate)
+        except DecodeError:
+            assert shortcut is None
+            continue
+        assert shortcut == (share.payload if not share.extensions else None)
+        assert cls.decode(candidate) == share
+    assert cls.plain_payload(memoryview(encoded[1])) is None
 
 
 # =============================================================================================
