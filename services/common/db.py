@@ -132,6 +132,40 @@ class Tx:
         if rows:
             self._insert_rows(table, columns, rows)
 
+    def insert_unseen(
+        self,
+        table: str,
+        columns: Columns,
+        rows: Sequence[Sequence[Any]],
+        match: tuple[str, Any],
+        column: str,
+    ) -> set[Any]:
+        """Insert the rows whose `column` value no row of `table` with the `match` value holds
+        yet, and return the values one already held: an anti-replay lookup and record in one
+        (`present`, then `insert_rows` of the rest). The rows must not repeat a value.
+
+        On SQLite the rows go in at once under a savepoint, and only a unique-key conflict (a
+        replay: rare) rolls them back to look them up: the lookup cost ~1.3 us a row, a fifth
+        of the pair. PostgreSQL looks first, as a failed statement ends its transaction."""
+        if not rows:
+            return set()
+        if self.dialect.name == "sqlite":
+            self._execute("SAVEPOINT insert_unseen", ())
+            try:
+                self._insert_rows(table, columns, rows)
+            except sqlite3.IntegrityError:
+                # The whole group, not only the failed statement: `_sqlite_insert_rows` may
+                # have stored chunks before it, which the lookup would take for replays.
+                self._execute("ROLLBACK TO insert_unseen", ())
+                self._execute("RELEASE insert_unseen", ())
+            else:
+                self._execute("RELEASE insert_unseen", ())
+                return set()
+        at = [name for name, _ in columns].index(column)
+        present = self.present(table, match, column, [row[at] for row in rows])
+        self.insert_rows(table, columns, [row for row in rows if row[at] not in present])
+        return present
+
     def rows_in(
         self,
         table: str,

@@ -341,6 +341,52 @@ def test_insert_rows_stores_every_row_in_order_whatever_the_count(db_url: str, c
         db.close()
 
 
+@pytest.mark.parametrize("held_at", [[], [0], [299], [5, 140, 299]])
+def test_insert_unseen_stores_the_new_rows_and_names_the_held_ones(
+    db_url: str, held_at: list[int]
+) -> None:
+    """`Tx.insert_unseen` stores exactly the rows whose id the task did not hold and returns
+    the ids it held, leaving those rows as they were, wherever in the group they are (SQLite
+    inserts a group of 300 in three statements: a conflict in the last must not leave the
+    first two stored, to be taken for replays); a row of another task with the same id does
+    not count, and the transaction goes on to commit what follows."""
+    db = Database.open(db_url)
+    try:
+        db.migrate(
+            (
+                Migration(
+                    1,
+                    "r",
+                    ("CREATE TABLE r (t {blob}, id {blob}, f {bigint}, PRIMARY KEY (t, id))",),
+                ),
+            )
+        )
+        rng = random.Random(11)
+        ids = [rng.randbytes(16) for _ in range(300)]
+        columns = (("t", "blob"), ("id", "blob"), ("f", "bigint"))
+        held = [ids[i] for i in held_at]
+        db.run("before", lambda tx: tx.insert_rows("r", columns, [(b"A", i, 7) for i in held]))
+        db.run("other", lambda tx: tx.insert_rows("r", columns, [(b"B", i, 9) for i in ids]))
+
+        def body(tx: Tx) -> set[bytes]:
+            found = tx.insert_unseen("r", columns, [(b"A", i, 1) for i in ids], ("t", b"A"), "id")
+            tx.execute("INSERT INTO r (t, id, f) VALUES (:t, :i, 2)", {"t": b"A", "i": b"after"})
+            return {bytes(v) for v in found}
+
+        assert db.run("unseen", body) == set(held)
+        rows = db.read("all", "SELECT id, f FROM r WHERE t = :t", {"t": b"A"})
+        stored = {bytes(r["id"]): r["f"] for r in rows}
+        assert stored == {
+            **{i: (7 if i in held else 1) for i in ids},
+            b"after": 2,
+        }
+        assert db.run("none", lambda tx: tx.insert_unseen("r", columns, [], ("t", b"A"), "id")) == (
+            set()
+        )
+    finally:
+        db.close()
+
+
 def test_present_and_update_in_touch_exactly_the_matching_rows(db_url: str) -> None:
     """`Tx.present` and `Tx.update_in` answer and change what the plain statements would:
     across SQLite's chunks of values (1,201 asked), only rows whose match column agrees,

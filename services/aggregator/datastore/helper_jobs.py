@@ -30,7 +30,6 @@ from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
 from services.aggregator.datastore.uploads import (
     REASON_TOKEN_SPENT,
-    known_report_ids,
     spend_token,
 )
 from services.common.db import Row, Tx
@@ -101,19 +100,22 @@ class HelperJobStore(StoreBase):
             # The leader may offer a too-early report again later (DAP-09 §4.5.1.1): it is not
             # recorded, so that is not a replay.
             remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
-            seen = known_report_ids(tx, task_id, [o.report_id for o in remembered])
-            # Plain inserts: the ids are distinct (`helper_init` refuses a job that repeats
-            # one) and unseen under this transaction's isolation, so a conflict can only be a
-            # concurrent job's, which fails this attempt and the retry finds it replayed.
-            tx.insert_rows(
-                "client_reports",
-                _REPORT_COLUMNS,
-                [
-                    (task_id, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
-                    for o in remembered
-                    if o.report_id not in seen
-                ],
-            )
+            # The ids are distinct (`helper_init` refuses a job that repeats one). A conflict
+            # of the unseen ones' insert can only be a concurrent job's, which fails this
+            # attempt, and the retry finds it replayed.
+            seen = {
+                bytes(rid)
+                for rid in tx.insert_unseen(
+                    "client_reports",
+                    _REPORT_COLUMNS,
+                    [
+                        (task_id, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
+                        for o in remembered
+                    ],
+                    ("task_id", task_id),
+                    "report_id",
+                )
+            }
             checked = [o.copy() for o in outcomes]
             for o in checked:
                 if o.error is None and o.report_id in seen:
