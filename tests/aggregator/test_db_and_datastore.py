@@ -341,6 +341,25 @@ def test_insert_rows_stores_every_row_in_order_whatever_the_count(db_url: str, c
         db.close()
 
 
+#: The columns of `_keyed_table`'s table ``r``: a key (t, id) and a flag.
+_KEYED_COLUMNS = (("t", "blob"), ("id", "blob"), ("f", "bigint"))
+
+
+def _keyed_table(db_url: str) -> Database:
+    """A store with one table ``r`` keyed by (t, id), as ``client_reports`` by (task, report)."""
+    db = Database.open(db_url)
+    db.migrate(
+        (
+            Migration(
+                1,
+                "r",
+                ("CREATE TABLE r (t {blob}, id {blob}, f {bigint}, PRIMARY KEY (t, id))",),
+            ),
+        )
+    )
+    return db
+
+
 @pytest.mark.parametrize("held_at", [[], [0], [299], [5, 140, 299]])
 def test_insert_unseen_stores_the_new_rows_and_names_the_held_ones(
     db_url: str, held_at: list[int]
@@ -350,20 +369,11 @@ def test_insert_unseen_stores_the_new_rows_and_names_the_held_ones(
     inserts a group of 300 in three statements: a conflict in the last must not leave the
     first two stored, to be taken for replays); a row of another task with the same id does
     not count, and the transaction goes on to commit what follows."""
-    db = Database.open(db_url)
+    db = _keyed_table(db_url)
     try:
-        db.migrate(
-            (
-                Migration(
-                    1,
-                    "r",
-                    ("CREATE TABLE r (t {blob}, id {blob}, f {bigint}, PRIMARY KEY (t, id))",),
-                ),
-            )
-        )
         rng = random.Random(11)
         ids = [rng.randbytes(16) for _ in range(300)]
-        columns = (("t", "blob"), ("id", "blob"), ("f", "bigint"))
+        columns = _KEYED_COLUMNS
         held = [ids[i] for i in held_at]
         db.run("before", lambda tx: tx.insert_rows("r", columns, [(b"A", i, 7) for i in held]))
         db.run("other", lambda tx: tx.insert_rows("r", columns, [(b"B", i, 9) for i in ids]))
@@ -391,21 +401,12 @@ def test_present_and_update_in_touch_exactly_the_matching_rows(db_url: str) -> N
     """`Tx.present` and `Tx.update_in` answer and change what the plain statements would:
     across SQLite's chunks of values (1,201 asked), only rows whose match column agrees,
     nothing for an empty question."""
-    db = Database.open(db_url)
+    db = _keyed_table(db_url)
     try:
-        db.migrate(
-            (
-                Migration(
-                    1,
-                    "r",
-                    ("CREATE TABLE r (t {blob}, id {blob}, f {bigint}, PRIMARY KEY (t, id))",),
-                ),
-            )
-        )
         rng = random.Random(7)
         stored = [rng.randbytes(16) for _ in range(700)]
         other = [rng.randbytes(16) for _ in range(50)]
-        columns = (("t", "blob"), ("id", "blob"), ("f", "bigint"))
+        columns = _KEYED_COLUMNS
         db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"A", i, 0) for i in stored]))
         db.run("put", lambda tx: tx.insert_rows("r", columns, [(b"B", i, 0) for i in other]))
         asked = stored[::2] + other + [rng.randbytes(16) for _ in range(801)]
