@@ -7,9 +7,8 @@ pays for the reports an earlier one left in the stores (a leader's upload transa
 more as its anti-replay index grows, `bench.store`): run after the two DAP-09 cases in their
 stores, the DAP-19 case cost 301 µs of server CPU a report against 278 in its own deployment
 (SQLite, one run each), so the order of the cases, not the protocol versions, decided part of
-their comparison. A task is
-provisioned through the admin APIs (`services.common.provisioning.create_task`), then for
-each VDAF:
+their comparison. A task is provisioned through the admin APIs
+(`services.common.provisioning.create_task`), then for each VDAF:
 
 - the sealed reports are built first (`client_sdk.upload.ClientTask.build_reports`:
   `Prio3.shard_batch` and `shared.hpke`), so client CPU is not part of the measurement;

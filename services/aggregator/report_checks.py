@@ -180,6 +180,10 @@ class Accepted(NamedTuple):
     spend: TokenSpend | None
     time_s: int
 
+    def __repr__(self) -> str:
+        # The payload is an input share: it has no place in a log line.
+        return f"Accepted(spend={self.spend!r}, time_s={self.time_s})"
+
 
 @dataclass(frozen=True, slots=True)
 class _Bounds:

@@ -145,8 +145,9 @@ class Tx:
         (`present`, then `insert_rows` of the rest). The rows must not repeat a value.
 
         On SQLite the rows go in at once under a savepoint, and only a unique-key conflict (a
-        replay: rare) rolls them back to look them up: the lookup cost ~1.3 us a row, a fifth
-        of the pair. PostgreSQL looks first, as a failed statement ends its transaction."""
+        replay: rare) rolls them back to look them up: lookup and insert of a helper's job
+        cost 9.7 us a row, the insert alone 8.6 (#15, 20,000 rows stored). PostgreSQL looks
+        first, as a failed statement ends its transaction."""
         if not rows:
             return set()
         if self.dialect.name == "sqlite":

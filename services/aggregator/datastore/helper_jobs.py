@@ -100,9 +100,9 @@ class HelperJobStore(StoreBase):
             # The leader may offer a too-early report again later (DAP-09 §4.5.1.1): it is not
             # recorded, so that is not a replay.
             remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
-            # The ids are distinct (`helper_init` refuses a job that repeats one). A conflict
-            # of the unseen ones' insert can only be a concurrent job's, which fails this
-            # attempt, and the retry finds it replayed.
+            # The ids are distinct (`helper_init` refuses a job that repeats one); those the
+            # task held already are replays. On PostgreSQL a concurrent job's insert of one of
+            # them fails this attempt, and the retry finds it replayed.
             seen = {
                 bytes(rid)
                 for rid in tx.insert_unseen(
