@@ -584,6 +584,21 @@ def test_group_of_uploads_in_one_transaction(ds: Datastore) -> None:
     assert ds.put_reports([]) == []
 
 
+def test_a_replay_is_refused_as_replayed_before_its_token_is_looked_at(ds: Datastore) -> None:
+    """A report stored with its token and uploaded again is a replay (DAP's check comes
+    first), not a spent token, alone or in a group of other new reports; its token is
+    spent once."""
+    key = bucket_key(7200, 3600)
+    spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
+    assert ds.put_reports([_new(b"a" * 16, 7200, key, spend)]) == ["stored"]
+    assert ds.put_reports([_new(b"a" * 16, 7200, key, spend)]) == ["replayed"]
+    group = [_new(b"b" * 16, 7200, key), _new(b"a" * 16, 7200, key, spend)]
+    assert ds.put_reports(group) == ["stored", "replayed"]
+    assert ds.rejection_counts(TASK)["upload"] == {"report_replayed": 2}
+    spent = ds.db.run("spent", lambda tx: tx.query("SELECT report_id FROM spent_tokens"))
+    assert [bytes(r["report_id"]) for r in spent] == [b"a" * 16]
+
+
 def test_report_replay_and_collected_bucket(ds: Datastore) -> None:
     key = bucket_key(7200, 3600)
     assert _put(ds, b"r" * 16, 7200, key) == "stored"

@@ -18,6 +18,7 @@ finishes it (helper, `helper_jobs`), so a crash neither loses a spend nor counts
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from services.aggregator.datastore import job_shares
 from services.aggregator.datastore.base import StoreBase
@@ -39,6 +40,9 @@ _REPORT_COLUMNS = (
     ("aggregation_started", "bigint"),
     ("received_at", "bigint"),
 )
+#: What one try of `put_reports`'s transaction gives: the outcomes, and the jobs it made (id,
+#: reports).
+Attempt = tuple[list[UploadOutcome], list[tuple[bytes, list[NewReport]]]]
 #: Reasons of `rejection_counts` the datastore itself decides.
 REASON_TOKEN_SPENT = "token_spent"
 #: The counter reason of each refusal `put_reports` makes.
@@ -128,11 +132,13 @@ class UploadStore(StoreBase):
         of those sizes where a task has enough of them (module docstring); once committed,
         their reports are kept for this process's driver (`fresh_jobs`)."""
 
-        def body(tx: Tx) -> tuple[list[UploadOutcome], list[tuple[bytes, list[NewReport]]]]:
+        def attempt(tx: Tx, look_up: bool) -> Attempt:
             by_task: dict[bytes, list[bytes]] = {}
             for r in reports:
                 by_task.setdefault(r.task_id, []).append(r.report_id)
-            seen = {t: known_report_ids(tx, t, ids) for t, ids in by_task.items()}
+            seen = {
+                t: known_report_ids(tx, t, ids) if look_up else set() for t, ids in by_task.items()
+            }
             collected: dict[tuple[bytes, bytes], bool] = {}
             rejected: dict[bytes, list[str]] = {}
             for task_id, reason in refusals:
@@ -171,9 +177,10 @@ class UploadStore(StoreBase):
                     if len(group) >= jobs.from_group:
                         made += _make_jobs(tx, group[0].task_id, group, jobs)
             started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
-            # The ids were checked above under the transaction's isolation: a concurrent
-            # insert of one of them makes this conflict, and the retry finds it replayed. The
-            # shares of a report in a job made here are its job's (`leader_job_shares`).
+            # Unless looked up above (under the transaction's isolation, where a concurrent
+            # insert of one makes this conflict and the retry finds it replayed), a held id
+            # makes this conflict and `body` look them up. The shares of a report in a job
+            # made here are its job's (`leader_job_shares`).
             tx.insert_rows(
                 "client_reports",
                 _REPORT_COLUMNS,
@@ -196,6 +203,15 @@ class UploadStore(StoreBase):
             for task_id, reasons in rejected.items():
                 count_rejections(tx, task_id, Stage.UPLOAD, reasons, self._shard())
             return outcomes, made
+
+        def body(tx: Tx) -> Attempt:
+            # Replays are rare: the group is stored as if it held none, and its ids are looked
+            # up only if one breaks the anti-replay key (`Tx.unless_conflict`). Not with
+            # tokens: a replay's token is spent already, which would refuse it as token_spent
+            # before the conflict could show it replayed.
+            if any(r.spend is not None for r in reports):
+                return attempt(tx, True)
+            return tx.unless_conflict(partial(attempt, tx, False), partial(attempt, tx, True))
 
         # After the commit, and only the jobs of the attempt that committed: a retried body
         # makes new job ids.
