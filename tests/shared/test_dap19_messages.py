@@ -1173,7 +1173,9 @@ def test_every_truncation_is_refused_or_a_shorter_list() -> None:
 # Property tests: every DAP-19 struct round-trips, byte for byte
 # =============================================================================================
 
-urls = st.binary(min_size=1, max_size=24).filter(bytes.isascii).map(Url)
+# ASCII drawn as such: filtered out of random bytes, two of them in one TaskConfiguration left
+# so few draws that Hypothesis's health check failed the test now and then.
+urls = st.lists(st.integers(0, 0x7F), min_size=1, max_size=24).map(bytes).map(Url)
 extensions = st.builds(Extension, u16s, blobs)
 
 
