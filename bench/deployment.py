@@ -33,6 +33,9 @@ the collection (both printed). Issue #15 asks for at most 1.6 times that (`GOAL_
 The same calls as the servers timed them while they ran (`services.aggregator.crypto_cpu`)
 are printed too, per aggregator and part (opens, preparation): what they cost there beyond
 the reference is the price of sharing the machine and the GIL, not work the servers add.
+So is each server's CPU by kind of thread (`services.common.thread_cpu`: the event loop, the
+upload validation and writer, the drivers, the DAP request thread), which says where the rest
+goes.
 
 Before each measured case a small warm-up case (`--warmup` reports, its own task) runs through
 the same processes: the first use of a VDAF in a process loads its compiled kernels and fills
@@ -611,6 +614,23 @@ CRYPTO_CPU = ("sagg_hpke_open_cpu_seconds_total", "sagg_vdaf_prep_cpu_seconds_to
 IN_SITU_PARTS = [(who, part) for who in ("leader", "helper") for part in ("HPKE open", "prep")]
 
 
+def thread_cpu(http: httpx.Client, url: str, token: str) -> dict[str, float]:
+    """A service's CPU seconds so far by kind of thread (`services.common.thread_cpu`)."""
+    response = http.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    response.raise_for_status()
+    prefix = 'sagg_thread_cpu_seconds_total{thread="'
+    seconds: dict[str, float] = {}
+    for line in response.text.splitlines():
+        if line.startswith(prefix):
+            sample, _, number = line.rpartition(" ")
+            seconds[sample[len(prefix) : -2]] = float(number)
+    return seconds
+
+
+#: Threads below this many µs of CPU a report are left out of a case's rows.
+THREAD_ROW_MIN_US = 0.5
+
+
 def crypto_cpu(http: httpx.Client, spawned: Spawned) -> list[float]:
     """CPU seconds so far in the leader's HPKE opens, its preparation, the helper's opens and
     its preparation."""
@@ -646,6 +666,7 @@ def bench_case(
     before = reference_cost()
 
     leader, helper = spawned.pid("leader"), spawned.pid("helper")
+    servers = (spawned.leader, spawned.helper)
 
     def ours() -> float:
         # The three services and this client process: the rest of the machine's busy time is
@@ -657,6 +678,7 @@ def bench_case(
         job_id = request_collection(http, spawned, task.task_id, bucket)
         commits0 = upload_commits(http, spawned)
         crypto0 = crypto_cpu(http, spawned)
+        threads0 = [thread_cpu(http, url, spawned.admin_token) for url in servers]
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
@@ -669,6 +691,13 @@ def bench_case(
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
         in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
+        threads = [
+            {
+                kind: used - before.get(kind, 0.0)
+                for kind, used in thread_cpu(http, url, spawned.admin_token).items()
+            }
+            for url, before in zip(servers, threads0, strict=True)
+        ]
     after = reference_cost()
     reference = PrepCost((before.leader + after.leader) / 2, (before.helper + after.helper) / 2)
 
@@ -726,6 +755,13 @@ def bench_case(
         ),
         row("servers' own prep + HPKE open, CPU", sum(in_situ) * per_report_us, "µs/report"),
         row("server CPU / servers' own prep + HPKE open", server_s / sum(in_situ), "ratio"),
+        # Where each server's CPU went, by kind of thread (`thread_cpu`), largest first.
+        *(
+            row(f"{who} thread {kind}, CPU", used * per_report_us, "µs/report")
+            for who, used_by_kind in zip(("leader", "helper"), threads, strict=True)
+            for kind, used in sorted(used_by_kind.items(), key=lambda item: -item[1])
+            if used * per_report_us >= THREAD_ROW_MIN_US
+        ),
         row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
         row("other processes' CPU (PostgreSQL...)", max(0.0, others) / e2e_s, "cores"),
     ]

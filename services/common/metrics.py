@@ -4,8 +4,8 @@ and `GET /metrics` in the text exposition format 0.0.4.
 Where each family lives:
 
 - **process-wide** families (``process_*`` and ``python_*`` from prometheus_client's own
-  collectors, the store's transaction metrics of `services.common.tx_metrics`) are on the default
-  `prometheus_client.REGISTRY`;
+  collectors, the store's transaction metrics of `services.common.tx_metrics`, the CPU by thread
+  of `services.common.thread_cpu`) are on the default `prometheus_client.REGISTRY`;
 - **per app**, on the app's own `CollectorRegistry` (a test process runs several apps side by
   side): event counters that count what happened in this process (they start at zero with
   it, as Prometheus counters may), the request latency histogram (`install_request_metrics`),
@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.common.auth import BearerAuth
 from services.common.metric_children import child
 from services.common.routing import api_router
+from services.common.thread_cpu import install as install_thread_cpu
 
 __all__ = [
     "MEDIA_PROMETHEUS_TEXT",
@@ -141,6 +142,7 @@ def install_metrics(
     refuses every caller with 403, as the admin APIs do without an admin token), and the
     request latency of every route of `app` on `registry`. The app's problem handlers
     (`install_problem_handlers`) answer the refusals."""
+    install_thread_cpu()
     timer = install_request_metrics(app, registry)
     app.include_router(metrics_router(registry, BearerAuth(token_hash)))
     return timer
