@@ -693,10 +693,10 @@ def bench_case(
         in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
         threads = [
             {
-                kind: used - before.get(kind, 0.0)
+                kind: used - earlier.get(kind, 0.0)
                 for kind, used in thread_cpu(http, url, spawned.admin_token).items()
             }
-            for url, before in zip(servers, threads0, strict=True)
+            for url, earlier in zip(servers, threads0, strict=True)
         ]
     after = reference_cost()
     reference = PrepCost((before.leader + after.leader) / 2, (before.helper + after.helper) / 2)
