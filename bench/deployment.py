@@ -614,21 +614,40 @@ CRYPTO_CPU = ("sagg_hpke_open_cpu_seconds_total", "sagg_vdaf_prep_cpu_seconds_to
 IN_SITU_PARTS = [(who, part) for who in ("leader", "helper") for part in ("HPKE open", "prep")]
 
 
-def thread_cpu(http: httpx.Client, url: str, token: str) -> dict[str, float]:
-    """A service's CPU seconds so far by kind of thread (`services.common.thread_cpu`)."""
+def by_label(http: httpx.Client, url: str, token: str, family: str, label: str) -> dict[str, float]:
+    """A service's counter `family` (its ``_total`` samples) so far, by the value of its one
+    label `label`."""
     response = http.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
     response.raise_for_status()
-    prefix = 'sagg_thread_cpu_seconds_total{thread="'
-    seconds: dict[str, float] = {}
+    prefix = f'{family}_total{{{label}="'
+    values: dict[str, float] = {}
     for line in response.text.splitlines():
         if line.startswith(prefix):
             sample, _, number = line.rpartition(" ")
-            seconds[sample[len(prefix) : -2]] = float(number)
-    return seconds
+            values[sample[len(prefix) : -2]] = float(number)
+    return values
 
 
-#: Threads below this many µs of CPU a report are left out of a case's rows.
-THREAD_ROW_MIN_US = 0.5
+#: Where the bench splits each server's CPU: the label families it reads (by kind of thread,
+#: `services.common.thread_cpu`; by named transaction, `services.common.tx_metrics`), with
+#: the word its rows name them by.
+CPU_SPLITS = (
+    ("thread", "sagg_thread_cpu_seconds", "thread"),
+    ("transaction", "sagg_db_transaction_cpu_seconds", "tx"),
+)
+
+
+def cpu_splits(http: httpx.Client, spawned: Spawned) -> list[dict[str, float]]:
+    """Each server's CPU seconds so far by `CPU_SPLITS`: leader's splits, then the helper's."""
+    return [
+        by_label(http, url, spawned.admin_token, family, label)
+        for url in (spawned.leader, spawned.helper)
+        for _, family, label in CPU_SPLITS
+    ]
+
+
+#: Threads and transactions below this many µs of CPU a report are left out of a case's rows.
+SPLIT_ROW_MIN_US = 0.5
 
 
 def crypto_cpu(http: httpx.Client, spawned: Spawned) -> list[float]:
@@ -666,7 +685,6 @@ def bench_case(
     before = reference_cost()
 
     leader, helper = spawned.pid("leader"), spawned.pid("helper")
-    servers = (spawned.leader, spawned.helper)
 
     def ours() -> float:
         # The three services and this client process: the rest of the machine's busy time is
@@ -678,7 +696,7 @@ def bench_case(
         job_id = request_collection(http, spawned, task.task_id, bucket)
         commits0 = upload_commits(http, spawned)
         crypto0 = crypto_cpu(http, spawned)
-        threads0 = [thread_cpu(http, url, spawned.admin_token) for url in servers]
+        splits0 = cpu_splits(http, spawned)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
@@ -691,12 +709,9 @@ def bench_case(
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
         in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
-        threads = [
-            {
-                kind: used - earlier.get(kind, 0.0)
-                for kind, used in thread_cpu(http, url, spawned.admin_token).items()
-            }
-            for url, earlier in zip(servers, threads0, strict=True)
+        splits = [
+            {kind: used - earlier.get(kind, 0.0) for kind, used in now.items()}
+            for now, earlier in zip(cpu_splits(http, spawned), splits0, strict=True)
         ]
     after = reference_cost()
     reference = PrepCost((before.leader + after.leader) / 2, (before.helper + after.helper) / 2)
@@ -755,12 +770,17 @@ def bench_case(
         ),
         row("servers' own prep + HPKE open, CPU", sum(in_situ) * per_report_us, "µs/report"),
         row("server CPU / servers' own prep + HPKE open", server_s / sum(in_situ), "ratio"),
-        # Where each server's CPU went, by kind of thread (`thread_cpu`), largest first.
+        # Where each server's CPU went, by kind of thread and by named transaction (which
+        # overlap: a transaction runs in some thread), largest first.
         *(
-            row(f"{who} thread {kind}, CPU", used * per_report_us, "µs/report")
-            for who, used_by_kind in zip(("leader", "helper"), threads, strict=True)
+            row(f"{who} {split} {kind}, CPU", used * per_report_us, "µs/report")
+            for (who, (split, _, _)), used_by_kind in zip(
+                [(who, split) for who in ("leader", "helper") for split in CPU_SPLITS],
+                splits,
+                strict=True,
+            )
             for kind, used in sorted(used_by_kind.items(), key=lambda item: -item[1])
-            if used * per_report_us >= THREAD_ROW_MIN_US
+            if used * per_report_us >= SPLIT_ROW_MIN_US
         ),
         row("aggregate exact", 1.0 if exact else 0.0, "1 = yes"),
         row("other processes' CPU (PostgreSQL...)", max(0.0, others) / e2e_s, "cores"),

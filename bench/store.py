@@ -4,7 +4,7 @@ aggregation jobs and keeps their shares, `job_shares`), into a store that alread
 reports of the task, on SQLite and on PostgreSQL.
 
 Each stored report adds a random 16-byte id to the task's anti-replay set, the primary key
-(task_id, report_id) of ``client_reports``. Once that index has more leaf pages than a commit
+(task_number, report_id) of ``client_reports``. Once that index has more leaf pages than a commit
 has reports, every new id lands on a page of its own and the commit writes each such page whole
 (SQLite: a WAL frame, later a checkpoint write; PostgreSQL: the page in its WAL after each
 checkpoint), so the cost per report climbs with the store until then. `bench.deployment`'s
@@ -117,6 +117,8 @@ def measure(
     jobs = _job_sizes()
     at = 1_700_000_000
     with _store(kind) as ds:
+        # The task's row: its number keys its reports (`task_numbers`).
+        ds.put_task(task_id, "leader", {}, bytes(32), None, None, at)
         for start in range(0, stored, FILL_GROUP):
             count = min(FILL_GROUP, stored - start)
             ds.put_reports(_reports(task_id, count, at, (0, 0, 0)), (), jobs)

@@ -9,7 +9,10 @@ argument):
   database failed it: retries exhausted or a non-transient engine error);
 - ``sagg_db_transaction_retries_total{tx}``: attempts retried after a transient failure
   (busy store, serialization failure, lost connection);
-- ``sagg_db_transaction_duration_seconds{tx}``: wall time of a run, retries included.
+- ``sagg_db_transaction_duration_seconds{tx}``: wall time of a run, retries included;
+- ``sagg_db_transaction_cpu_seconds_total{tx}``: CPU time of the thread that ran them, retries
+  included (on SQLite the store's own work runs there too: its statements, the commit's WAL
+  writes and checkpoints; on PostgreSQL that runs in the server's processes).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ DURATION: Final = Histogram(
     ("tx",),
 )
 
+CPU: Final = Counter(
+    "sagg_db_transaction_cpu_seconds",
+    "CPU seconds of the threads running named database transactions, retries included.",
+    ("tx",),
+)
+
 
 def retried(name: str) -> None:
     child(RETRIES, name).inc()
@@ -53,6 +62,7 @@ def observe(name: str, database_errors: tuple[type[BaseException], ...]) -> Iter
     """Time one run of transaction `name` and count how it ended: committed when the block
     returns, error when it raises one of `database_errors`, rolled back otherwise."""
     start = time.perf_counter()
+    cpu = time.thread_time()
     try:
         yield
     except database_errors:
@@ -65,3 +75,4 @@ def observe(name: str, database_errors: tuple[type[BaseException], ...]) -> Iter
         child(TRANSACTIONS, name, COMMITTED).inc()
     finally:
         child(DURATION, name).observe(time.perf_counter() - start)
+        child(CPU, name).inc(time.thread_time() - cpu)

@@ -29,6 +29,7 @@ from services.aggregator.datastore import (
     LeaseLostError,
     NewReport,
     ReportOutcome,
+    TaskGoneError,
     TokenSpend,
 )
 from services.aggregator.datastore.batch_aggregations import mark_collected
@@ -47,6 +48,8 @@ from shared.dap.messages import PrepareError
 from shared.vdaf.prio3 import prio3_count
 
 TASK = b"\x01" * 32
+#: A task that no fixture provisions.
+NEW_TASK = b"\x0a" * 32
 
 
 @pytest.fixture
@@ -54,8 +57,14 @@ def ds(db_url: str):
     db = Database.open(db_url)
     store = Datastore(db, shards=2)
     store.migrate()
+    provision(store, TASK)
     yield store
     db.close()
+
+
+def provision(store: Datastore, task_id: bytes, role: str = "leader") -> None:
+    """A task row: what the reports of `task_id` are stored under (`task_numbers`)."""
+    assert store.put_task(task_id, role, {}, b"h" * 32, None, None, 0) == "created"
 
 
 def test_migrations_apply_once(db_url: str) -> None:
@@ -124,6 +133,69 @@ def test_helper_report_aggregations_become_job_counts(db_url: str) -> None:
         db.close()
 
 
+def test_reports_keep_their_tasks_when_keyed_by_task_number(db_url: str) -> None:
+    """Migration 12 moves each report row under its task's number, payload and all: the ids
+    stay replays of their own task only. New tasks get numbers above the migrated ones and a
+    deleted task's number is never issued again; storing reports of a task deleted meanwhile
+    fails rather than store them under no task."""
+    other = b"\x0b" * 32
+    db = Database.open(db_url)
+    try:
+        db.migrate(tuple(m for m in MIGRATIONS if m.version < 12))
+
+        def fill(tx: Tx) -> None:
+            for task in (TASK, other):
+                tx.execute(
+                    "INSERT INTO tasks (task_id, role, definition, aggregator_token_hash,"
+                    " created_at) VALUES (:t, 'leader', '{}', :h, 0)",
+                    {"t": task, "h": b"h" * 32},
+                )
+            tx.execute_many(
+                "INSERT INTO client_reports (task_id, report_id, client_time, public_share,"
+                " leader_input_share, helper_encrypted_share, aggregation_started, received_at)"
+                " VALUES (:t, :r, 7200, :p, :l, :h, :s, 100)",
+                [
+                    {"t": TASK, "r": b"a" * 16, "p": b"P", "l": b"L", "h": b"H", "s": 0},
+                    {"t": TASK, "r": b"b" * 16, "p": None, "l": None, "h": None, "s": 1},
+                    {"t": other, "r": b"c" * 16, "p": None, "l": None, "h": None, "s": 1},
+                ],
+            )
+
+        db.run("fill", fill)
+        assert db.migrate(MIGRATIONS) == len(MIGRATIONS) - 11
+        ds = Datastore(db, shards=2)
+        numbers = {
+            bytes(r["task_id"]): int(r["number"])
+            for r in db.run("n", lambda tx: tx.query("SELECT task_id, number FROM tasks"))
+        }
+        assert sorted(numbers.values()) == [1, 2]
+        assert ds.count_rows("client_reports", TASK) == 2
+        assert ds.count_rows("client_reports", other) == 1
+        assert ds.unaggregated_reports(TASK) == 1
+        assert _payloads(ds)[b"a" * 16] == (0, 100, b"P", b"L", b"H")
+        # The ids are replays in their own task, and only there.
+        assert [_put(ds, rid, 7200) for rid in (b"a" * 16, b"b" * 16, b"c" * 16)] == [
+            "replayed",
+            "replayed",
+            "stored",
+        ]
+        assert ds.count_rows("client_reports", other) == 1
+
+        assert ds.delete_task(other)
+        provision(ds, NEW_TASK)
+        again = db.run(
+            "n",
+            lambda tx: tx.query_one("SELECT number FROM tasks WHERE task_id = :t", {"t": NEW_TASK}),
+        )
+        assert again is not None and int(again["number"]) == 3
+        assert ds.delete_task(TASK)
+        with pytest.raises(TaskGoneError):
+            _put(ds, b"d" * 16, 7200)
+        assert ds.count_rows("client_reports", TASK) == 0
+    finally:
+        db.close()
+
+
 def test_leader_jobs_made_before_their_members_were_kept_finish_as_before(db_url: str) -> None:
     """Migration 11 turns a finished leader job's report aggregations into its counts; a job
     still in progress keeps its rows, is read from them (shares from its reports' rows) and
@@ -133,6 +205,11 @@ def test_leader_jobs_made_before_their_members_were_kept_finish_as_before(db_url
         db.migrate(tuple(m for m in MIGRATIONS if m.version < 11))
 
         def fill(tx: Tx) -> None:
+            tx.execute(
+                "INSERT INTO tasks (task_id, role, definition, aggregator_token_hash, created_at)"
+                " VALUES (:t, 'leader', '{}', :h, 0)",
+                {"t": TASK, "h": b"h" * 32},
+            )
             _old_job(tx, TASK, b"F" * 16, "leader", "finished", ("finished", "failed", "finished"))
             _old_job(tx, TASK, b"P" * 16, "leader", "in_progress", ("start", "start"))
             tx.execute_many(
@@ -508,21 +585,21 @@ def test_tokens() -> None:
 
 def test_task_put_is_idempotent_and_conflicts(ds: Datastore) -> None:
     d = {"a": 1}
-    assert ds.put_task(TASK, "helper", d, b"h" * 32, None, None, 0) == "created"
-    assert ds.put_task(TASK, "helper", d, b"h" * 32, None, None, 0) == "exists"
-    assert ds.put_task(TASK, "helper", {"a": 2}, b"h" * 32, None, None, 0) == "conflict"
-    assert ds.put_task(TASK, "helper", d, b"x" * 32, None, None, 0) == "conflict"
+    assert ds.put_task(NEW_TASK, "helper", d, b"h" * 32, None, None, 0) == "created"
+    assert ds.put_task(NEW_TASK, "helper", d, b"h" * 32, None, None, 0) == "exists"
+    assert ds.put_task(NEW_TASK, "helper", {"a": 2}, b"h" * 32, None, None, 0) == "conflict"
+    assert ds.put_task(NEW_TASK, "helper", d, b"x" * 32, None, None, 0) == "conflict"
     # A member added later (null when unset) does not make an old task differ from itself.
     later: dict[str, Any] = {**d, "rate_validation": None}
-    assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "exists"
+    assert ds.put_task(NEW_TASK, "helper", later, b"h" * 32, None, None, 0) == "exists"
     later["rate_validation"] = {"expected_reports_per_bucket": 4}
-    assert ds.put_task(TASK, "helper", later, b"h" * 32, None, None, 0) == "conflict"
-    record = ds.get_task(TASK)
+    assert ds.put_task(NEW_TASK, "helper", later, b"h" * 32, None, None, 0) == "conflict"
+    record = ds.get_task(NEW_TASK)
     assert record is not None and record.definition == d
     assert "helper_token" not in repr(record) or "None" in repr(record)
-    assert ds.delete_task(TASK)
-    assert ds.get_task(TASK) is None
-    assert not ds.delete_task(TASK)
+    assert ds.delete_task(NEW_TASK)
+    assert ds.get_task(NEW_TASK) is None
+    assert not ds.delete_task(NEW_TASK)
 
 
 def test_hpke_keys_newest_first(ds: Datastore) -> None:
@@ -696,6 +773,7 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
     # 12 bytes of shares a report (`_new`): room for two jobs of two.
     ds = Datastore(db, shards=2, fresh_job_bytes=4 * 12)
     ds.migrate()
+    provision(ds, TASK)
     try:
         key = bucket_key(7200, 3600)
         jobs = JobSizes(minimum=2, maximum=2, from_group=2)
@@ -793,6 +871,7 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
     db = Database.open(db_url)
     ds = Datastore(db, shards=2, fresh_job_bytes=0)
     ds.migrate()
+    provision(ds, TASK)
     vdaf = prio3_count()
     key = bucket_key(7200, 3600)
     rids = [bytes([i]) * 16 for i in range(3)]
@@ -915,7 +994,8 @@ def test_job_creation_leases_and_crash_safe_commit(ds: Datastore) -> None:
     scrubbed = ds.db.run(
         "peek",
         lambda tx: tx.query(
-            "SELECT report_id FROM client_reports WHERE task_id = :t AND public_share IS NULL",
+            "SELECT report_id FROM client_reports WHERE public_share IS NULL"
+            " AND task_number = (SELECT number FROM tasks WHERE task_id = :t)",
             {"t": TASK},
         ),
     )

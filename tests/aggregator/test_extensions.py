@@ -422,6 +422,7 @@ def test_put_report_spends_once(db_url: str) -> None:
     ds = Datastore(Database.open(db_url))
     ds.migrate()
     task = secrets.token_bytes(32)
+    assert ds.put_task(task, "leader", {}, b"h" * 32, None, None, 0) == "created"
     spend = TokenSpend(b"k" * 32, b"c" * 32, b"n" * 32)
 
     def put(report_id: bytes, s: TokenSpend | None = spend) -> str:
@@ -436,8 +437,9 @@ def test_put_report_spends_once(db_url: str) -> None:
     assert put(b"r3" * 8, dataclasses.replace(spend, context=b"d" * 32)) == "stored"
     assert put(b"r4" * 8, dataclasses.replace(spend, token_key_id=b"j" * 32)) == "stored"
     assert ds.count_rows("spent_tokens", task) == 3
-    assert ds.delete_task(task) is False  # no task row, but its data goes
+    assert ds.delete_task(task)
     assert ds.count_rows("spent_tokens", task) == 0
+    assert ds.count_rows("client_reports", task) == 0
 
 
 # --- the issuer directory cache ---------------------------------------------------------------

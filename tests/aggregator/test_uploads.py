@@ -21,6 +21,7 @@ def ds(db_url: str) -> Iterator[Datastore]:
     db = Database.open(db_url, pool_size=4)
     store = Datastore(db, shards=2)
     store.migrate()
+    assert store.put_task(TASK, "leader", {}, b"h" * 32, None, None, 0) == "created"
     yield store
     db.close()
 

@@ -41,6 +41,7 @@ from services.aggregator.datastore.records import (
     Refusal,
     ReportOutcome,
     ShareSum,
+    TaskGoneError,
     TaskRecord,
     TokenSpend,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "ReportOutcome",
     "ShareSum",
     "Stage",
+    "TaskGoneError",
     "TaskRecord",
     "TokenSpend",
     "UploadOutcome",

@@ -29,6 +29,7 @@ from services.aggregator.datastore.records import (
     opt_bytes,
 )
 from services.aggregator.datastore.states import CollectionState, JobState
+from services.aggregator.datastore.task_numbers import TASK_NUMBER_OF
 from services.common.db import Params, Row, Tx
 from shared.dap.problems import ProblemType
 
@@ -226,9 +227,9 @@ class CollectionStore(StoreBase):
                     " AND state = :s AND time_min < :e AND time_max >= :st LIMIT 1",
                     {"t": t, "s": JobState.IN_PROGRESS, "st": start, "e": end},
                 ) or tx.query_one(
-                    "SELECT 1 AS busy FROM client_reports WHERE task_id = :t"
-                    " AND aggregation_started = 0 AND client_time >= :st AND client_time < :e"
-                    " LIMIT 1",
+                    "SELECT 1 AS busy FROM client_reports"
+                    f" WHERE task_number = {TASK_NUMBER_OF} AND aggregation_started = 0"
+                    " AND client_time >= :st AND client_time < :e LIMIT 1",
                     {"t": t, "st": start, "e": end},
                 )
             if busy:

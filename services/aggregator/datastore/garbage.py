@@ -6,6 +6,7 @@ from __future__ import annotations
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.records import Garbage
 from services.aggregator.datastore.states import JobState
+from services.aggregator.datastore.task_numbers import TASK_NUMBER_OF
 from services.common.db import Tx
 
 
@@ -29,8 +30,9 @@ class GarbageStore(StoreBase):
                 horizon = {"t": task_id, "h": report_horizon, "n": limit}
                 # `aggregation_started IN (0, 1)` lets the (task, started, time) index serve.
                 reports = tx.execute(
-                    "DELETE FROM client_reports WHERE task_id = :t AND report_id IN ("
-                    " SELECT report_id FROM client_reports WHERE task_id = :t"
+                    f"DELETE FROM client_reports WHERE task_number = {TASK_NUMBER_OF}"
+                    " AND report_id IN (SELECT report_id FROM client_reports"
+                    f" WHERE task_number = {TASK_NUMBER_OF}"
                     " AND aggregation_started IN (0, 1) AND client_time < :h"
                     " AND (aggregation_started = 0 OR leader_input_share IS NULL) LIMIT :n)",
                     horizon,

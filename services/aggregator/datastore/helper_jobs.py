@@ -28,6 +28,7 @@ from services.aggregator.datastore.records import (
 )
 from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
+from services.aggregator.datastore.task_numbers import task_number
 from services.aggregator.datastore.uploads import (
     REASON_TOKEN_SPENT,
     spend_token,
@@ -38,7 +39,7 @@ from shared.dap.problems import ProblemType
 
 #: The columns of the payload-less anti-replay row the helper keeps of a report it aggregates.
 _REPORT_COLUMNS = (
-    ("task_id", "blob"),
+    ("task_number", "bigint"),
     ("report_id", "blob"),
     ("client_time", "bigint"),
     ("aggregation_started", "bigint"),
@@ -100,6 +101,7 @@ class HelperJobStore(StoreBase):
             # The leader may offer a too-early report again later (DAP-09 §4.5.1.1): it is not
             # recorded, so that is not a replay.
             remembered = [o for o in outcomes if o.error != PrepareError.REPORT_TOO_EARLY]
+            number = task_number(tx, task_id)
             # The ids are distinct (`helper_init` refuses a job that repeats one); those the
             # task held already are replays. On PostgreSQL a concurrent job's insert of one of
             # them fails this attempt, and the retry finds it replayed.
@@ -109,10 +111,10 @@ class HelperJobStore(StoreBase):
                     "client_reports",
                     _REPORT_COLUMNS,
                     [
-                        (task_id, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
+                        (number, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
                         for o in remembered
                     ],
-                    ("task_id", task_id),
+                    ("task_number", number),
                     "report_id",
                 )
             }

@@ -29,6 +29,7 @@ from services.aggregator.datastore.records import (
 )
 from services.aggregator.datastore.states import JobState, Stage
 from services.aggregator.datastore.stats import count_rejections
+from services.aggregator.datastore.task_numbers import TASK_NUMBER_OF, task_number
 from services.common.db import Row, Tx
 from shared.dap.messages import PrepareError
 
@@ -92,7 +93,8 @@ class LeaderJobStore(StoreBase):
         def body(tx: Tx) -> int:
             rows = tx.query(
                 "SELECT report_id, client_time, received_at FROM client_reports"
-                " WHERE task_id = :t AND aggregation_started = 0 AND received_at <= :now"
+                f" WHERE task_number = {TASK_NUMBER_OF} AND aggregation_started = 0"
+                " AND received_at <= :now"
                 " ORDER BY client_time, report_id LIMIT :n",
                 {"t": task_id, "n": scan_limit, "now": now},
             )
@@ -168,7 +170,7 @@ class LeaderJobStore(StoreBase):
         tx.update_in(
             "client_reports",
             "aggregation_started = 1",
-            ("task_id", task_id),
+            ("task_number", task_number(tx, task_id)),
             "report_id",
             [report_id for report_id, _ in members],
         )
@@ -192,7 +194,7 @@ class LeaderJobStore(StoreBase):
                 rows = tx.rows_in(
                     "client_reports",
                     ("report_id", "public_share", "leader_input_share", "helper_encrypted_share"),
-                    ("task_id", lease.task_id),
+                    ("task_number", task_number(tx, lease.task_id)),
                     "report_id",
                     [report_id for report_id, _ in members],
                 )
@@ -325,12 +327,12 @@ def _release_shares(
         tx.update_in(
             "client_reports",
             "public_share = NULL, leader_input_share = NULL, helper_encrypted_share = NULL",
-            ("task_id", lease.task_id),
+            ("task_number", task_number(tx, lease.task_id)),
             "report_id",
             [rid for rid in members if rid not in requeue],
         )
     tx.execute_many(
         f"UPDATE client_reports SET aggregation_started = 0, received_at = :at{restore}"
-        " WHERE task_id = :t AND report_id = :r",
+        f" WHERE task_number = {TASK_NUMBER_OF} AND report_id = :r",
         [{"t": lease.task_id, "at": requeue_at, **b} for b in back],
     )

@@ -19,6 +19,10 @@ class LeaseLostError(InternalError):
     """The job's lease expired and was taken by another worker; drop the work."""
 
 
+class TaskGoneError(InternalError):
+    """The task was deleted while a transaction that records its reports ran."""
+
+
 class ShareSum(Protocol):
     """Aggregate-share arithmetic on encoded shares (VDAF-08 §4.4: aggregation is addition in
     the field). Called inside transactions, so it must be pure."""

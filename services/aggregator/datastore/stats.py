@@ -10,6 +10,7 @@ from services.aggregator.datastore.aggregation_jobs import MEMBER_SIZE
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.schema import TASK_TABLES
 from services.aggregator.datastore.states import JobState, ReportAggregationState, Stage
+from services.aggregator.datastore.task_numbers import TASK_NUMBER_OF, task_key
 from services.common.db import Tx
 
 #: Reason of `batch_refusals`: a time bucket of the batch is above the rate limit.
@@ -42,7 +43,7 @@ class StatsStore(StoreBase):
         row = self.db.run(
             "count_rows",
             lambda tx: tx.query_one(
-                f"SELECT COUNT(*) AS n FROM {table} WHERE task_id = :t", {"t": task_id}
+                f"SELECT COUNT(*) AS n FROM {table} WHERE {task_key(table)}", {"t": task_id}
             ),
         )
         return int(row["n"]) if row else 0
@@ -51,7 +52,7 @@ class StatsStore(StoreBase):
         row = self.db.run(
             "unaggregated_reports",
             lambda tx: tx.query_one(
-                "SELECT COUNT(*) AS n FROM client_reports WHERE task_id = :t"
+                f"SELECT COUNT(*) AS n FROM client_reports WHERE task_number = {TASK_NUMBER_OF}"
                 " AND aggregation_started = 0",
                 {"t": task_id},
             ),
@@ -121,7 +122,7 @@ class StatsStore(StoreBase):
         def body(tx: Tx) -> dict[str, Any]:
             reports = tx.query_one(
                 "SELECT COUNT(*) AS n, SUM(CASE WHEN aggregation_started = 0 THEN 1 ELSE 0 END)"
-                " AS waiting FROM client_reports WHERE task_id = :t",
+                f" AS waiting FROM client_reports WHERE task_number = {TASK_NUMBER_OF}",
                 {"t": task_id},
             )
             batches = tx.query(

@@ -1,4 +1,5 @@
-"""Provisioned tasks (DAP-09 §4.2 task parameters), their secrets sealed by the crypter."""
+"""Provisioned tasks (DAP-09 §4.2 task parameters), their secrets sealed by the crypter, each
+with the number it is given at creation (`task_numbers`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.records import TaskRecord, opt_bytes
 from services.aggregator.datastore.schema import TASK_TABLES
+from services.aggregator.datastore.task_numbers import task_key
 from services.common.db import Row, Tx
 
 
@@ -49,10 +51,11 @@ class TaskStore(StoreBase):
                     and existing.helper_token == helper_token
                 )
                 return "exists" if same else "conflict"
+            tx.execute("UPDATE task_numbers SET last = last + 1")
             tx.execute(
                 "INSERT INTO tasks (task_id, role, definition, aggregator_token_hash,"
-                " collector_token_hash, helper_token, created_at)"
-                " VALUES (:t, :r, :d, :ah, :ch, :ht, :now)",
+                " collector_token_hash, helper_token, created_at, number)"
+                " VALUES (:t, :r, :d, :ah, :ch, :ht, :now, (SELECT last FROM task_numbers))",
                 {
                     "t": task_id,
                     "r": role,
@@ -86,7 +89,7 @@ class TaskStore(StoreBase):
         rows = self.db.read(
             "leader_tasks_with_waiting_reports",
             "SELECT task_id FROM tasks WHERE role = 'leader' AND EXISTS (SELECT 1 FROM"
-            " client_reports c WHERE c.task_id = tasks.task_id AND c.aggregation_started = 0)",
+            " client_reports c WHERE c.task_number = tasks.number AND c.aggregation_started = 0)",
         )
         return [bytes(r["task_id"]) for r in rows]
 
@@ -97,7 +100,7 @@ class TaskStore(StoreBase):
     def delete_task(self, task_id: bytes) -> bool:
         def body(tx: Tx) -> bool:
             for table in TASK_TABLES:
-                tx.execute(f"DELETE FROM {table} WHERE task_id = :t", {"t": task_id})
+                tx.execute(f"DELETE FROM {table} WHERE {task_key(table)}", {"t": task_id})
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
 
         return self.db.run("delete_task", body)

@@ -27,11 +27,12 @@ from services.aggregator.datastore.leader_jobs import insert_leader_job
 from services.aggregator.datastore.records import JobSizes, NewReport, TokenSpend
 from services.aggregator.datastore.states import Stage, UploadOutcome
 from services.aggregator.datastore.stats import count_rejections
+from services.aggregator.datastore.task_numbers import task_number
 from services.common.db import Tx
 
 #: The columns of a stored upload, in `put_reports`'s order.
 _REPORT_COLUMNS = (
-    ("task_id", "blob"),
+    ("task_number", "bigint"),
     ("report_id", "blob"),
     ("client_time", "bigint"),
     ("public_share", "blob"),
@@ -74,11 +75,11 @@ def spend_token(tx: Tx, task_id: bytes, report_id: bytes, spend: TokenSpend, now
     )
 
 
-def known_report_ids(tx: Tx, task_id: bytes, report_ids: list[bytes]) -> set[bytes]:
-    """Which of these report ids the task has seen (the anti-replay set)."""
+def known_report_ids(tx: Tx, number: int, report_ids: list[bytes]) -> set[bytes]:
+    """Which of these report ids the task numbered `number` has seen (the anti-replay set)."""
     return {
         bytes(r)
-        for r in tx.present("client_reports", ("task_id", task_id), "report_id", report_ids)
+        for r in tx.present("client_reports", ("task_number", number), "report_id", report_ids)
     }
 
 
@@ -136,8 +137,10 @@ class UploadStore(StoreBase):
             by_task: dict[bytes, list[bytes]] = {}
             for r in reports:
                 by_task.setdefault(r.task_id, []).append(r.report_id)
+            numbers = {t: task_number(tx, t) for t in by_task}
             seen = {
-                t: known_report_ids(tx, t, ids) if look_up else set() for t, ids in by_task.items()
+                t: known_report_ids(tx, numbers[t], ids) if look_up else set()
+                for t, ids in by_task.items()
             }
             collected: dict[tuple[bytes, bytes], bool] = {}
             rejected: dict[bytes, list[str]] = {}
@@ -185,10 +188,19 @@ class UploadStore(StoreBase):
                 "client_reports",
                 _REPORT_COLUMNS,
                 [
-                    (r.task_id, r.report_id, r.client_time, None, None, None, 1, r.received_at)
+                    (
+                        numbers[r.task_id],
+                        r.report_id,
+                        r.client_time,
+                        None,
+                        None,
+                        None,
+                        1,
+                        r.received_at,
+                    )
                     if (r.task_id, r.report_id) in started
                     else (
-                        r.task_id,
+                        numbers[r.task_id],
                         r.report_id,
                         r.client_time,
                         r.public_share,
