@@ -9,6 +9,7 @@ import re
 import secrets
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -565,6 +566,34 @@ def test_transaction_metrics_count_outcomes_and_retries(db_url: str) -> None:
     assert sample("sagg_db_transactions_total", outcome="error") == 1
     assert sample("sagg_db_transaction_retries_total") == 2
     assert sample("sagg_db_transaction_duration_seconds_count") == 3
+
+
+def test_transaction_cpu_is_the_running_threads_cpu(db_url: str) -> None:
+    """`sagg_db_transaction_cpu_seconds_total` adds the CPU a run took in its thread: a body
+    that burns 0.2 s counts that much, one that sleeps 0.2 s next to nothing (wall time is
+    the duration histogram's)."""
+    db = Database.open(db_url)
+    busy, idle = f"burn_{secrets.token_hex(4)}", f"sleep_{secrets.token_hex(4)}"
+
+    def burn(tx: Tx) -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+
+    def cpu(name: str) -> float:
+        return (
+            REGISTRY.get_sample_value("sagg_db_transaction_cpu_seconds_total", {"tx": name}) or 0.0
+        )
+
+    try:
+        before = time.thread_time()
+        db.run(busy, burn)
+        around = time.thread_time() - before
+        db.run(idle, lambda tx: time.sleep(0.2))
+    finally:
+        db.close()
+    assert 0.2 <= cpu(busy) <= around
+    assert cpu(idle) < 0.05
 
 
 def test_database_url_is_checked() -> None:
