@@ -2,7 +2,7 @@
 
 The anti-replay key (task, report id) takes a B-tree insert at a random place for every report
 on both aggregators, and each leaf a commit touches is written to the WAL and checkpointed
-again. With an 8-byte number in every entry instead of the id, a leaf holds more than twice as
+again. With a number in every entry instead of the id, a leaf holds more than twice as
 many entries, so a commit writes fewer pages (#15, `bench.store`'s upload transaction on
 SQLite: 16.2 -> 12.6 us a report with 20,000 stored, 22 -> 17.2 with 80,000). A task gets its
 number when it is created, from `task_numbers`, which never issues one twice: no row of a

@@ -1,7 +1,7 @@
 -- client_reports keyed by a task's number instead of its 32-byte id
 -- The anti-replay key (task, report id) is a B-tree insert at a random place for every report
--- on both aggregators: with the id in every entry a leaf holds ~140 of them, with an 8-byte
--- number ~330, so a commit dirties (writes to the WAL, then checkpoints) fewer pages. Numbers
+-- on both aggregators: with the id in every entry a leaf holds ~130 of them, with a
+-- number ~280, so a commit dirties (writes to the WAL, then checkpoints) fewer pages. Numbers
 -- are never reused (`task_numbers` keeps the last one issued), so no row of a deleted task
 -- can be taken for one of a later task's.
 
