@@ -3,12 +3,14 @@
 
 Tables (one store serves many tasks, in either role):
 - ``tasks``: the provisioned definition (secrets sealed) and the auth token hashes. The leader
-  also keeps its outgoing helper token: it has to present it, so it cannot be a hash.
+  also keeps its outgoing helper token: it has to present it, so it cannot be a hash. Each task
+  has a number, issued once from ``task_numbers`` (`task_numbers`).
 - ``hpke_keys``: the aggregator's HPKE keys, newest first; every stored key still decrypts.
-- ``client_reports``: one row per report id per task, the anti-replay set (DAP-09 §4.5.1.4),
-  kept until the task's `report_expiry_age` has passed (`drivers.garbage`). The leader stores
-  the report there at upload (its decrypted input share, the helper's ciphertext) until it
-  goes into a job made later, and scrubs the payload columns once the report is aggregated;
+- ``client_reports``: one row per report id per task (keyed by the task's number), the
+  anti-replay set (DAP-09 §4.5.1.4), kept until the task's `report_expiry_age` has passed
+  (`drivers.garbage`). The leader stores the report there at upload (its decrypted input
+  share, the helper's ciphertext) until it goes into a job made later, and scrubs the payload
+  columns once the report is aggregated;
   the helper inserts payload-less rows as it aggregates. `received_at` is the upload time, or
   for a report the helper found too early, when it may go into a job again.
 - ``aggregation_jobs``: jobs with a lease and their reports' ids and times (leader), or the
