@@ -34,8 +34,9 @@ The same calls as the servers timed them while they ran (`services.aggregator.cr
 are printed too, per aggregator and part (opens, preparation): what they cost there beyond
 the reference is the price of sharing the machine and the GIL, not work the servers add.
 So is each server's CPU by kind of thread (`services.common.thread_cpu`: the event loop, the
-upload validation and writer, the drivers, the DAP request thread), which says where the rest
-goes.
+upload validation and writer, the drivers, the DAP request thread) and by named store
+transaction (`services.common.tx_metrics`), which say where the rest goes, and each server's
+page faults per report (fresh memory: the heap growing while uploads outrun aggregation).
 
 Before each measured case a small warm-up case (`--warmup` reports, its own task) runs through
 the same processes: the first use of a VDAF in a process loads its compiled kernels and fills
@@ -320,12 +321,23 @@ def spawn_deployment(
 # --- /proc ------------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/<pid>/stat fields 14 and 15)."""
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on."""
     with open(f"/proc/{pid}/stat") as f:
         # The command name may hold spaces; the fields after its closing ')' do not.
-        fields = f.read().rsplit(")", 1)[1].split()
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat fields 14 and 15)."""
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def page_faults(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/<pid>/stat field 10): each a fresh page
+    the kernel zeroed or mapped for it, ~3 us apiece on this machine."""
+    return int(_stat(pid)[7])
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -698,6 +710,7 @@ def bench_case(
         crypto0 = crypto_cpu(http, spawned)
         splits0 = cpu_splits(http, spawned)
         cpu0 = (cpu_seconds(leader), cpu_seconds(helper))
+        faults0 = (page_faults(leader), page_faults(helper))
         machine0, ours0 = machine_cpu_seconds(), ours()
         start = time.perf_counter()
         stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency, dap)
@@ -707,6 +720,9 @@ def bench_case(
         body = wait_collection(http, spawned, job_id, timeout=60 + reports / 50)
         e2e_s = time.perf_counter() - start
         cpu2 = (cpu_seconds(leader), cpu_seconds(helper))
+        faults = [
+            b - a for a, b in zip(faults0, (page_faults(leader), page_faults(helper)), strict=True)
+        ]
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
         in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
         splits = [
@@ -754,6 +770,10 @@ def bench_case(
         row("leader CPU after uploads", (cpu2[0] - cpu1[0]) * per_report_us, "µs/report"),
         row("helper CPU, all", (cpu2[1] - cpu0[1]) * per_report_us, "µs/report"),
         row("server CPU, leader + helper", server_s * per_report_us, "µs/report"),
+        *(
+            row(f"{who} page faults", count / reports, "/report")
+            for who, count in zip(("leader", "helper"), faults, strict=True)
+        ),
         row("bench.vdaf: leader prep + HPKE open, CPU", reference.leader * 1e6, "µs/report"),
         row("bench.vdaf: helper prep + HPKE open, CPU", reference.helper * 1e6, "µs/report"),
         row("bench.vdaf: both, before the uploads", before.total * 1e6, "µs/report"),
