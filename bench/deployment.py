@@ -715,7 +715,6 @@ def bench_case(
         start = time.perf_counter()
         stats, upload_s = put_reports(spawned.leader, task.task_id, bodies, concurrency, dap)
         cpu1 = (cpu_seconds(leader), cpu_seconds(helper))
-        commits1 = upload_commits(http, spawned)
         # Generous: a slow pipeline should show up as a low number, not as a crash.
         body = wait_collection(http, spawned, job_id, timeout=60 + reports / 50)
         e2e_s = time.perf_counter() - start
@@ -724,6 +723,9 @@ def bench_case(
             b - a for a, b in zip(faults0, (page_faults(leader), page_faults(helper)), strict=True)
         ]
         others = (machine_cpu_seconds() - machine0) - (ours() - ours0)
+        # After the servers' CPU readings: a scrape is the bench's work, not theirs. Every
+        # upload was committed before it was answered, so the count is already final.
+        commits1 = upload_commits(http, spawned)
         in_situ = [b - a for a, b in zip(crypto0, crypto_cpu(http, spawned), strict=True)]
         splits = [
             {kind: used - earlier.get(kind, 0.0) for kind, used in now.items()}
