@@ -7,7 +7,9 @@
 
 ALTER TABLE tasks ADD COLUMN number {bigint};
 
-UPDATE tasks SET number = (SELECT COUNT(*) FROM tasks t WHERE t.task_id <= tasks.task_id);
+UPDATE tasks SET number = ranked.n
+    FROM (SELECT task_id, ROW_NUMBER() OVER (ORDER BY task_id) AS n FROM tasks) ranked
+    WHERE ranked.task_id = tasks.task_id;
 
 CREATE UNIQUE INDEX tasks_number ON tasks (number);
 
