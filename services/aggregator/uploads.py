@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter
 
 from services.aggregator.datastore import Datastore, JobSizes, NewReport
+from services.common import thread_cpu
 from services.common.db import TransientDbError
 from services.common.problems import InternalError
 
@@ -144,7 +145,7 @@ class UploadWriter:
                 if not self._queue:
                     self._thread = None
                     self._cond.notify_all()
-                    return
+                    break
                 # Whole batches, up to `max_group` uploads (at least one batch).
                 group = [self._queue.popleft()]
                 size = group[0].size
@@ -153,6 +154,8 @@ class UploadWriter:
                     group.append(self._queue.popleft())
                 self._queued -= size
             self._commit(group)
+        # It may have started and ended between two scrapes of /metrics.
+        thread_cpu.retire()
 
     def _commit(self, group: list[Queued]) -> None:
         reports = [r for batch in group for r in batch.reports]

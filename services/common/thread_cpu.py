@@ -10,8 +10,10 @@ this collector joins the two.
 The label is the thread's name without a pool's trailing index (``dap-request_0`` and
 ``dap-request_1`` are ``dap-request``; ``aggregation-driver-1`` is ``aggregation-driver``), so
 the label set is the code's thread kinds, not the threads ever started. A thread that ends keeps
-its last reading in its label's total, so the counter never goes down. Threads started outside
-`threading` (none in sagg) are not seen. Elsewhere than Linux the family is empty.
+its last reading in its label's total, so the counter never goes down. A thread that may start
+and end between two scrapes (the upload writer, which ends when idle) calls `retire` as it ends,
+or the scrapes would never see it. Threads started outside `threading` (none in sagg) are not
+seen. Elsewhere than Linux the family is empty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -27,7 +30,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["ThreadCpu", "thread_kind"]
+__all__ = ["ThreadCpu", "retire", "thread_kind"]
 
 _TASKS: Final = Path("/proc/self/task")
 #: A pool's index at the end of a thread's name (ThreadPoolExecutor's ``_0``, ours ``-0``).
@@ -63,6 +66,21 @@ class ThreadCpu(Collector):
         self._live: dict[int, tuple[str, float]] = {}
         #: Seconds of the threads that ended, by label.
         self._ended: dict[str, float] = {}
+        #: Threads that counted themselves as ended (`retire`) and have yet to end.
+        self._retired: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+    def retire(self) -> None:
+        """Count the calling thread as ended, with its CPU so far; call it as the thread ends."""
+        thread = threading.current_thread()
+        used = _thread_seconds(threading.get_native_id(), self._tick)
+        if used is None:
+            return
+        with self._lock:
+            # Its reading from a scrape while it ran is superseded by this one.
+            self._live.pop(threading.get_native_id(), None)
+            label = thread_kind(thread.name)
+            self._ended[label] = self._ended.get(label, 0.0) + used
+            self._retired.add(thread)
 
     def seconds(self) -> dict[str, float]:
         """CPU seconds so far by thread label."""
@@ -72,7 +90,7 @@ class ThreadCpu(Collector):
             seen: dict[int, tuple[str, float]] = {}
             for thread in threading.enumerate():
                 native_id = thread.native_id
-                if native_id is None:
+                if native_id is None or thread in self._retired:
                     continue
                 used = _thread_seconds(native_id, self._tick)
                 if used is not None:
@@ -103,6 +121,14 @@ class ThreadCpu(Collector):
 #: their scrapes share the default registry).
 _installed: list[ThreadCpu] = []
 _install_lock = threading.Lock()
+
+
+def retire() -> None:
+    """`ThreadCpu.retire` on this process's collector, if `install` registered one."""
+    with _install_lock:
+        installed = _installed[0] if _installed else None
+    if installed is not None:
+        installed.retire()
 
 
 def install() -> ThreadCpu:

@@ -83,6 +83,63 @@ def test_a_threads_cpu_is_its_own_clocks_and_stays_counted_after_it_ends(
     assert collector.seconds()["burner"] >= ended["burner"]
 
 
+class _Retiring:
+    """A thread that burns `BURN_S`, waits for `retire_now`, counts itself ended with the
+    collector's `retire`, then waits for `release` and ends."""
+
+    def __init__(self, collector: ThreadCpu, name: str) -> None:
+        self.collector = collector
+        self.burnt = threading.Event()
+        self.retire_now = threading.Event()
+        self.retired = threading.Event()
+        self.release = threading.Event()
+        self.own_seconds = 0.0
+        self.thread = threading.Thread(target=self._run, name=name)
+
+    def _run(self) -> None:
+        while time.thread_time() < BURN_S:
+            pass
+        self.burnt.set()
+        self.retire_now.wait(30)
+        self.own_seconds = time.thread_time()
+        self.collector.retire()
+        self.retired.set()
+        self.release.wait(30)
+
+
+@linux_only
+def test_a_thread_that_ends_between_scrapes_is_counted_when_it_retires(
+    collector: ThreadCpu,
+) -> None:
+    """The upload writer may start and end between two scrapes: `retire` counts it."""
+    before = collector.seconds().get("writer", 0.0)
+    worker = _Retiring(collector, "writer")
+    worker.retire_now.set()
+    worker.release.set()
+    worker.thread.start()
+    worker.thread.join(30)
+    assert abs(collector.seconds().get("writer", 0.0) - before - worker.own_seconds) < TOLERANCE_S
+
+
+@linux_only
+def test_a_retired_thread_seen_alive_is_counted_once(collector: ThreadCpu) -> None:
+    """Seen by a scrape while it ran, then retired, then scraped again before and after it
+    ended: its CPU counts once."""
+    before = collector.seconds().get("writer", 0.0)
+    worker = _Retiring(collector, "writer")
+    worker.thread.start()
+    assert worker.burnt.wait(30)
+    assert collector.seconds()["writer"] - before >= BURN_S - TOLERANCE_S
+    worker.retire_now.set()
+    assert worker.retired.wait(30)
+    retired = collector.seconds()["writer"] - before
+    worker.release.set()
+    worker.thread.join(30)
+    ended = collector.seconds()["writer"] - before
+    assert abs(retired - worker.own_seconds) < TOLERANCE_S
+    assert abs(ended - worker.own_seconds) < TOLERANCE_S
+
+
 @linux_only
 def test_the_family_is_a_counter_by_thread_and_installed_once() -> None:
     installed = thread_cpu.install()
