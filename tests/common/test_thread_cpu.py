@@ -38,6 +38,12 @@ def test_a_pools_index_is_not_part_of_the_label(name: str, kind: str) -> None:
     assert thread_kind(name) == kind
 
 
+def _burn() -> None:
+    """Burn CPU in the calling thread until its clock reads `BURN_S`."""
+    while time.thread_time() < BURN_S:
+        pass
+
+
 class _Burner:
     """A thread that burns `BURN_S` of CPU, reports its own thread clock, then waits."""
 
@@ -48,8 +54,7 @@ class _Burner:
         self.thread = threading.Thread(target=self._run, name=name)
 
     def _run(self) -> None:
-        while time.thread_time() < BURN_S:
-            pass
+        _burn()
         self.own_seconds = time.thread_time()
         self.burnt.set()
         self.release.wait(30)
@@ -83,22 +88,18 @@ def test_a_threads_cpu_is_its_own_clocks_and_stays_counted_after_it_ends(
     assert collector.seconds()["burner"] >= ended["burner"]
 
 
-class _Retiring:
-    """A thread that burns `BURN_S`, waits for `retire_now`, counts itself ended with the
-    collector's `retire`, then waits for `release` and ends."""
+class _Retiring(_Burner):
+    """A `_Burner` that, once burnt, waits for `retire_now`, counts itself ended with the
+    collector's `retire`, then waits for `release` and ends (started by the test)."""
 
     def __init__(self, collector: ThreadCpu, name: str) -> None:
+        super().__init__(name)
         self.collector = collector
-        self.burnt = threading.Event()
         self.retire_now = threading.Event()
         self.retired = threading.Event()
-        self.release = threading.Event()
-        self.own_seconds = 0.0
-        self.thread = threading.Thread(target=self._run, name=name)
 
     def _run(self) -> None:
-        while time.thread_time() < BURN_S:
-            pass
+        _burn()
         self.burnt.set()
         self.retire_now.wait(30)
         self.own_seconds = time.thread_time()
