@@ -71,13 +71,13 @@ class ThreadCpu(Collector):
 
     def retire(self) -> None:
         """Count the calling thread as ended, with its CPU so far; call it as the thread ends."""
-        thread = threading.current_thread()
-        used = _thread_seconds(threading.get_native_id(), self._tick)
+        thread, native_id = threading.current_thread(), threading.get_native_id()
+        used = _thread_seconds(native_id, self._tick)
         if used is None:
             return
         with self._lock:
             # Its reading from a scrape while it ran is superseded by this one.
-            self._live.pop(threading.get_native_id(), None)
+            self._live.pop(native_id, None)
             label = thread_kind(thread.name)
             self._ended[label] = self._ended.get(label, 0.0) + used
             self._retired.add(thread)
