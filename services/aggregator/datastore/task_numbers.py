@@ -26,8 +26,8 @@ NUMBERED: Final = frozenset({"client_reports"})
 def task_number(tx: Tx, task_id: bytes) -> int:
     """The task's number, read in this transaction (the hot paths read it once for all of a
     transaction's rows), so the reports of a task deleted meanwhile cannot be stored."""
-    row = tx.query_one("SELECT number FROM tasks WHERE task_id = :t", {"t": task_id})
-    if row is None:
+    row = tx.query_one(f"SELECT {TASK_NUMBER_OF} AS number", {"t": task_id})
+    if row is None or row["number"] is None:
         raise TaskGoneError("the task was deleted")
     return int(row["number"])
 
