@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from deploy.launcher import free_ports
 from services.aggregator.app import create_app
+from services.aggregator.datastore import JobState
 from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.service import Aggregator
@@ -73,20 +74,14 @@ def test_two_leader_processes_share_one_store(db_factory: Any, clock: TestClock)
     assert unshard(env, collection, BatchSelector.time_interval(Interval(NOW, TP))) == 20
 
 
-def test_background_drivers(db_factory: Any) -> None:
-    """The threads `serve` starts: upload, then the collection completes on its own, and its
-    aggregate shares add up to the measurements uploaded."""
-    clock = RealClock()
-    now = clock.now()
-    start = now - now % TP
-    config = {"driver_poll_s": 0.05, "collection_retry_s": 1}
+def _background(db_factory: Any, clock: RealClock, params: TaskParams, **config: Any) -> Env:
+    """A leader and a helper whose leader drivers run in threads of their own once started."""
     leader = TestClient(create_app(helpers.settings(db_factory(), **config), clock=clock))
     helper_app = create_app(helpers.settings(db_factory(), **config), clock=clock)
     helper = TestClient(helper_app)
-    params = TaskParams(min_batch_size=3)
     helpers.provision(leader, params, "leader")
     helpers.provision(helper, params, "helper")
-    env = Env(
+    return Env(
         params,
         clock,
         leader,
@@ -97,6 +92,17 @@ def test_background_drivers(db_factory: Any) -> None:
         ),
         helpers.hpke_config(leader, params.task_id),
         helpers.hpke_config(helper, params.task_id),
+    )
+
+
+def test_background_drivers(db_factory: Any) -> None:
+    """The threads `serve` starts: upload, then the collection completes on its own, and its
+    aggregate shares add up to the measurements uploaded."""
+    clock = RealClock()
+    now = clock.now()
+    start = now - now % TP
+    env = _background(
+        db_factory, clock, TaskParams(min_batch_size=3), driver_poll_s=0.05, collection_retry_s=1
     )
     measurements = (1, 1, 0)
     for m in measurements:
@@ -110,6 +116,55 @@ def test_background_drivers(db_factory: Any) -> None:
     assert collection.report_count == len(measurements)
     selector = BatchSelector.time_interval(Interval(start, TP))
     assert unshard(env, collection, selector) == sum(measurements)
+
+
+def test_drivers_wake_for_the_jobs_their_process_commits(db_factory: Any) -> None:
+    """With a poll far longer than this test may take, a job the upload writer makes and a
+    collection job created afterwards still run at once: their commits ring the drivers'
+    doorbells (`Datastore.aggregation_jobs_made`, `collection_jobs_made`)."""
+    clock = RealClock()
+    now = clock.now()
+    start = now - now % TP
+    env = _background(
+        db_factory,
+        clock,
+        TaskParams(min_batch_size=3),
+        driver_poll_s=3600,
+        collection_retry_s=1,
+        # Every upload group makes its own job, in the writer's transaction.
+        upload_job_group_min=1,
+        min_job_size=1,
+    )
+    measurements = (1, 0, 1)
+    env.runner.start()
+    try:
+        # The loops' first look finds nothing; from then on only a ring wakes them.
+        time.sleep(1)
+        for m in measurements:
+            assert env.upload(env.report(m, now)).status_code == 201
+        deadline = time.monotonic() + 60
+        while env.leader_agg.ds.unaggregated_reports(env.params.task_id.value) or _unfinished(env):
+            assert time.monotonic() < deadline, "the aggregation driver was not woken"
+            time.sleep(0.05)
+        job = env.start_collection(Query.time_interval(Interval(start, TP)))
+        collection = env.await_collection(job, wait_s=60)
+    finally:
+        env.runner.stop()
+    assert collection.report_count == len(measurements)
+    selector = BatchSelector.time_interval(Interval(start, TP))
+    assert unshard(env, collection, selector) == sum(measurements)
+
+
+def _unfinished(env: Env) -> int:
+    """The leader's aggregation jobs not finished yet (or none made yet)."""
+    rows = env.leader_agg.ds.db.run(
+        "jobs",
+        lambda tx: tx.query(
+            "SELECT state FROM aggregation_jobs WHERE task_id = :t",
+            {"t": env.params.task_id.value},
+        ),
+    )
+    return sum(1 for r in rows if r["state"] != JobState.FINISHED) if rows else 1
 
 
 def _free_port() -> int:

@@ -1,5 +1,6 @@
-"""What every part of the `Datastore` holds: the database, the shard count, the crypter and
-the reports of the leader jobs this process just committed (`fresh_jobs`)."""
+"""What every part of the `Datastore` holds: the database, the shard count, the crypter, the
+reports of the leader jobs this process just committed (`fresh_jobs`) and the doorbells that
+tell this process's drivers it committed jobs for them (`services.common.doorbell`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import secrets
 from services.aggregator.datastore.fresh_jobs import FreshJobs
 from services.common.crypter import Crypter
 from services.common.db import Database, Params, Row
+from services.common.doorbell import Doorbell
 
 
 class StoreBase:
@@ -27,6 +29,10 @@ class StoreBase:
         self._fresh = FreshJobs(fresh_job_bytes)
         #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
         self._crypter = crypter or Crypter()
+        #: Rung once a transaction that made leader aggregation jobs, or a collection job,
+        #: has committed.
+        self.aggregation_jobs_made = Doorbell()
+        self.collection_jobs_made = Doorbell()
 
     def _shard(self) -> int:
         """A random shard row of the sharded counters: concurrent writers rarely meet."""

@@ -131,7 +131,10 @@ class CollectionStore(StoreBase):
             )
             return "created", None
 
-        return self.db.run("put_collection_job", body)
+        outcome = self.db.run("put_collection_job", body)
+        if outcome[0] == "created":
+            self.collection_jobs_made.ring()
+        return outcome
 
     def collection_job(self, task_id: bytes, job_id: bytes) -> Row | None:
         return self._job_row("collection_job", "collection_jobs", task_id, job_id)

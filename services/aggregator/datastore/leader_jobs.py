@@ -117,7 +117,10 @@ class LeaderJobStore(StoreBase):
                     created += 1
             return created
 
-        return self.db.run("create_aggregation_jobs", body)
+        created = self.db.run("create_aggregation_jobs", body)
+        if created:
+            self.aggregation_jobs_made.ring()
+        return created
 
     def _assign_to_batches(
         self,

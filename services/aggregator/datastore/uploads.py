@@ -230,4 +230,6 @@ class UploadStore(StoreBase):
         outcomes, made = self.db.run("put_reports", body)
         for job_id, chunk in made:
             self._fresh.add(chunk[0].task_id, job_id, chunk)
+        if made:
+            self.aggregation_jobs_made.ring()
         return outcomes

@@ -1,4 +1,9 @@
-"""Background threads running the leader's drivers in the aggregator process."""
+"""Background threads running the leader's drivers in the aggregator process.
+
+Each loop polls the store every `driver_poll_s` when it finds nothing to do, and wakes at once
+when this process commits what it drives (`Datastore.aggregation_jobs_made`,
+`collection_jobs_made`): jobs an upload group made, or a collection job, start without waiting
+out a poll, which only work from other processes then waits for."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from services.aggregator.drivers.aggregation import (
 from services.aggregator.drivers.collection import CollectionJobDriver
 from services.aggregator.drivers.garbage import collect_garbage
 from services.aggregator.service import Aggregator
+from services.common.doorbell import Doorbell
 from services.common.http import http_client
 
 log = logging.getLogger(__name__)
@@ -31,20 +37,30 @@ class DriverRunner:
         self._own_http = http is None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._bells: set[Doorbell] = set()
         self.aggregation = AggregationJobDriver(agg, self.http)
         self.collection = CollectionJobDriver(agg, self.http)
 
     def start(self) -> None:
         # Leases keep the aggregation workers on different jobs, as they keep processes apart.
         workers = self.agg.settings.aggregation_workers
-        loops: dict[str, Callable[[], int]] = {
-            "job-creator": lambda: create_jobs(self.agg),
-            **{f"aggregation-driver-{i}": self.aggregation.run_once for i in range(workers)},
-            "collection-driver": self.collection.run_once,
-            "task-cleanup": self._cleanup,
+        ds = self.agg.ds
+        # The creator and the cleanup look at reports and tasks, which no doorbell announces.
+        polled = Doorbell()
+        loops: dict[str, tuple[Callable[[], int], Doorbell]] = {
+            "job-creator": (lambda: create_jobs(self.agg), polled),
+            **{
+                f"aggregation-driver-{i}": (self.aggregation.run_once, ds.aggregation_jobs_made)
+                for i in range(workers)
+            },
+            "collection-driver": (self.collection.run_once, ds.collection_jobs_made),
+            "task-cleanup": (self._cleanup, polled),
         }
-        for name, step in loops.items():
-            thread = threading.Thread(target=self._loop, args=(name, step), name=name, daemon=True)
+        self._bells = {polled, ds.aggregation_jobs_made, ds.collection_jobs_made}
+        for name, (step, bell) in loops.items():
+            thread = threading.Thread(
+                target=self._loop, args=(name, step, bell), name=name, daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -55,9 +71,10 @@ class DriverRunner:
         self._stop.wait(60)
         return 0
 
-    def _loop(self, name: str, step: Callable[[], int]) -> None:
+    def _loop(self, name: str, step: Callable[[], int], bell: Doorbell) -> None:
         pause = self.agg.settings.driver_poll_s
         while not self._stop.is_set():
+            rang = bell.rings()
             try:
                 busy = step()
             except Exception as exc:
@@ -65,10 +82,12 @@ class DriverRunner:
                 log.error("%s step failed: %s", name, type(exc).__name__)
                 busy = 0
             if not busy:
-                self._stop.wait(pause)
+                bell.wait(rang, pause)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        for bell in self._bells:
+            bell.ring()
         for thread in self._threads:
             thread.join(timeout)
         self._threads.clear()
