@@ -42,8 +42,9 @@ Before each measured case a small warm-up case (`--warmup` reports, its own task
 the same processes: the first use of a VDAF in a process loads its compiled kernels and fills
 its caches, a one-off cost that a long-running aggregator does not pay per report.
 
-The drivers are configured for a short pipeline (`driver_poll_s` 0.1, `max_report_wait_s` 1,
-`collection_retry_s` 1, collector poll 0.2 s); the job sizes are the services' defaults. Run
+The drivers are configured for a short pipeline (`max_report_wait_s` 1, `collection_retry_s` 1,
+collector poll 0.2 s); their poll and the job sizes are the services' defaults (the drivers
+wake when the upload writer commits jobs, `services.common.doorbell`). Run
 alone with `python -m bench.deployment [--reports N] [--stores sqlite,postgres] [--only TEXT]
 [--repeat R]`; with R runs, each in fresh deployments, it prints each figure's median and range,
 which is what a change can be judged by on a host whose speed varies by a third from run to run.
@@ -143,7 +144,6 @@ CASES: list[tuple[str, VdafSpec, DapVersion]] = [
 
 #: Short pipeline latencies; everything else stays at the services' defaults.
 AGGREGATOR_ENV = {
-    "DRIVER_POLL_S": "0.1",
     "MAX_REPORT_WAIT_S": "1",
     "COLLECTION_RETRY_S": "1",
 }
