@@ -281,8 +281,10 @@ class _SqliteEngine(_Engine):
     dialect = SQLITE
 
     def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        self.file_path: Path | None = None
         if path != ":memory:" and not path.startswith("file:"):
-            _create_store_file(Path(path))
+            self.file_path = Path(path)
+            _create_store_file(self.file_path)
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
@@ -519,6 +521,11 @@ class Database:
     @property
     def dialect(self) -> Dialect:
         return self._engine.dialect
+
+    @property
+    def file_path(self) -> Path | None:
+        """The SQLite store's file; None for PostgreSQL and SQLite stores without one."""
+        return self._engine.file_path if isinstance(self._engine, _SqliteEngine) else None
 
     def run(self, name: str, body: Callable[[Tx], T]) -> T:
         """Run `body` in a transaction, retrying it from scratch on transient failures.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import random
 import re
 import secrets
@@ -870,6 +871,52 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
         plain.close()
 
 
+def test_job_share_files_of_transactions_that_never_committed_are_swept(tmp_path: Path) -> None:
+    """A SQLite leader writes a job's share file before the transaction that makes the job
+    commits. One that then fails leaves a file no row names: the sweep takes it once it is
+    older than any transaction can last, never a younger one (a transaction still under way)
+    and never one a job names; deleting the task takes its files."""
+    db = Database.open(f"sqlite:///{tmp_path / 'leader.db'}")
+    ds = Datastore(db, shards=2)
+    ds.migrate()
+    provision(ds, TASK)
+    real_run = db.run
+    failed_once: list[bool] = []
+
+    def fails_once_after_its_body(name: str, body: Any) -> Any:
+        def attempt(tx: Tx) -> Any:
+            result = body(tx)
+            if name == "put_reports" and not failed_once:
+                failed_once.append(True)
+                raise TransientDbError("busy")
+            return result
+
+        return real_run(name, attempt)
+
+    try:
+        key = bucket_key(7200, 3600)
+        reports = [_new(bytes([i]) * 16, 7200, key) for i in range(2)]
+        db.run = fails_once_after_its_body  # type: ignore[method-assign]
+        assert ds.put_reports(reports, (), JobSizes(2, 2, 2)) == ["stored"] * 2
+        db.run = real_run  # type: ignore[method-assign]
+        (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
+        named = f"{TASK.hex()}.{lease.job_id.hex()}"
+        # The failed attempt's file and the committed job's.
+        assert len(_share_files(db)) == 2 and named in _share_files(db)
+        assert ds.sweep_job_share_files() == 0
+        folder = tmp_path / "leader.db.job-shares"
+        hour_ago = time.time() - 3600
+        for path in folder.iterdir():
+            os.utime(path, (hour_ago, hour_ago))
+        assert ds.sweep_job_share_files() == 1
+        assert list(_share_files(db)) == [named]
+        assert [r.leader_input_share for r in ds.leader_job(lease)[1]] == [b"leader"] * 2
+        assert ds.delete_task(TASK)
+        assert _share_files(db) == {}
+    finally:
+        db.close()
+
+
 def _payloads(ds: Datastore) -> dict[bytes, tuple[Any, ...]]:
     """Each stored report's (started, received_at, public, leader, helper shares)."""
     rows = ds.db.run(
@@ -892,11 +939,26 @@ def _payloads(ds: Datastore) -> dict[bytes, tuple[Any, ...]]:
     }
 
 
+def _share_files(db: Database) -> dict[str, bytes]:
+    """The job share files of a SQLite store by name (`job_share_files`); none in PostgreSQL."""
+    store = db.file_path
+    if store is None:
+        return {}
+    folder = store.with_name(f"{store.name}.job-shares")
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def _row_values(db: Database) -> list[bytes]:
+    rows = db.run("peek", lambda tx: tx.query("SELECT shares FROM leader_job_shares"))
+    return [bytes(r["shares"]) for r in rows]
+
+
 def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_url: str) -> None:
     """The shares of a job the upload group made live in its `leader_job_shares` row (read
-    back in order), not in its reports' rows; finishing deletes the row, and a report the
-    helper found too early gets its shares back in its own row for the job creator, whose job
-    clears them in turn. Nothing of an input share is stored once every job finished."""
+    back in order), or in a SQLite store in the file the row leaves its value to, not in its
+    reports' rows; finishing deletes the row and the file, and a report the helper found too
+    early gets its shares back in its own row for the job creator, whose job clears them in
+    turn. Nothing of an input share is stored once every job finished."""
     db = Database.open(db_url)
     ds = Datastore(db, shards=2, fresh_job_bytes=0)
     ds.migrate()
@@ -912,6 +974,16 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
         assert ds.put_reports(reports, (), JobSizes(3, 3, 3)) == ["stored"] * 3
         assert _payloads(ds) == {rid: (1, 100, None, None, None) for rid in rids}
         assert ds.count_rows("leader_job_shares", TASK) == 1
+        # The value as `job_shares` documents it, in the row or (SQLite) in the job's file.
+        value = b"".join(
+            b"".join(len(x).to_bytes(4, "big") + x for x in (b"P%d" % i, b"L%d" % i, b"H%d" % i))
+            for i in range(3)
+        )
+        files = _share_files(db)
+        if db.dialect.name == "sqlite":
+            assert _row_values(db) == [b""] and list(files.values()) == [value]
+        else:
+            assert _row_values(db) == [value] and files == {}
         assert ds.task_stats(TASK)["report_aggregations"] == {"start": 3}
         (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
         _, read = ds.leader_job(lease)
@@ -927,6 +999,7 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
         shares = vdaf.field.from_ints([1, 1, 1]).reshape(3, 1, 1)
         ds.finish_leader_job(lease, outcomes, ShareAdder(vdaf, shares), requeue_at=500)
         assert ds.count_rows("leader_job_shares", TASK) == 0
+        assert _share_files(db) == {}
         assert _payloads(ds) == {
             rids[0]: (1, 100, None, None, None),
             rids[1]: (0, 500, b"P1", b"L1", b"H1"),
@@ -969,6 +1042,7 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
             dropped, failed, ShareAdder(vdaf, vdaf.field.zeros((0, 1, 1))), abandoned=True
         )
         assert ds.count_rows("leader_job_shares", TASK) == 0
+        assert _share_files(db) == {}
         assert all(p[2:] == (None, None, None) for p in _payloads(ds).values())
     finally:
         db.close()

@@ -1,12 +1,14 @@
 """What every part of the `Datastore` holds: the database, the shard count, the crypter, the
-reports of the leader jobs this process just committed (`fresh_jobs`) and the doorbells that
-tell this process's drivers it committed jobs for them (`services.common.doorbell`)."""
+reports of the leader jobs this process just committed (`fresh_jobs`), a SQLite store's job
+share files (`job_share_files`) and the doorbells that tell this process's drivers it
+committed jobs for them (`services.common.doorbell`)."""
 
 from __future__ import annotations
 
 import secrets
 
 from services.aggregator.datastore.fresh_jobs import FreshJobs
+from services.aggregator.datastore.job_share_files import JobShareFiles
 from services.common.crypter import Crypter
 from services.common.db import Database, Params, Row
 from services.common.doorbell import Doorbell
@@ -27,6 +29,9 @@ class StoreBase:
         self._shards = shards
         #: For this process's own aggregation driver (0: it runs none here).
         self._fresh = FreshJobs(fresh_job_bytes)
+        #: Where a SQLite store keeps the shares of the jobs its upload writer makes.
+        store = db.file_path
+        self._share_files = None if store is None else JobShareFiles.beside(store)
         #: Seals the secret columns: VDAF verify keys, the leader's helper token, HPKE keys.
         self._crypter = crypter or Crypter()
         #: Rung once a transaction that made leader aggregation jobs, or a collection job,

@@ -11,6 +11,18 @@ from services.common.db import Tx
 
 
 class GarbageStore(StoreBase):
+    def sweep_job_share_files(self) -> int:
+        """Unlink the job share files that no job names any more and no transaction under way
+        can still commit (`job_share_files`); how many. None in a PostgreSQL store."""
+        files = self._share_files
+        if files is None:
+            return 0
+        rows = self.db.run(
+            "job_share_files",
+            lambda tx: tx.query("SELECT task_id, job_id FROM leader_job_shares"),
+        )
+        return files.sweep((bytes(r["task_id"]), bytes(r["job_id"])) for r in rows)
+
     def collect_garbage(
         self, task_id: bytes, *, report_horizon: int | None, token_horizon: int, limit: int
     ) -> Garbage:

@@ -1,4 +1,5 @@
-"""A leader job's stored input shares as one value of ``leader_job_shares`` (#15).
+"""A leader job's stored input shares as one value of ``leader_job_shares``, or of its file
+in a SQLite store (`job_share_files`) (#15).
 
 A job the upload writer makes (`uploads`) keeps its reports' shares in one row instead of in
 each report's ``client_reports`` row: once the job finishes, the shares go with one DELETE,

@@ -19,6 +19,7 @@ from services.aggregator.datastore.aggregation_jobs import (
 )
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import add_outcomes
+from services.aggregator.datastore.job_share_files import IN_FILE, JobShareFiles
 from services.aggregator.datastore.leases import leased_row
 from services.aggregator.datastore.records import (
     LeaderReport,
@@ -188,7 +189,7 @@ class LeaderJobStore(StoreBase):
             if fresh is not None:
                 return job, fresh
             members = _members(tx, lease, job["members"])
-            kept = _stored_shares(tx, lease, len(members))
+            kept = _stored_shares(tx, lease, len(members), self._share_files)
             shares: list[tuple[bytes | None, ...]]
             if kept is not None:
                 shares = list(kept)
@@ -261,7 +262,9 @@ class LeaderJobStore(StoreBase):
                 for o in final
                 if requeue_at is not None and o.error == PrepareError.REPORT_TOO_EARLY
             }
-            _release_shares(tx, lease, [o.report_id for o in final], requeue, requeue_at)
+            _release_shares(
+                tx, lease, [o.report_id for o in final], requeue, requeue_at, self._share_files
+            )
             ids = {"t": lease.task_id, "j": lease.job_id}
             if job["legacy"]:
                 # Made before its reports were kept in its row (migration 0011).
@@ -281,7 +284,12 @@ class LeaderJobStore(StoreBase):
             )
             return final
 
-        return self.db.run("finish_leader_job", body)
+        final = self.db.run("finish_leader_job", body)
+        # After the commit that deleted its row: a crash in between leaves a file `sweep`
+        # takes, never a row without its file.
+        if self._share_files is not None:
+            self._share_files.remove(lease.task_id, lease.job_id)
+        return final
 
 
 def _members(tx: Tx, lease: Lease, members: bytes | None) -> list[tuple[bytes, int]]:
@@ -297,24 +305,37 @@ def _members(tx: Tx, lease: Lease, members: bytes | None) -> list[tuple[bytes, i
     return [(bytes(r["report_id"]), int(r["client_time"])) for r in rows]
 
 
-def _stored_shares(tx: Tx, lease: Lease, count: int) -> list[job_shares.JobShares] | None:
-    """The shares row of a job the upload writer made (`job_shares`), decoded for its `count`
-    reports; None for a job the creator made (its reports' shares are in their rows)."""
+def _stored_shares(
+    tx: Tx, lease: Lease, count: int, files: JobShareFiles | None
+) -> list[job_shares.JobShares] | None:
+    """The shares of a job the upload writer made (`job_shares`: its row's value, or its file,
+    `job_share_files`), decoded for its `count` reports; None for a job the creator made (its
+    reports' shares are in their rows)."""
     row = tx.query_one(
         "SELECT shares FROM leader_job_shares WHERE task_id = :t AND job_id = :j",
         {"t": lease.task_id, "j": lease.job_id},
     )
-    return None if row is None else job_shares.decode(bytes(row["shares"]), count)
+    if row is None:
+        return None
+    value = bytes(row["shares"])
+    if value == IN_FILE and files is not None:
+        value = files.read(lease.task_id, lease.job_id)
+    return job_shares.decode(value, count)
 
 
 def _release_shares(
-    tx: Tx, lease: Lease, members: list[bytes], requeue: set[bytes], requeue_at: int | None
+    tx: Tx,
+    lease: Lease,
+    members: list[bytes],
+    requeue: set[bytes],
+    requeue_at: int | None,
+    files: JobShareFiles | None,
 ) -> None:
     """A finished job's shares, gone: its shares row deleted (`job_shares`), or for a job the
     creator made, its reports' (`members`, in job order) payload columns cleared. The reports
     in `requeue` keep their shares (back in their rows) and become available to a new job
     from `requeue_at`."""
-    kept = _stored_shares(tx, lease, len(members)) if requeue else None
+    kept = _stored_shares(tx, lease, len(members), files) if requeue else None
     back: list[dict[str, object]] = [{"r": rid} for rid in requeue]
     restore = ""
     ids = {"t": lease.task_id, "j": lease.job_id}

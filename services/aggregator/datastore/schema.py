@@ -18,8 +18,9 @@ Tables (one store serves many tasks, in either role):
   how many of the job's reports finished and failed. ``report_aggregations`` holds a row per
   report only for leader jobs made before migration 11, until they finish.
 - ``leader_job_shares`` (leader): the shares of the reports of a job made at upload, in one
-  row per job (`job_shares`), deleted when the job finishes; its reports' ``client_reports``
-  rows carry no payload.
+  row per job (`job_shares`; in a SQLite store the row's value is empty and the shares are in
+  the job's file beside the store, `job_share_files`), deleted when the job finishes; its
+  reports' ``client_reports`` rows carry no payload.
 - ``batch_aggregations``: running aggregate shares per (task, batch key, agg param), spread
   over a few shard rows so concurrent jobs rarely write the same row; the sum over shards is
   the batch's share, its count, and the XOR checksum of its report ids.

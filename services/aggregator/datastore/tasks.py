@@ -103,7 +103,10 @@ class TaskStore(StoreBase):
                 tx.execute(f"DELETE FROM {table} WHERE {task_key(table)}", {"t": task_id})
             return tx.execute("DELETE FROM tasks WHERE task_id = :t", {"t": task_id}) > 0
 
-        return self.db.run("delete_task", body)
+        deleted = self.db.run("delete_task", body)
+        if self._share_files is not None:
+            self._share_files.remove_task(task_id)
+        return deleted
 
     def _task_record(self, row: Row) -> TaskRecord:
         task_id = bytes(row["task_id"])

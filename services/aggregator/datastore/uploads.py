@@ -23,6 +23,7 @@ from functools import partial
 from services.aggregator.datastore import job_shares
 from services.aggregator.datastore.base import StoreBase
 from services.aggregator.datastore.batch_aggregations import is_collected
+from services.aggregator.datastore.job_share_files import IN_FILE, JobShareFiles
 from services.aggregator.datastore.leader_jobs import insert_leader_job
 from services.aggregator.datastore.records import JobSizes, NewReport, TokenSpend
 from services.aggregator.datastore.states import Stage, UploadOutcome
@@ -84,18 +85,27 @@ def known_report_ids(tx: Tx, number: int, report_ids: list[bytes]) -> set[bytes]
 
 
 def _make_jobs(
-    tx: Tx, task_id: bytes, reports: list[NewReport], jobs: JobSizes
+    tx: Tx,
+    task_id: bytes,
+    reports: list[NewReport],
+    jobs: JobSizes,
+    files: JobShareFiles | None,
 ) -> list[tuple[bytes, list[NewReport]]]:
     """Jobs of these reports, each id and reports (`job_cuts`); what no job takes is left to
-    the creator."""
+    the creator. With `files` (a SQLite store) each job's shares go to its file, written
+    before the transaction commits (`job_share_files`)."""
     made: list[tuple[bytes, list[NewReport]]] = []
     for start, end in job_cuts(len(reports), jobs.minimum, jobs.maximum):
         chunk = reports[start:end]
         members = [(r.report_id, r.client_time) for r in chunk]
         job_id = insert_leader_job(tx, task_id, None, members, chunk[0].received_at)
+        value = job_shares.encode(chunk)
+        if files is not None:
+            files.write(task_id, job_id, value)
+            value = IN_FILE
         tx.execute(
             "INSERT INTO leader_job_shares (task_id, job_id, shares) VALUES (:t, :j, :s)",
-            {"t": task_id, "j": job_id, "s": job_shares.encode(chunk)},
+            {"t": task_id, "j": job_id, "s": value},
         )
         made.append((job_id, chunk))
     return made
@@ -178,7 +188,7 @@ class UploadStore(StoreBase):
             if jobs is not None:
                 for group in timed.values():
                     if len(group) >= jobs.from_group:
-                        made += _make_jobs(tx, group[0].task_id, group, jobs)
+                        made += _make_jobs(tx, group[0].task_id, group, jobs, self._share_files)
             started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
             # Unless looked up above (under the transaction's isolation, where a concurrent
             # insert of one makes this conflict and the retry finds it replayed), a held id

@@ -51,6 +51,9 @@ def collect_garbage(agg: Aggregator) -> Garbage:
                 s.gc_batch_size
             ):
                 break
+    swept = agg.ds.sweep_job_share_files()
+    if swept:
+        log.info("swept %d job share files no job names", swept)
     if total.total:
         log.info(
             "garbage collected: %d reports, %d aggregation jobs, %d spent tokens",
