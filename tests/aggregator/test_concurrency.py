@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from services.aggregator.drivers.aggregation import create_jobs
 from services.aggregator.drivers.runner import DriverRunner
 from services.aggregator.service import Aggregator
 from services.common.clock import RealClock, TestClock
-from shared.dap.messages import BatchSelector, Interval, Query
+from shared.dap.messages import BatchSelector, Collection, Interval, Query
 from tests.aggregator import helpers
 from tests.aggregator.env import Env
 from tests.aggregator.helpers import TaskParams
@@ -109,10 +110,19 @@ def test_background_drivers(db_factory: Any) -> None:
         assert env.upload(env.report(m, now)).status_code == 201
     env.runner.start()
     try:
-        job = env.start_collection(Query.time_interval(Interval(start, TP)))
-        collection = env.await_collection(job)
+        collection = _collected_by_the_drivers(env, start)
     finally:
         env.runner.stop()
+    _assert_sum(env, collection, start, measurements)
+
+
+def _collected_by_the_drivers(env: Env, start: int) -> Collection:
+    """The bucket at `start` collected while the leader's driver threads run."""
+    job = env.start_collection(Query.time_interval(Interval(start, TP)))
+    return env.await_collection(job, wait_s=60)
+
+
+def _assert_sum(env: Env, collection: Collection, start: int, measurements: Sequence[int]) -> None:
     assert collection.report_count == len(measurements)
     selector = BatchSelector.time_interval(Interval(start, TP))
     assert unshard(env, collection, selector) == sum(measurements)
@@ -146,13 +156,10 @@ def test_drivers_wake_for_the_jobs_their_process_commits(db_factory: Any) -> Non
         while env.leader_agg.ds.unaggregated_reports(env.params.task_id.value) or _unfinished(env):
             assert time.monotonic() < deadline, "the aggregation driver was not woken"
             time.sleep(0.05)
-        job = env.start_collection(Query.time_interval(Interval(start, TP)))
-        collection = env.await_collection(job, wait_s=60)
+        collection = _collected_by_the_drivers(env, start)
     finally:
         env.runner.stop()
-    assert collection.report_count == len(measurements)
-    selector = BatchSelector.time_interval(Interval(start, TP))
-    assert unshard(env, collection, selector) == sum(measurements)
+    _assert_sum(env, collection, start, measurements)
 
 
 def _unfinished(env: Env) -> int:

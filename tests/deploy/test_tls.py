@@ -107,17 +107,20 @@ def test_the_deployment_runs_over_https_and_clients_verify_the_local_ca(
     with pytest.raises(httpx.HTTPError):
         httpx.get(str(deployment.leader).replace("https://", "http://") + "/healthz", timeout=10)
 
-    # Owner-only: the data dir and the directories in it 0700; keys, stores, logs, the
-    # deployment file 0600.
+    # Owner-only: the data dir and the directories in it 0700 (the leader's job share files
+    # beside its store too); keys, stores, job shares, logs, the deployment file 0600.
     assert _mode(up.data_dir) == 0o700
-    for directory in ("keys", "tls", "logs"):
-        assert _mode(up.data_dir / directory) == 0o700, directory
+    share_dirs = list(up.data_dir.glob("*.job-shares"))
+    assert share_dirs
+    for directory in (up.data_dir / "keys", up.data_dir / "tls", up.data_dir / "logs", *share_dirs):
+        assert _mode(directory) == 0o700, directory
     files = [
         up.data_dir / "deployment.json",
         up.data_dir / "pids.json",
         *(up.data_dir / "keys").iterdir(),
         *(up.data_dir / "tls").glob("*.key"),
-        *up.data_dir.glob("*.sqlite3*"),
+        *(f for f in up.data_dir.glob("*.sqlite3*") if f not in share_dirs),
+        *(f for directory in share_dirs for f in directory.iterdir()),
         *(up.data_dir / "logs").iterdir(),
     ]
     assert len(files) > 20
