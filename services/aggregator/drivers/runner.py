@@ -73,8 +73,12 @@ class DriverRunner:
 
     def _loop(self, name: str, step: Callable[[], int], bell: Doorbell) -> None:
         pause = self.agg.settings.driver_poll_s
-        while not self._stop.is_set():
+        while True:
             rang = bell.rings()
+            # After the read: `stop` sets the flag before it rings, so a ring this wait would
+            # miss comes with the flag already set.
+            if self._stop.is_set():
+                return
             try:
                 busy = step()
             except Exception as exc:
