@@ -11,7 +11,8 @@ the noise draw), so the decision and the write stay atomic.
 Parts, one module each: `schema` (migrations as .sql files, the table list), `states` (the
 enums the tables hold), `records`, `tasks`, `keys`, `uploads`, `leases`, `leader_jobs`,
 `aggregation_jobs` (the job rows both roles write), `fresh_jobs` (the reports of the jobs an
-upload group just made, for this process's driver), `helper_jobs`, `collection`,
+upload group just made, for this process's driver), `job_shares` and `job_share_files` (those
+jobs' shares, in a row or, on SQLite, a file), `helper_jobs`, `collection`,
 `batch_aggregations` (the running aggregates every path writes),
 `garbage` and `stats`.
 """

@@ -76,11 +76,11 @@ class JobShareFiles:
         for path in self._dir.glob(f"{task_id.hex()}.*"):
             path.unlink(missing_ok=True)
 
-    def sweep(self, named: Iterable[tuple[bytes, bytes]], now: float | None = None) -> int:
-        """Unlink the files older than `SWEEP_AFTER_S` (by the file system's clock, `now`)
-        whose (task id, job id) `named` lacks, and the temporary files of writes a crash cut
-        short; how many."""
-        cutoff = (time.time() if now is None else now) - SWEEP_AFTER_S
+    def sweep(self, named: Iterable[tuple[bytes, bytes]]) -> int:
+        """Unlink the files older than `SWEEP_AFTER_S` (by the file system's clock: file times
+        are its) whose (task id, job id) `named` lacks, and the temporary files of writes a
+        crash cut short; how many."""
+        cutoff = time.time() - SWEEP_AFTER_S
         old: list[Path] = []
         for path in self._dir.iterdir():
             with contextlib.suppress(FileNotFoundError):
