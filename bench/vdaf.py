@@ -6,8 +6,9 @@ without opening the HPKE-sealed input share. A second table sets VDAF-08 and VDA
 on the same circuits (VDAF-20 under an application context). Run alone with
 `python -m bench.vdaf`; `python -m bench.vdaf --quick` runs only the comparison, on fewer reports.
 
-`prep_and_open_cpu` is the same per-report cost in CPU time, for `bench.deployment` to set the
-servers' measured CPU per report against in the same run (issue #15's goal: at most 1.6x).
+`prep_and_open_cpu` is the same per-report cost in CPU time, round by round, for
+`bench.deployment` to set the servers' measured CPU per report against in the same run (issue
+#15's goal: at most 1.6x).
 
 The XOF table times TurboSHAKE128 streams the way Prio3 reads them, the compiled batch against
 one pycryptodome object a stream (what the batch replaced), alone and beside a busy Python
@@ -22,7 +23,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -172,23 +173,41 @@ class PrepCost:
     def total(self) -> float:
         return self.leader + self.helper
 
+    @staticmethod
+    def mean(costs: Sequence[PrepCost]) -> PrepCost:
+        return PrepCost(
+            statistics.fmean(c.leader for c in costs), statistics.fmean(c.helper for c in costs)
+        )
+
 
 def prep_and_open_cpu(
-    vdaf: Prio3, measure: Callable[[int], Any], count: int = BATCH, repeat: int = 3
-) -> PrepCost:
-    """`_bench_case`'s "prep + HPKE open" of both aggregators in CPU time (best of `repeat`
-    runs over a batch of `count` reports), which is what server CPU can be compared with on a
-    machine shared with other work."""
+    vdaf: Prio3, measure: Callable[[int], Any], rounds: int, count: int = BATCH
+) -> list[PrepCost]:
+    """`_bench_case`'s "prep + HPKE open" of both aggregators in CPU time per report, once per
+    round over a batch of `count` reports (the four parts in turn, after one unmeasured
+    round), which is what server CPU can be compared with on a machine shared with other
+    work. Every round is returned: a server's CPU is a mean over whatever the machine did
+    meanwhile, so the comparable figure is the rounds' mean (`PrepCost.mean`), not the
+    fastest round."""
     reports = _Reports(vdaf, measure, count)
     sealed = _Sealed(reports.shares)
-
-    def cpu(fn: Callable[[], object]) -> float:
-        return best_of(fn, repeat, time.process_time) / count
-
-    return PrepCost(
-        cpu(reports.leader_prep) + cpu(partial(sealed.open_all, 0)),
-        cpu(reports.helper_prep) + cpu(partial(sealed.open_all, 1)),
+    parts = (
+        reports.leader_prep,
+        partial(sealed.open_all, 0),
+        reports.helper_prep,
+        partial(sealed.open_all, 1),
     )
+
+    def one_round() -> PrepCost:
+        used = []
+        for part in parts:
+            start = time.process_time()
+            part()
+            used.append((time.process_time() - start) / count)
+        return PrepCost(used[0] + used[1], used[2] + used[3])
+
+    one_round()
+    return [one_round() for _ in range(rounds)]
 
 
 def _bench_case(name: str, vdaf: Prio3, measure: Callable[[int], Any]) -> list[Result]:
