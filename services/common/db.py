@@ -59,6 +59,8 @@ class Dialect:
     types: dict[str, str]
     #: Appended to SELECTs that claim rows for a lease; empty where the engine has one writer.
     skip_locked: str
+    #: What a statement that breaks a unique key raises.
+    unique_violation: type[Exception]
 
     def ddl(self, sql: str) -> str:
         return sql.format(**self.types)
@@ -79,11 +81,13 @@ SQLITE = Dialect(
     "sqlite",
     {"blob": "BLOB", "bigint": "INTEGER", "text": "TEXT", "serial": "INTEGER"},
     "",
+    sqlite3.IntegrityError,
 )
 POSTGRES = Dialect(
     "postgresql",
     {"blob": "BYTEA", "bigint": "BIGINT", "text": "TEXT", "serial": "BIGSERIAL"},
     "FOR UPDATE SKIP LOCKED",
+    psycopg.errors.UniqueViolation,
 )
 
 
@@ -134,21 +138,25 @@ class Tx:
 
     def unless_conflict(self, hopeful: Callable[[], T], careful: Callable[[], T]) -> T:
         """`hopeful()`, or `careful()` where it broke a unique key: an anti-replay record
-        inserted without looking first, as replays are rare. On SQLite `hopeful` runs under a
-        savepoint, and a unique-key conflict takes back all it did; PostgreSQL, where a failed
-        statement ends the transaction, always runs `careful`."""
-        if self.dialect.name != "sqlite":
-            return careful()
+        inserted without looking first, as replays are rare. `hopeful` runs under a savepoint,
+        and a unique-key conflict takes back all it did. A conflict in `careful`, which looks
+        before it inserts, is with a key committed after this transaction's snapshot
+        (PostgreSQL): the transaction is retried, and the next attempt sees it."""
         self._execute("SAVEPOINT unless_conflict", ())
         try:
             result = hopeful()
-        except sqlite3.IntegrityError:
+        except self.dialect.unique_violation:
             # All of it, not only the failed statement: `_sqlite_insert_rows` may have stored
-            # chunks before it, which `careful` would take for replays.
-            self._execute("ROLLBACK TO unless_conflict", ())
-            self._execute("RELEASE unless_conflict", ())
-            return careful()
-        self._execute("RELEASE unless_conflict", ())
+            # chunks before it, which `careful` would take for replays; and on PostgreSQL the
+            # failed statement fails every later one until rolled back.
+            self._execute("ROLLBACK TO SAVEPOINT unless_conflict", ())
+            self._execute("RELEASE SAVEPOINT unless_conflict", ())
+            try:
+                return careful()
+            except psycopg.errors.UniqueViolation as exc:
+                # Not on SQLite, whose one writer's lookup sees every committed key.
+                raise TransientDbError("a unique key was committed concurrently") from exc
+        self._execute("RELEASE SAVEPOINT unless_conflict", ())
         return result
 
     def insert_unseen(
@@ -161,7 +169,7 @@ class Tx:
     ) -> set[Any]:
         """Insert the rows whose `column` value no row of `table` with the `match` value holds
         yet, and return the values one already held: an anti-replay lookup and record in one
-        (`present`, then `insert_rows` of the rest; on SQLite the lookup only after a conflict,
+        (`present`, then `insert_rows` of the rest, the lookup only after a conflict,
         `unless_conflict`). The rows must not repeat a value."""
         at = [name for name, _ in columns].index(column)
 

@@ -476,6 +476,47 @@ def test_insert_unseen_stores_the_new_rows_and_names_the_held_ones(
         db.close()
 
 
+def test_insert_unseen_of_an_id_committed_after_the_snapshot_retries_and_finds_it(
+    db_url: str,
+) -> None:
+    """An id that another transaction commits while this one runs is not stored twice nor
+    missed: on PostgreSQL, whose snapshot cannot see it, the insert fails the attempt and the
+    retry names it held; SQLite's writer lock orders the two."""
+    db = _keyed_table(db_url)
+    other = Database.open(db_url)
+    try:
+        ids = [bytes([i]) * 16 for i in range(50)]
+        attempts = 0
+
+        def body(tx: Tx) -> set[bytes]:
+            nonlocal attempts
+            attempts += 1
+            # The snapshot (PostgreSQL) or the write lock (SQLite) is taken here.
+            tx.execute(
+                "INSERT INTO r (t, id, f) VALUES (:t, :i, 3)", {"t": b"C", "i": b"%d" % attempts}
+            )
+            if attempts == 1 and db_url.startswith("postgres"):
+                other.run(
+                    "other", lambda o: o.insert_rows("r", _KEYED_COLUMNS, [(b"A", ids[7], 9)])
+                )
+            found = tx.insert_unseen(
+                "r", _KEYED_COLUMNS, [(b"A", i, 1) for i in ids], ("t", b"A"), "id"
+            )
+            return {bytes(v) for v in found}
+
+        if db_url.startswith("postgres"):
+            assert db.run("unseen", body) == {ids[7]}
+            assert attempts == 2
+        else:
+            other.run("other", lambda o: o.insert_rows("r", _KEYED_COLUMNS, [(b"A", ids[7], 9)]))
+            assert db.run("unseen", body) == {ids[7]}
+        rows = db.read("all", "SELECT id, f FROM r WHERE t = :t", {"t": b"A"})
+        assert {bytes(r["id"]): r["f"] for r in rows} == {i: 9 if i == ids[7] else 1 for i in ids}
+    finally:
+        other.close()
+        db.close()
+
+
 def test_present_and_update_in_touch_exactly_the_matching_rows(db_url: str) -> None:
     """`Tx.present` and `Tx.update_in` answer and change what the plain statements would:
     across SQLite's chunks of values (1,201 asked), only rows whose match column agrees,
