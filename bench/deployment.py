@@ -31,7 +31,7 @@ DAP-09, VDAF-20 for DAP-19): the leader's and the helper's preparation plus the 
 their input shares, in CPU time, the mean of rounds before the uploads and after the collection
 (both printed). Issue #15 asks for at most 1.6 times that (`GOAL_CPU_RATIO`). A mean, like
 the servers' CPU, which is a mean over whatever the machine did during the case: the fastest
-round (also printed, with its ratio) is a lower bound of the machine's speed, 10-15% under its
+round (also printed, with its ratio) is a lower bound of the machine's speed, 10-20% under its
 mean on this host, and a ratio to it would count the host's noise as the servers' work.
 The same calls as the servers timed them while they ran (`services.aggregator.crypto_cpu`)
 are printed too, per aggregator and part (opens, preparation): what they cost there beyond
