@@ -517,6 +517,61 @@ def test_insert_unseen_of_an_id_committed_after_the_snapshot_retries_and_finds_i
         db.close()
 
 
+def _racing_helper_jobs(ds: Datastore, ids: list[bytes], key: bytes) -> list[list[ReportOutcome]]:
+    """Two helper jobs of the same reports, recorded from two threads at once; each job's
+    outcomes as committed."""
+    vdaf = prio3_count()
+    start = threading.Barrier(2)
+    answered: dict[int, list[ReportOutcome]] = {}
+
+    def job(n: int) -> str:
+        outcomes = [ReportOutcome(rid, 7200, key, None, k) for k, rid in enumerate(ids)]
+        ones = vdaf.field.from_ints([1] * len(ids)).reshape(len(ids), 1, 1)
+
+        def respond(final: list[ReportOutcome]) -> bytes:
+            answered[n] = final  # the last attempt's is the committed one
+            return b"answer"
+
+        start.wait(10)
+        result, _ = ds.helper_init_job(
+            TASK,
+            ids[0][:8] + bytes([n]) * 8,
+            b"job %d" % n,
+            None,
+            outcomes,
+            ShareAdder(vdaf, ones),
+            None,
+            respond,
+            now=100,
+        )
+        return result
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(job, (1, 2))) == ["created", "created"]
+    return [answered[1], answered[2]]
+
+
+def test_two_helper_jobs_racing_with_the_same_reports_count_each_once(db_url: str) -> None:
+    """A leader that sends the same reports in two jobs at once: both jobs are recorded, each
+    report is aggregated by one of them and answered report_replayed by the other, and the
+    batch counts it once; on PostgreSQL the two transactions run side by side."""
+    db = Database.open(db_url)
+    ds = Datastore(db, shards=2)
+    ds.migrate()
+    provision(ds, TASK, "helper")
+    key = bucket_key(7200, 3600)
+    try:
+        for race in range(5):
+            ids = [bytes([race, i]) * 8 for i in range(60)]
+            first, second = _racing_helper_jobs(ds, ids, key)
+            for one, other in zip(first, second, strict=True):
+                assert {one.error, other.error} == {None, PrepareError.REPORT_REPLAYED}
+            totals = ds.batch_totals(TASK, key, key + b"\xff")
+            assert totals.report_count == len(ids) * (race + 1)
+    finally:
+        db.close()
+
+
 def test_present_and_update_in_touch_exactly_the_matching_rows(db_url: str) -> None:
     """`Tx.present` and `Tx.update_in` answer and change what the plain statements would:
     across SQLite's chunks of values (1,201 asked), only rows whose match column agrees,
