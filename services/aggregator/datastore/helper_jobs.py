@@ -31,20 +31,12 @@ from services.aggregator.datastore.stats import count_rejections
 from services.aggregator.datastore.task_numbers import task_number
 from services.aggregator.datastore.uploads import (
     REASON_TOKEN_SPENT,
+    RECORD_COLUMNS,
     spend_token,
 )
 from services.common.db import Row, Tx
 from shared.dap.messages import PrepareError
 from shared.dap.problems import ProblemType
-
-#: The columns of the payload-less anti-replay row the helper keeps of a report it aggregates.
-_REPORT_COLUMNS = (
-    ("task_number", "bigint"),
-    ("report_id", "blob"),
-    ("client_time", "bigint"),
-    ("aggregation_started", "bigint"),
-    ("received_at", "bigint"),
-)
 
 
 class HelperJobStore(StoreBase):
@@ -109,7 +101,7 @@ class HelperJobStore(StoreBase):
                 bytes(rid)
                 for rid in tx.insert_unseen(
                     "client_reports",
-                    _REPORT_COLUMNS,
+                    RECORD_COLUMNS,
                     [
                         (number, o.report_id, min(o.client_time, MAX_STORED_TIME), 1, now)
                         for o in remembered

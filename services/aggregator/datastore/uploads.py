@@ -42,6 +42,15 @@ _REPORT_COLUMNS = (
     ("aggregation_started", "bigint"),
     ("received_at", "bigint"),
 )
+#: The columns of a report's anti-replay record without its shares: what the helper keeps of
+#: a report it aggregates, and the leader of one whose shares are its job's (`job_shares`).
+RECORD_COLUMNS = (
+    ("task_number", "bigint"),
+    ("report_id", "blob"),
+    ("client_time", "bigint"),
+    ("aggregation_started", "bigint"),
+    ("received_at", "bigint"),
+)
 #: What one try of `put_reports`'s transaction gives: the outcomes, and the jobs it made (id,
 #: reports).
 Attempt = tuple[list[UploadOutcome], list[tuple[bytes, list[NewReport]]]]
@@ -189,27 +198,26 @@ class UploadStore(StoreBase):
                 for group in timed.values():
                     if len(group) >= jobs.from_group:
                         made += _make_jobs(tx, group[0].task_id, group, jobs, self._share_files)
-            started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
             # Unless looked up above (under the transaction's isolation, where a concurrent
             # insert of one makes this conflict and the retry finds it replayed), a held id
             # makes this conflict and `body` look them up. The shares of a report in a job
-            # made here are its job's (`leader_job_shares`).
+            # made here are its job's (`leader_job_shares`): its row is the record alone, its
+            # share columns left NULL rather than bound as such.
+            tx.insert_rows(
+                "client_reports",
+                RECORD_COLUMNS,
+                [
+                    (numbers[r.task_id], r.report_id, r.client_time, 1, r.received_at)
+                    for _, chunk in made
+                    for r in chunk
+                ],
+            )
+            started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
             tx.insert_rows(
                 "client_reports",
                 _REPORT_COLUMNS,
                 [
                     (
-                        numbers[r.task_id],
-                        r.report_id,
-                        r.client_time,
-                        None,
-                        None,
-                        None,
-                        1,
-                        r.received_at,
-                    )
-                    if (r.task_id, r.report_id) in started
-                    else (
                         numbers[r.task_id],
                         r.report_id,
                         r.client_time,
@@ -220,6 +228,7 @@ class UploadStore(StoreBase):
                         r.received_at,
                     )
                     for r in stored
+                    if (r.task_id, r.report_id) not in started
                 ],
             )
             for task_id, reasons in rejected.items():
