@@ -59,7 +59,8 @@ class Dialect:
     types: dict[str, str]
     #: Appended to SELECTs that claim rows for a lease; empty where the engine has one writer.
     skip_locked: str
-    #: What a statement that breaks a unique key raises.
+    #: What a statement that breaks a unique key raises (on SQLite, any broken constraint:
+    #: `Tx.unless_conflict`'s careful path then meets a NOT NULL failure again, and raises it).
     unique_violation: type[Exception]
 
     def ddl(self, sql: str) -> str:
