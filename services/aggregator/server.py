@@ -14,6 +14,7 @@ import ctypes.util
 import gc
 import logging
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 #: Container allocations (net of deallocations) between two young collections; Python's
 #: default is 700.
 _GC_YOUNG_THRESHOLD = 10_000
+#: Seconds a thread may hold the GIL while another waits for it (`sys.setswitchinterval`,
+#: `_lengthen_gil_turns`); Python's default is 5 ms.
+_GIL_SWITCH_INTERVAL_S = 0.02
 
 # mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -67,6 +71,23 @@ def _freeze_startup_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(_GC_YOUNG_THRESHOLD, 10, 10)
+
+
+def _lengthen_gil_turns() -> None:
+    """Let a thread run Python for `_GIL_SWITCH_INTERVAL_S` before another that waits for the
+    GIL takes it over.
+
+    An aggregator's threads (the event loop, the upload validation and writer, the drivers,
+    the DAP request threads) share one GIL, and on a 2-core machine most of them want it at
+    once. Every forced handover is a context switch, and the thread taking over works on other
+    data, so the one it displaced finds its working set (a batch's field arrays, X25519's code)
+    evicted when it resumes. Threads still hand the GIL over whenever they wait (I/O, a lock,
+    a GIL-releasing call); one that waits behind a computing thread waits up to 20 ms instead
+    of 5. Measured in `bench.deployment` (DAP-19 Histogram(100), runs alternated with 5 ms):
+    server CPU ~10% lower on both stores (SQLite medians 394 -> 354 µs a report, PostgreSQL
+    388 -> 342), half of it in the servers' own preparation and HPKE opens, and uploads no
+    slower (PostgreSQL p50 latency 675 -> 551 ms)."""
+    sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
 
 
 def keep_job_memory() -> bool:
@@ -107,6 +128,7 @@ def serve(settings: AggregatorSettings) -> None:
     keep_job_memory()
     app = create_app(settings)
     _freeze_startup_heap()
+    _lengthen_gil_turns()
     runner = DriverRunner(app.state.aggregator) if settings.run_drivers else None
     if runner is not None:
         runner.start()
@@ -140,6 +162,7 @@ def drive(settings: AggregatorSettings) -> None:
     keep_job_memory()
     agg = open_aggregator(settings)
     _freeze_startup_heap()
+    _lengthen_gil_turns()
     stop = threading.Event()
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
