@@ -82,11 +82,11 @@ def _lengthen_gil_turns() -> None:
     once. Every forced handover is a context switch, and the thread taking over works on other
     data, so the one it displaced finds its working set (a batch's field arrays, X25519's code)
     evicted when it resumes. Threads still hand the GIL over whenever they wait (I/O, a lock,
-    a GIL-releasing call); one that waits behind a computing thread waits up to 20 ms instead
-    of 5. Measured in `bench.deployment` (DAP-19 Histogram(100), runs alternated with 5 ms):
-    server CPU ~10% lower on both stores (SQLite medians 394 -> 354 µs a report, PostgreSQL
-    388 -> 342), half of it in the servers' own preparation and HPKE opens, and uploads no
-    slower (PostgreSQL p50 latency 675 -> 551 ms)."""
+    a GIL-releasing call); one that waits behind a computing thread waits up to the interval
+    instead of 5 ms. Measured in `bench.deployment` (DAP-19 Histogram(100), runs alternated
+    with 5 ms): server CPU ~10% lower on both stores (SQLite medians 394 -> 354 µs a report,
+    PostgreSQL 388 -> 342), half of it in the servers' own preparation and HPKE opens, and
+    uploads no slower (PostgreSQL p50 latency 675 -> 551 ms)."""
     sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
 
 
