@@ -1,9 +1,13 @@
 """Batch validation's rules on their own (DAP-09 §4.6.5): the order of the checks and the
-size bounds, which the endpoint tests exercise only one refusal at a time."""
+size bounds, which the endpoint tests exercise only one refusal at a time; and the batch
+checksum (§4.6.2)."""
 
 from __future__ import annotations
 
+import hashlib
+
 from services.aggregator.batch_validation import DapBatchRules
+from services.aggregator.batches import EMPTY_CHECKSUM, report_checksum
 from services.aggregator.datastore import EarlierQueries
 from shared.dap.problems import ProblemType
 
@@ -36,3 +40,17 @@ def test_size_bounds_are_inclusive() -> None:
     assert [n for n in range(8, 15) if bounded.size_ok(n)] == [10, 11, 12]
     open_ended = DapBatchRules(min_batch_size=10, max_batch_size=None, max_batch_query_count=1)
     assert open_ended.size_ok(10**9) and not open_ended.size_ok(9)
+
+
+def test_report_checksum_is_the_xor_of_the_report_ids_sha256() -> None:
+    # DAP-09 §4.6.2, folded here as one big integer, independently of the vectorised code.
+    ids = [bytes([i]) * 16 for i in range(37)]
+    expected = 0
+    for rid in ids:
+        expected ^= int.from_bytes(hashlib.sha256(rid).digest(), "big")
+    assert report_checksum(ids) == expected.to_bytes(32, "big")
+    assert report_checksum(iter(ids)) == report_checksum(ids)
+    assert report_checksum([ids[0]]) == hashlib.sha256(ids[0]).digest()
+    # A report counted twice cancels out, and no report is the all-zero checksum.
+    assert report_checksum([ids[0], ids[1], ids[0]]) == hashlib.sha256(ids[1]).digest()
+    assert report_checksum([]) == EMPTY_CHECKSUM == bytes(32)
