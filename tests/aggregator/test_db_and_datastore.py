@@ -235,12 +235,12 @@ def test_leader_jobs_made_before_their_members_were_kept_finish_as_before(db_url
         (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
         assert lease.job_id == b"P" * 16
         _, reports = ds.leader_job(lease)
-        assert [(r.ord, r.report_id, r.leader_input_share) for r in reports] == [
+        assert [(i, r.report_id, r.leader_input_share) for i, r in enumerate(reports)] == [
             (i, b"P" * 15 + bytes([i]), b"L%d" % i) for i in range(2)
         ]
         vdaf = prio3_count()
         key = bucket_key(7200, 3600)
-        outcomes = [ReportOutcome(r.report_id, 7200, key, None, r.ord) for r in reports]
+        outcomes = [ReportOutcome(r.report_id, 7200, key, None, i) for i, r in enumerate(reports)]
         ones = vdaf.field.from_ints([1, 1]).reshape(2, 1, 1)
         ds.finish_leader_job(lease, outcomes, ShareAdder(vdaf, ones))
         assert ds.count_rows("report_aggregations", TASK) == 0
@@ -896,8 +896,9 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
     job of a store that keeps none (`fresh_job_bytes` 0) and one dropped past the bound. A
     body retried after a transient failure keeps only the committed attempt's jobs."""
     db = Database.open(db_url)
-    # 12 bytes of shares a report (`_new`): room for two jobs of two.
-    ds = Datastore(db, shards=2, fresh_job_bytes=4 * 12)
+    # 24 bytes a report as `job_shares` encodes `_new`'s (12 of shares, 12 of lengths): room
+    # for two jobs of two.
+    ds = Datastore(db, shards=2, fresh_job_bytes=4 * 24)
     ds.migrate()
     provision(ds, TASK)
     try:
@@ -938,7 +939,8 @@ def test_the_driver_takes_a_just_committed_job_once_then_reads_the_store(db_url:
         for lease in leases:
             _, reports = ds.leader_job(lease)
             shares[reports[0].report_id] = [r.leader_input_share for r in reports]
-            assert [r.ord for r in reports] == [0, 1]
+            # In job order: a group's reports as they came.
+            assert [r.report_id for r in reports] in [rids[0:2], rids[2:4], rids[4:6]]
             assert all(
                 r.public_share == b"" and r.helper_encrypted_share == b"helper" for r in reports
             )
@@ -1084,9 +1086,9 @@ def test_a_job_made_at_upload_keeps_its_shares_in_one_row_until_it_finishes(db_u
         (lease,) = ds.acquire_aggregation_jobs(now=100, lease_duration=10, limit=10)
         _, read = ds.leader_job(lease)
         assert [
-            (r.ord, r.report_id, r.public_share, r.leader_input_share, r.helper_encrypted_share)
+            (r.report_id, r.public_share, r.leader_input_share, r.helper_encrypted_share)
             for r in read
-        ] == [(i, rid, b"P%d" % i, b"L%d" % i, b"H%d" % i) for i, rid in enumerate(rids)]
+        ] == [(rid, b"P%d" % i, b"L%d" % i, b"H%d" % i) for i, rid in enumerate(rids)]
         outcomes = [
             ReportOutcome(rids[0], 7200, key, None, 0),
             ReportOutcome(rids[1], 7200, key, PrepareError.REPORT_TOO_EARLY, 1),

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from services.aggregator.datastore.records import LeaderReport, NewReport
+from services.aggregator.datastore.records import JobReport, NewReport
 
 
 class FreshJobs:
@@ -29,43 +29,31 @@ class FreshJobs:
 
     def __init__(self, max_bytes: int) -> None:
         self._max = max_bytes
-        self._jobs: OrderedDict[tuple[bytes, bytes], tuple[list[LeaderReport], int]] = OrderedDict()
+        self._jobs: OrderedDict[tuple[bytes, bytes], tuple[Sequence[NewReport], int]] = (
+            OrderedDict()
+        )
         #: Bytes of the shares held.
         self._held = 0
         self._lock = threading.Lock()
 
-    def add(self, task_id: bytes, job_id: bytes, reports: Sequence[NewReport]) -> None:
-        """Keep a committed job's reports, in job order."""
+    def add(self, task_id: bytes, job_id: bytes, reports: Sequence[NewReport], size: int) -> None:
+        """Keep a committed job's reports, in job order, as the writer made them (nothing
+        changes them after the commit); `size` is the bytes of their shares (`job_shares`)."""
         if self._max <= 0:
             return
-        rows = [
-            LeaderReport(
-                i,
-                r.report_id,
-                r.client_time,
-                r.public_share,
-                r.leader_input_share,
-                r.helper_encrypted_share,
-            )
-            for i, r in enumerate(reports)
-        ]
-        size = sum(
-            len(r.public_share) + len(r.leader_input_share) + len(r.helper_encrypted_share)
-            for r in reports
-        )
         with self._lock:
-            self._jobs[(task_id, job_id)] = rows, size
+            self._jobs[(task_id, job_id)] = reports, size
             self._held += size
             while self._held > self._max:
                 _, (_, dropped) = self._jobs.popitem(last=False)
                 self._held -= dropped
 
-    def take(self, task_id: bytes, job_id: bytes) -> list[LeaderReport] | None:
+    def take(self, task_id: bytes, job_id: bytes) -> Sequence[JobReport] | None:
         """A kept job's reports, forgotten here; None if not kept."""
         with self._lock:
             kept = self._jobs.pop((task_id, job_id), None)
             if kept is None:
                 return None
-            rows, size = kept
+            reports, size = kept
             self._held -= size
-            return rows
+            return reports

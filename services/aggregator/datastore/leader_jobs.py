@@ -22,6 +22,7 @@ from services.aggregator.datastore.batch_aggregations import add_outcomes
 from services.aggregator.datastore.job_share_files import IN_FILE, JobShareFiles
 from services.aggregator.datastore.leases import leased_row
 from services.aggregator.datastore.records import (
+    JobReport,
     LeaderReport,
     Lease,
     ReportOutcome,
@@ -179,11 +180,11 @@ class LeaderJobStore(StoreBase):
             [report_id for report_id, _ in members],
         )
 
-    def leader_job(self, lease: Lease) -> tuple[Row, list[LeaderReport]]:
+    def leader_job(self, lease: Lease) -> tuple[Row, Sequence[JobReport]]:
         """The job row and its reports (with their stored shares), in job order: as this
         process committed them if it made the job just now (`fresh_jobs`), else as stored."""
 
-        def body(tx: Tx) -> tuple[Row, list[LeaderReport]]:
+        def body(tx: Tx) -> tuple[Row, Sequence[JobReport]]:
             job = leased_row(tx, "aggregation_jobs", lease)
             fresh = self._fresh.take(lease.task_id, lease.job_id)
             if fresh is not None:
@@ -212,8 +213,8 @@ class LeaderJobStore(StoreBase):
                 }
                 shares = [stored.get(report_id, (None, None, None)) for report_id, _ in members]
             return job, [
-                LeaderReport(i, report_id, time, *three)
-                for i, ((report_id, time), three) in enumerate(zip(members, shares, strict=True))
+                LeaderReport(report_id, time, *three)
+                for (report_id, time), three in zip(members, shares, strict=True)
             ]
 
         return self.db.run("leader_job", body)

@@ -107,12 +107,32 @@ class Lease:
     attempts: int
 
 
+class JobReport(Protocol):
+    """One report of a leader aggregation job, with what preparation needs: a `NewReport` of
+    a job this process just committed (`fresh_jobs`), or a `LeaderReport` read back from the
+    store (its shares may be gone: a report dropped since)."""
+
+    @property
+    def report_id(self) -> bytes: ...
+
+    @property
+    def client_time(self) -> int: ...
+
+    @property
+    def public_share(self) -> bytes | None: ...
+
+    @property
+    def leader_input_share(self) -> bytes | None: ...
+
+    @property
+    def helper_encrypted_share(self) -> bytes | None: ...
+
+
 @dataclass(slots=True)
 class LeaderReport:
-    """One report of a leader aggregation job, with what preparation needs. (Slots, not
-    frozen: one is made per report, and a frozen dataclass costs five times as much to make.)"""
+    """A `JobReport` read back from the store. (Slots, not frozen: one is made per report, and
+    a frozen dataclass costs five times as much to make.)"""
 
-    ord: int
     report_id: bytes
     client_time: int
     public_share: bytes | None

@@ -51,9 +51,10 @@ RECORD_COLUMNS = (
     ("aggregation_started", "bigint"),
     ("received_at", "bigint"),
 )
-#: What one try of `put_reports`'s transaction gives: the outcomes, and the jobs it made (id,
-#: reports).
-Attempt = tuple[list[UploadOutcome], list[tuple[bytes, list[NewReport]]]]
+#: A job `put_reports` made: its id, its reports, and the bytes of their encoded shares.
+MadeJob = tuple[bytes, list[NewReport], int]
+#: What one try of `put_reports`'s transaction gives: the outcomes, and the jobs it made.
+Attempt = tuple[list[UploadOutcome], list[MadeJob]]
 #: Reasons of `rejection_counts` the datastore itself decides.
 REASON_TOKEN_SPENT = "token_spent"
 #: The counter reason of each refusal `put_reports` makes.
@@ -99,16 +100,17 @@ def _make_jobs(
     reports: list[NewReport],
     jobs: JobSizes,
     files: JobShareFiles | None,
-) -> list[tuple[bytes, list[NewReport]]]:
-    """Jobs of these reports, each id and reports (`job_cuts`); what no job takes is left to
-    the creator. With `files` (a SQLite store) each job's shares go to its file, written
-    before the transaction commits (`job_share_files`)."""
-    made: list[tuple[bytes, list[NewReport]]] = []
+) -> list[MadeJob]:
+    """Jobs of these reports (`job_cuts`); what no job takes is left to the creator. With
+    `files` (a SQLite store) each job's shares go to its file, written before the transaction
+    commits (`job_share_files`)."""
+    made: list[MadeJob] = []
     for start, end in job_cuts(len(reports), jobs.minimum, jobs.maximum):
         chunk = reports[start:end]
         members = [(r.report_id, r.client_time) for r in chunk]
         job_id = insert_leader_job(tx, task_id, None, members, chunk[0].received_at)
         value = job_shares.encode(chunk)
+        size = len(value)
         if files is not None:
             files.write(task_id, job_id, value)
             value = IN_FILE
@@ -116,7 +118,7 @@ def _make_jobs(
             "INSERT INTO leader_job_shares (task_id, job_id, shares) VALUES (:t, :j, :s)",
             {"t": task_id, "j": job_id, "s": value},
         )
-        made.append((job_id, chunk))
+        made.append((job_id, chunk, size))
     return made
 
 
@@ -193,7 +195,7 @@ class UploadStore(StoreBase):
                 stored.append(r)
                 if r.batch_key is not None:
                     timed.setdefault(r.task_id, []).append(r)
-            made: list[tuple[bytes, list[NewReport]]] = []
+            made: list[MadeJob] = []
             if jobs is not None:
                 for group in timed.values():
                     if len(group) >= jobs.from_group:
@@ -208,11 +210,11 @@ class UploadStore(StoreBase):
                 RECORD_COLUMNS,
                 [
                     (numbers[r.task_id], r.report_id, r.client_time, 1, r.received_at)
-                    for _, chunk in made
+                    for _, chunk, _ in made
                     for r in chunk
                 ],
             )
-            started = {(r.task_id, r.report_id) for _, chunk in made for r in chunk}
+            started = {(r.task_id, r.report_id) for _, chunk, _ in made for r in chunk}
             tx.insert_rows(
                 "client_reports",
                 _REPORT_COLUMNS,
@@ -247,8 +249,8 @@ class UploadStore(StoreBase):
         # After the commit, and only the jobs of the attempt that committed: a retried body
         # makes new job ids.
         outcomes, made = self.db.run("put_reports", body)
-        for job_id, chunk in made:
-            self._fresh.add(chunk[0].task_id, job_id, chunk)
+        for job_id, chunk, size in made:
+            self._fresh.add(chunk[0].task_id, job_id, chunk, size)
         if made:
             self.aggregation_jobs_made.ring()
         return outcomes

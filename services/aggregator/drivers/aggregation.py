@@ -20,7 +20,7 @@ import httpx
 
 from services.aggregator.aggregate import ShareAdder
 from services.aggregator.batches import bucket_key
-from services.aggregator.datastore import LeaderReport, Lease, ReportOutcome
+from services.aggregator.datastore import JobReport, Lease, ReportOutcome
 from services.aggregator.drivers.common import (
     HelperError,
     HelperPendingError,
@@ -309,7 +309,7 @@ def _bucket(task: Task, time: int) -> bytes:
 class _Resp:
     """One report's answer from the helper, whatever the version: its continuation payload,
     or its error in sagg's stored vocabulary (DAP-09's PrepareError, `wire`). (Slots, not
-    frozen: one is made per report, `datastore.records.LeaderReport`.)"""
+    frozen: one is made per report, as `datastore.records.LeaderReport`.)"""
 
     report_id: bytes
     payload: bytes | None = None
@@ -330,7 +330,7 @@ class _InitExchange:
 
 
 def _init09(
-    task: Task, batch_id: BatchId | None, job_id: bytes, shares: list[tuple[LeaderReport, bytes]]
+    task: Task, batch_id: BatchId | None, job_id: bytes, shares: list[tuple[JobReport, bytes]]
 ) -> _InitExchange:
     """PUT {helper}/tasks/{id}/aggregation_jobs/{job id} (DAP-09 §4.5.1.1)."""
     inits = tuple(
@@ -369,7 +369,7 @@ def _init09(
 
 
 def _init19(
-    task: Task, wire: Wire19, batch_id: BatchId | None, shares: list[tuple[LeaderReport, bytes]]
+    task: Task, wire: Wire19, batch_id: BatchId | None, shares: list[tuple[JobReport, bytes]]
 ) -> _InitExchange:
     """POST {helper}/tasks/{id}/aggregation_jobs (DAP-19 §4.5.3.1): the task's one key id,
     times in units, the batch id of a leader-selected job in its extension. Encoded from the
