@@ -8,10 +8,10 @@ job's reports or its shares row (`finish_leader_job` deletes it, the job creator
 reports in no job), so the reports as committed are the reports as stored: the job's first
 lease in this process takes them from here, once; any later lease (a retry after a release, a
 job another process leased first) reads the store. Memory only, so a crash loses nothing the
-store lacks, and bounded by the bytes of the shares it holds: past `max_bytes` the oldest jobs
-are dropped and read from the store. A burst of uploads makes jobs faster than the driver
-takes them, and the driver takes the oldest first: a bound of a few jobs dropped most of a
-burst's jobs before their turn (~5 us a report more to read them back, #15).
+store lacks, and bounded by the encoded bytes of the shares it holds: past `max_bytes` the
+oldest jobs are dropped and read from the store. A burst of uploads makes jobs faster than
+the driver takes them, and the driver takes the oldest first: a bound of a few jobs dropped
+most of a burst's jobs before their turn (~5 us a report more to read them back, #15).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class FreshJobs:
         self._jobs: OrderedDict[tuple[bytes, bytes], tuple[Sequence[NewReport], int]] = (
             OrderedDict()
         )
-        #: Bytes of the shares held.
+        #: Bytes of the held jobs' shares as `job_shares` encodes them.
         self._held = 0
         self._lock = threading.Lock()
 
