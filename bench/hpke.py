@@ -5,6 +5,12 @@ pyhpke/sagg ratio; `run()` feeds the same figures to the project summary (`pytho
 Each figure is the median over R runs of N calls. The inputs mirror a DAP-09 upload: the
 input-share info string for the Leader and a plaintext the size of a small input share.
 The X25519 exchange row is the floor under any open (one exchange per message).
+
+A second table times the AEAD step of `hpke.open_batch` on leader-sized messages (a DAP-19
+Histogram(100) leader share, 2.3 KB): `shared.aes_gcm.decrypt_batch` against `AESGCM` one
+message at a time, in CPU seconds of the calling thread, alone and beside a thread that never
+waits (as a serving leader's other threads often don't): `AESGCM` hands that thread the GIL
+for every message of 2 KiB or more, and getting it back is what costs (`shared.aes_gcm`).
 """
 
 from __future__ import annotations
@@ -12,14 +18,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
+import time
 import timeit
 from collections.abc import Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pyhpke import AEADId, CipherSuite, KDFId, KEMId
 
 from bench.common import Result
-from shared import hpke
+from shared import aes_gcm, hpke
 from shared.dap.hpke_context import HPKE_INFO_INPUT_SHARE
 from shared.dap.messages import ROLE_CLIENT, ROLE_LEADER
 
@@ -76,6 +85,59 @@ def measure(payload: int, calls: int, repeats: int) -> list[Row]:
     ]
 
 
+#: Bytes of a DAP-19 Histogram(100) leader input share (`bench.deployment`'s DAP-19 case).
+LEADER_SHARE_PAYLOAD = 2300
+AEAD_BATCH = 100
+AEAD_ROUNDS = 20
+
+
+def _thread_us(fn: Callable[[], object], rounds: int, per_round: int) -> float:
+    """CPU µs of this thread per item, median of `rounds` calls of `fn`."""
+    fn()
+    runs = []
+    for _ in range(rounds):
+        start = time.thread_time()
+        fn()
+        runs.append(time.thread_time() - start)
+    return statistics.median(runs) / per_round * 1e6
+
+
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():
+        pass
+
+
+def measure_aead(payload: int, batch: int, rounds: int) -> list[tuple[str, float, float]]:
+    """Rows of (condition, `decrypt_batch` µs a message, `AESGCM` µs a message)."""
+    messages = []
+    for _ in range(batch):
+        key, nonce, aad = os.urandom(aes_gcm.KEY_SIZE), os.urandom(aes_gcm.NONCE_SIZE), b"a" * 64
+        messages.append((key, nonce, aad, AESGCM(key).encrypt(nonce, os.urandom(payload), aad)))
+    expected = [AESGCM(k).decrypt(n, c, a) for k, n, a, c in messages]
+    if aes_gcm.decrypt_batch(messages) != expected:
+        raise SystemExit("decrypt_batch disagrees with AESGCM")
+
+    def batched() -> object:
+        return aes_gcm.decrypt_batch(messages)
+
+    def one_by_one() -> object:
+        return [AESGCM(k).decrypt(n, c, a) for k, n, a, c in messages]
+
+    def both() -> tuple[float, float]:
+        return _thread_us(batched, rounds, batch), _thread_us(one_by_one, rounds, batch)
+
+    rows = [("alone", *both())]
+    stop = threading.Event()
+    busy = threading.Thread(target=_spin, args=(stop,), daemon=True)
+    busy.start()
+    try:
+        rows.append(("beside a busy thread", *both()))
+    finally:
+        stop.set()
+        busy.join()
+    return rows
+
+
 def run() -> list[Result]:
     """The default measurement as rows of the project-wide summary table."""
     results: list[Result] = []
@@ -87,6 +149,10 @@ def run() -> list[Result]:
         results.append(Result("hpke", case, "sagg", ours, "µs/op"))
         results.append(Result("hpke", case, "pyhpke", theirs, "µs/op"))
         results.append(Result("hpke", case, "pyhpke/sagg", theirs / ours, "x"))
+    for condition, batched, single in measure_aead(LEADER_SHARE_PAYLOAD, AEAD_BATCH, AEAD_ROUNDS):
+        case = f"AES-GCM open, {LEADER_SHARE_PAYLOAD} B, {condition}"
+        results.append(Result("hpke", case, "decrypt_batch", batched, "µs/op"))
+        results.append(Result("hpke", case, "AESGCM", single, "µs/op"))
     return results
 
 
@@ -113,6 +179,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"median of {args.repeats} x {args.calls} calls"
     )
     print(format_table(measure(args.payload, args.calls, args.repeats)))
+    print(
+        f"\nAES-128-GCM open of {AEAD_BATCH} messages of {LEADER_SHARE_PAYLOAD} B, CPU of the"
+        f" calling thread, median of {AEAD_ROUNDS}"
+    )
+    print(f"{'condition':<22} {'decrypt_batch µs':>17} {'AESGCM µs':>10} {'ratio':>7}")
+    for condition, batched, single in measure_aead(LEADER_SHARE_PAYLOAD, AEAD_BATCH, AEAD_ROUNDS):
+        print(f"{condition:<22} {batched:17.1f} {single:10.1f} {single / batched:6.1f}x")
 
 
 if __name__ == "__main__":
