@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from numba import njit, types
 
-__all__ = ["KEY_SIZE", "NONCE_SIZE", "TAG_SIZE", "decrypt_batch"]
+__all__ = ["KEY_SIZE", "NONCE_SIZE", "TAG_SIZE", "decrypt_batch", "decrypt_one"]
 
 KEY_SIZE: Final = 16
 NONCE_SIZE: Final = 12
@@ -144,7 +144,8 @@ def _libcrypto() -> bool:
     return False
 
 
-def _decrypt_one(key: bytes, nonce: bytes, aad: bytes, sealed: bytes) -> bytes | None:
+def decrypt_one(key: bytes, nonce: bytes, aad: bytes, sealed: bytes) -> bytes | None:
+    """One message with `AESGCM`: the plaintext, or None where `decrypt_batch` gives None."""
     try:
         return AESGCM(key).decrypt(nonce, sealed, aad)
     except (InvalidTag, OverflowError):
@@ -159,7 +160,7 @@ def decrypt_batch(messages: Sequence[tuple[bytes, bytes, bytes, bytes]]) -> list
         if len(key) != KEY_SIZE or len(nonce) != NONCE_SIZE:
             raise ValueError("AES-128-GCM takes a 16-byte key and a 12-byte nonce")
     if not _libcrypto():
-        return [_decrypt_one(*message) for message in messages]
+        return [decrypt_one(*message) for message in messages]
     fits = [
         TAG_SIZE <= len(sealed) <= _MAX_LENGTH and len(aad) <= _MAX_LENGTH
         for _, _, aad, sealed in messages

@@ -30,7 +30,6 @@ import hmac
 from collections.abc import Sequence
 from typing import Final
 
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -368,10 +367,10 @@ def open(
     """OpenBase(enc, skR, info, aad, ct) (RFC 9180 §6.1); returns the plaintext."""
     shared_secret = _decap(enc, keypair._private_key, keypair.public_key)
     key, base_nonce = _key_schedule(shared_secret, info)
-    try:
-        return AESGCM(key).decrypt(base_nonce, ciphertext, aad)
-    except (InvalidTag, OverflowError):
-        raise HpkeError("HPKE decryption failed") from None
+    plaintext = aes_gcm.decrypt_one(key, base_nonce, aad, ciphertext)
+    if plaintext is None:
+        raise HpkeError("HPKE decryption failed")
+    return plaintext
 
 
 def open_batch(
