@@ -94,10 +94,10 @@ def _open_all(
     opened: _Bytes,
 ) -> int:
     """Message i: key ``keys[16i:16i+16]``, nonce ``nonces[12i:12i+12]``, aad and ciphertext
-    with its tag between consecutive `*_ends` (each starting with 0); its plaintext goes to
-    ``plain[sealed_ends[i] - 16i : sealed_ends[i+1] - 16(i+1)]`` and ``opened[i]`` = 1 where the
-    tag holds (else the plaintext there must not be read). Returns 0, or -1 when OpenSSL could
-    not set up a cipher context."""
+    with its 16-byte tag between consecutive `*_ends` (each starting with 0); its plaintext goes
+    to ``plain[sealed_ends[i] - 16i : sealed_ends[i+1] - 16(i+1)]`` (the tags left out) and
+    ``opened[i]`` = 1 where the tag holds (else the plaintext there must not be read). Returns
+    0, or -1 when OpenSSL could not set up a cipher context."""
     ctx = _ctx_new()
     if ctx == 0:
         return -1
@@ -108,22 +108,23 @@ def _open_all(
     out_len = length.ctypes.data
     for i in range(opened.shape[0]):
         opened[i] = 0
-        start, end = sealed_ends[i], sealed_ends[i + 1] - 16
+        start, end = sealed_ends[i], sealed_ends[i + 1] - TAG_SIZE
         if (
-            _init(ctx, 0, 0, keys.ctypes.data + 16 * i, nonces.ctypes.data + 12 * i) == 1
+            _init(ctx, 0, 0, keys.ctypes.data + KEY_SIZE * i, nonces.ctypes.data + NONCE_SIZE * i)
+            == 1
             and _update(
                 ctx, 0, out_len, aads.ctypes.data + aad_ends[i], aad_ends[i + 1] - aad_ends[i]
             )
             == 1
             and _update(
                 ctx,
-                plain.ctypes.data + start - 16 * i,
+                plain.ctypes.data + start - TAG_SIZE * i,
                 out_len,
                 sealed.ctypes.data + start,
                 end - start,
             )
             == 1
-            and _ctrl(ctx, _EVP_CTRL_GCM_SET_TAG, 16, sealed.ctypes.data + end) == 1
+            and _ctrl(ctx, _EVP_CTRL_GCM_SET_TAG, TAG_SIZE, sealed.ctypes.data + end) == 1
             # GCM has no final block: Final writes nothing, it only checks the tag.
             and _final(ctx, 0, out_len) == 1
         ):
